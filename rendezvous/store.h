@@ -1,0 +1,57 @@
+// The key-value store interface every rendezvous participant talks to.
+//
+// Modelled on gloo's rendezvous/store.h: a handful of blocking calls, each
+// with a deadline. Implementations: the TCP client (client.h) and, for tests,
+// an in-memory twin (hash_store.h); PrefixStore scopes keys the way gloo's
+// prefix_store.h does. Implementations are thread-compatible, not
+// thread-safe: give each thread its own client.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddprun::rendezvous {
+
+using Bytes = std::vector<uint8_t>;
+using Duration = std::chrono::milliseconds;
+
+// Thrown when a deadline passes; the message names the keys and the timeout.
+class TimeoutError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown for every other failure (connection, protocol, refused token); the
+// message names the peer address and the operation.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Blocks until `key` exists or `timeout` passes (TimeoutError).
+  virtual Bytes get(const std::string& key, Duration timeout) = 0;
+  // Atomically adds `delta` to the integer stored at `key` (0 if absent) and
+  // returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Sets `key` to `desired` if its value is `expected` (an empty `expected`
+  // means "absent"); returns the value after the call.
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected,
+                            const Bytes& desired) = 0;
+  // Blocks until every key exists or `timeout` passes (TimeoutError).
+  virtual void wait(const std::vector<std::string>& keys, Duration timeout) = 0;
+  // True when every key exists; never blocks.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // True when the key existed.
+  virtual bool remove(const std::string& key) = 0;
+  virtual int64_t num_keys() = 0;
+};
+
+}  // namespace ddprun::rendezvous
