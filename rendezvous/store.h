@@ -52,6 +52,23 @@ class Store {
   // True when the key existed.
   virtual bool remove(const std::string& key) = 0;
   virtual int64_t num_keys() = 0;
+
+  // Added operations, with portable defaults built on the ones above so an
+  // implementation (or a test fake) need not provide them. The TCP client
+  // overrides each with a single round trip.
+
+  // Appends `value` to the value at `key` (creating it when absent).
+  virtual void append(const std::string& key, const Bytes& value);
+  // Blocks until every key exists, then returns their values in order.
+  virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Duration timeout);
+  // Sets every key to its value (keys.size() == values.size()).
+  virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+  // Round trip to the store; throws StoreError when it is unreachable.
+  virtual void ping() {}
 };
+
+// Text <-> Bytes helpers for callers that store strings.
+inline Bytes to_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+inline std::string to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
 }  // namespace ddprun::rendezvous

@@ -1,0 +1,391 @@
+#include "rendezvous/client.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "rendezvous/auth.h"
+
+namespace ddprun::rendezvous {
+
+using wire::Op;
+using wire::Request;
+
+namespace {
+
+// The connection broke (EOF, reset): the only failure call() may retry.
+class ConnectionLost : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+std::string quoted(const std::string& key) { return "'" + key + "'"; }
+
+int ms_left(std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left + 1, 1 << 30));
+}
+
+bool is_blocking(Op op) { return op == Op::kGet || op == Op::kWait || op == Op::kMultiGet; }
+
+uint64_t clamp_ms(Duration d) {
+  return static_cast<uint64_t>(std::clamp<int64_t>(d.count(), 0, static_cast<int64_t>(wire::kMaxTimeoutMs)));
+}
+
+}  // namespace
+
+std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw StoreError(what + "='" + text + "' is not host:port");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p <= 0 || p > 65535) {
+    throw StoreError(what + "='" + text + "': port '" + port + "' is not in 1..65535");
+  }
+  return {host, static_cast<uint16_t>(p)};
+}
+
+std::unique_ptr<Store> connect_from_env(Duration connect_timeout) {
+  const char* addr = std::getenv("DDPRUN_STORE_ADDR");
+  if (addr == nullptr || *addr == '\0') return nullptr;
+  ClientOptions o;
+  std::tie(o.host, o.port) = parse_host_port(addr, "DDPRUN_STORE_ADDR");
+  if (const char* token = std::getenv("DDPRUN_STORE_TOKEN")) o.token = token;
+  o.connect_timeout = connect_timeout;
+  auto client = std::make_unique<Client>(std::move(o));
+  const char* prefix = std::getenv("DDPRUN_STORE_PREFIX");
+  if (prefix == nullptr || *prefix == '\0') return client;
+  return std::make_unique<PrefixStore>(prefix, std::move(client));
+}
+
+Client::Client(ClientOptions options)
+    : options_(std::move(options)),
+      address_((options_.host.find(':') != std::string::npos ? "[" + options_.host + "]"
+                                                              : options_.host) +
+               ":" + std::to_string(options_.port)) {
+  connect();
+}
+
+Client::~Client() { disconnect(); }
+
+void Client::disconnect() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  rbuf_.clear();
+  rpos_ = 0;
+}
+
+[[noreturn]] void Client::timeout(const std::string& what, Duration after) {
+  throw TimeoutError("store at " + address_ + ": " + what + " timed out after " +
+                     std::to_string(after.count()) + " ms");
+}
+
+void Client::connect() {
+  auto deadline = Clock::now() + options_.connect_timeout;
+  std::string last_error = "no attempt";
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    disconnect();
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    int rc = getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &res);
+    if (rc != 0) {
+      last_error = std::string("cannot resolve host: ") + gai_strerror(rc);
+    } else {
+      for (addrinfo* ai = res; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
+        int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+          last_error = std::string("socket: ") + std::strerror(errno);
+          continue;
+        }
+        int err = 0;
+        if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+          err = errno;
+          if (err == EINPROGRESS) {
+            pollfd p{fd, POLLOUT, 0};
+            int n = ::poll(&p, 1, ms_left(deadline));
+            socklen_t len = sizeof(err);
+            if (n == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+            else err = n == 0 ? ETIMEDOUT : errno;
+          }
+        }
+        if (err != 0) {
+          last_error = std::string("connect: ") + std::strerror(err);
+          ::close(fd);
+          continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        fd_ = fd;
+      }
+      freeaddrinfo(res);
+    }
+    if (fd_ >= 0) {
+      try {
+        Bytes g = read_frame(deadline, "greeting");
+        auto greeting = wire::parse_greeting(g.data(), g.size());
+        if (!greeting) {
+          disconnect();
+          throw StoreError("store at " + address_ + ": not a ddprun store (unexpected greeting)");
+        }
+        if (!greeting->auth_required) return;
+        if (options_.token.empty()) {
+          disconnect();
+          throw StoreError("store at " + address_ +
+                           " requires a token: set DDPRUN_STORE_TOKEN or --rdzv-conf token=...");
+        }
+        Request q;
+        q.op = Op::kAuth;
+        q.values.push_back(auth_mac(options_.token, greeting->nonce));
+        send_all(wire::encode_request(q), deadline, "auth");
+        Bytes reply = read_frame(deadline, "auth");
+        if (!reply.empty() && reply[0] == static_cast<uint8_t>(wire::Status::kOk)) return;
+        std::string message = "no reason given";
+        wire::Reader r(reply.data() + 1, reply.size() - 1);
+        if (!reply.empty()) r.str(message, wire::kMaxFrameSize);
+        disconnect();
+        throw StoreError("store at " + address_ + " refused the token: " + message);
+      } catch (const ConnectionLost& e) {
+        last_error = e.what();  // e.g. over the server's connection limit: retry
+        disconnect();
+      } catch (const TimeoutError&) {
+        disconnect();
+        throw TimeoutError("store at " + address_ + ": no greeting within " +
+                           std::to_string(options_.connect_timeout.count()) + " ms");
+      }
+    }
+    if (Clock::now() + backoff >= deadline) {
+      throw StoreError("cannot connect to store at " + address_ + " within " +
+                       std::to_string(options_.connect_timeout.count()) + " ms: " + last_error);
+    }
+    std::this_thread::sleep_for(backoff);  // the server may still be starting
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+void Client::send_all(const Bytes& frame, Clock::time_point deadline, const std::string& what) {
+  size_t off = 0;
+  while (off < frame.size()) {
+    ssize_t n = ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd_, POLLOUT, 0};
+      int r = ::poll(&p, 1, ms_left(deadline));
+      if (r == 0) throw TimeoutError(what);
+      continue;
+    }
+    throw ConnectionLost("store at " + address_ + ": connection lost during " + what + ": " +
+                         std::strerror(errno));
+  }
+}
+
+Bytes Client::read_frame(Clock::time_point deadline, const std::string& what) {
+  auto fill = [&](size_t need) {
+    while (rbuf_.size() - rpos_ < need) {
+      pollfd p{fd_, POLLIN, 0};
+      int r = ::poll(&p, 1, ms_left(deadline));
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) throw TimeoutError(what);
+      uint8_t tmp[65536];
+      ssize_t n = ::recv(fd_, tmp, sizeof(tmp), 0);
+      if (n > 0) {
+        rbuf_.insert(rbuf_.end(), tmp, tmp + n);
+      } else if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+        continue;
+      } else {
+        throw ConnectionLost("store at " + address_ + ": connection closed by the server during " +
+                             what + (n < 0 ? std::string(": ") + std::strerror(errno) : ""));
+      }
+    }
+  };
+  fill(wire::kHeaderSize);
+  uint32_t len = *wire::frame_length(rbuf_.data() + rpos_, rbuf_.size() - rpos_);
+  if (len == 0 || len > wire::kMaxFrameSize) {
+    disconnect();
+    throw StoreError("store at " + address_ + ": reply to " + what + " has bad length " +
+                     std::to_string(len));
+  }
+  fill(wire::kHeaderSize + len);
+  Bytes payload(rbuf_.begin() + static_cast<std::ptrdiff_t>(rpos_ + wire::kHeaderSize),
+                rbuf_.begin() + static_cast<std::ptrdiff_t>(rpos_ + wire::kHeaderSize + len));
+  rpos_ += wire::kHeaderSize + len;
+  if (rpos_ == rbuf_.size()) {
+    rbuf_.clear();
+    rpos_ = 0;
+  }
+  return payload;
+}
+
+std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::string& what) {
+  Bytes frame = wire::encode_request(q);
+  auto deadline = Clock::now() + (is_blocking(q.op)
+                                      ? Duration(q.timeout_ms) + options_.reply_grace
+                                      : options_.op_timeout);
+  for (int attempt = 0;; ++attempt) {
+    if (fd_ >= 0) {
+      // Anything readable before we asked is an EOF (server restarted or
+      // closed us after a bad frame): start over on a fresh connection.
+      pollfd p{fd_, POLLIN, 0};
+      if (rpos_ != rbuf_.size() || ::poll(&p, 1, 0) > 0) disconnect();
+    }
+    if (fd_ < 0) connect();
+    try {
+      send_all(frame, deadline, what);
+      Bytes reply = read_frame(deadline, what);
+      auto status = static_cast<wire::Status>(reply[0]);
+      if (status == wire::Status::kOk) return Bytes(reply.begin() + 1, reply.end());
+      if (status == wire::Status::kTimeout) return std::nullopt;
+      std::string message = "malformed error reply";
+      wire::Reader r(reply.data() + 1, reply.size() - 1);
+      r.str(message, wire::kMaxFrameSize);
+      throw StoreError("store at " + address_ + ": " + what + ": " + message);
+    } catch (const ConnectionLost& e) {
+      disconnect();
+      if (!retry_safe || attempt > 0) throw StoreError(e.what());
+    } catch (const TimeoutError&) {
+      // A late reply would be taken for the next call's: drop the connection.
+      disconnect();
+      if (is_blocking(q.op)) timeout(what + " (the store did not answer)", Duration(q.timeout_ms));
+      timeout(what, options_.op_timeout);
+    }
+  }
+}
+
+namespace {
+Request make(Op op, std::vector<std::string> keys = {}, std::vector<Bytes> values = {}) {
+  Request q;
+  q.op = op;
+  q.keys = std::move(keys);
+  q.values = std::move(values);
+  return q;
+}
+
+int64_t read_i64(const Bytes& b) {
+  wire::Reader r(b.data(), b.size());
+  uint64_t v = 0;
+  r.u64(v);
+  return static_cast<int64_t>(v);
+}
+}  // namespace
+
+void Client::set(const std::string& key, const Bytes& value) {
+  call(make(Op::kSet, {key}, {value}), true, "set(" + quoted(key) + ")");
+}
+
+Bytes Client::get(const std::string& key, Duration t) {
+  Request q = make(Op::kGet, {key});
+  q.timeout_ms = clamp_ms(t);
+  std::string what = "get(" + quoted(key) + ")";
+  auto r = call(q, true, what);
+  if (!r) timeout(what, t);
+  wire::Reader in(r->data(), r->size());
+  Bytes v;
+  if (!in.bytes(v, wire::kMaxFrameSize)) throw StoreError("store at " + address_ + ": malformed reply to " + what);
+  return v;
+}
+
+int64_t Client::add(const std::string& key, int64_t delta) {
+  Request q = make(Op::kAdd, {key});
+  q.delta = delta;
+  return read_i64(*call(q, false, "add(" + quoted(key) + ")"));
+}
+
+Bytes Client::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  std::string what = "compare_set(" + quoted(key) + ")";
+  auto r = call(make(Op::kCompareSet, {key}, {expected, desired}), false, what);
+  wire::Reader in(r->data(), r->size());
+  Bytes v;
+  if (!in.bytes(v, wire::kMaxFrameSize)) throw StoreError("store at " + address_ + ": malformed reply to " + what);
+  return v;
+}
+
+void Client::wait(const std::vector<std::string>& keys, Duration t) {
+  Request q = make(Op::kWait, keys);
+  q.timeout_ms = clamp_ms(t);
+  std::string what = "wait(" + describe_keys(keys) + ")";
+  if (!call(q, true, what)) timeout(what, t);
+}
+
+bool Client::check(const std::vector<std::string>& keys) {
+  auto r = call(make(Op::kCheck, keys), true, "check(" + describe_keys(keys) + ")");
+  return !r->empty() && (*r)[0] == 1;
+}
+
+bool Client::remove(const std::string& key) {
+  auto r = call(make(Op::kDelete, {key}), false, "remove(" + quoted(key) + ")");
+  return !r->empty() && (*r)[0] == 1;
+}
+
+int64_t Client::num_keys() { return read_i64(*call(make(Op::kNumKeys), true, "num_keys")); }
+
+void Client::append(const std::string& key, const Bytes& value) {
+  call(make(Op::kAppend, {key}, {value}), false, "append(" + quoted(key) + ")");
+}
+
+std::vector<Bytes> Client::multi_get(const std::vector<std::string>& keys, Duration t) {
+  Request q = make(Op::kMultiGet, keys);
+  q.timeout_ms = clamp_ms(t);
+  std::string what = "multi_get(" + describe_keys(keys) + ")";
+  auto r = call(q, true, what);
+  if (!r) timeout(what, t);
+  wire::Reader in(r->data(), r->size());
+  uint32_t n = 0;
+  std::vector<Bytes> values;
+  if (in.u32(n) && n == keys.size()) {
+    values.resize(n);
+    for (auto& v : values) {
+      if (!in.bytes(v, wire::kMaxFrameSize)) n = 0;
+    }
+  }
+  if (n != keys.size()) throw StoreError("store at " + address_ + ": malformed reply to " + what);
+  return values;
+}
+
+void Client::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  if (keys.size() != values.size()) {
+    throw StoreError("multi_set: " + std::to_string(keys.size()) + " keys but " +
+                     std::to_string(values.size()) + " values");
+  }
+  call(make(Op::kMultiSet, keys, values), true, "multi_set(" + describe_keys(keys) + ")");
+}
+
+void Client::ping() { call(make(Op::kPing), true, "ping"); }
+
+std::string Client::local_address() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (fd_ < 0 || getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
+  } else if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,97 @@
+// The TCP store client: one connection, a deadline on every call.
+//
+// Connects (retrying while the server is not up yet, until connect_timeout),
+// answers the server's HMAC challenge when a token is set, and reconnects
+// when it finds the connection closed (e.g. after a server restart on the
+// same port). A request whose reply was lost is retried on a fresh
+// connection only when repeating it is harmless (set, get, wait, check,
+// multi-get, multi-set, num_keys, ping); add/append/compare-set/delete throw
+// StoreError instead, since the server may have applied them.
+// Thread-compatible: give each thread its own Client.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rendezvous/hash_store.h"
+#include "rendezvous/prefix_store.h"
+#include "rendezvous/store.h"
+#include "rendezvous/wire.h"
+
+namespace ddprun::rendezvous {
+
+struct ClientOptions {
+  // Store host name or address.
+  std::string host;
+  // Store TCP port.
+  uint16_t port = 0;
+  // Shared secret for the HMAC challenge; empty = no auth.
+  std::string token;
+  // How long to keep trying to connect (refused or unreachable) and finish
+  // the handshake.
+  Duration connect_timeout{30000};
+  // Deadline of every non-blocking call (set, add, ...).
+  Duration op_timeout{300000};
+  // Blocking calls (get, wait, multi_get) give the server this much beyond
+  // their own timeout to answer before the client gives up on it.
+  Duration reply_grace{2000};
+};
+
+class Client : public Store {
+ public:
+  // Connects at once; throws StoreError (refused token, bad greeting) or
+  // TimeoutError (nothing answered within connect_timeout).
+  explicit Client(ClientOptions options);
+  ~Client() override;
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Duration timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool remove(const std::string& key) override;
+  int64_t num_keys() override;
+  void append(const std::string& key, const Bytes& value) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Duration timeout) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  void ping() override;
+
+  // "host:port", as errors name it.
+  const std::string& address() const { return address_; }
+  // Local address of the connection ("10.0.0.2"): the address other hosts
+  // can reach this one at, even on multi-NIC hosts.
+  std::string local_address() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void connect();
+  void disconnect();
+  // One round trip; returns the response payload after the status byte, or
+  // nullopt for a kTimeout status. Throws StoreError on kError.
+  std::optional<Bytes> call(const wire::Request& request, bool retry_safe, const std::string& what);
+  void send_all(const Bytes& frame, Clock::time_point deadline, const std::string& what);
+  Bytes read_frame(Clock::time_point deadline, const std::string& what);
+  [[noreturn]] void timeout(const std::string& what, Duration after);
+
+  ClientOptions options_;
+  std::string address_;
+  int fd_ = -1;
+  Bytes rbuf_;
+  size_t rpos_ = 0;
+};
+
+// Worker side: connects to DDPRUN_STORE_ADDR (host:port) with
+// DDPRUN_STORE_TOKEN, scoped to DDPRUN_STORE_PREFIX (docs/CONTRACTS.md).
+// Returns nullptr when DDPRUN_STORE_ADDR is unset; throws StoreError naming
+// the variable when its value is malformed.
+std::unique_ptr<Store> connect_from_env(Duration connect_timeout = Duration(30000));
+
+// Splits "host:port" or "[v6]:port"; throws StoreError naming `what`.
+std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what);
+
+}  // namespace ddprun::rendezvous

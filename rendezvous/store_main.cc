@@ -1,0 +1,70 @@
+// ddprun-store: the rendezvous store on a machine of its own.
+//   ddprun-store --port 29400 [--host 0.0.0.0] [--token-file FILE]
+// The token comes from --token-file or DDPRUN_STORE_TOKEN and is never
+// printed. Runs until SIGINT/SIGTERM.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "rendezvous/server.h"
+#include "rendezvous/store.h"
+
+namespace rdzv = ddprun::rendezvous;
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddprun-store: the ddprun rendezvous key-value store"};
+  rdzv::ServerOptions options;
+  std::string token_file;
+  app.add_option("--host", options.host, "address to bind")->capture_default_str();
+  app.add_option("--port", options.port, "TCP port (0 = pick a free one)")->required();
+  app.add_option("--token-file", token_file,
+                 "file holding the shared secret (default: env DDPRUN_STORE_TOKEN)");
+  app.add_option("--max-connections", options.max_connections, "connection limit")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (!token_file.empty()) {
+    std::ifstream f(token_file);
+    if (!f) {
+      spdlog::error("ddprun-store: cannot read --token-file {}", token_file);
+      return 2;
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    options.token = ss.str();
+    while (!options.token.empty() && (options.token.back() == '\n' || options.token.back() == '\r')) {
+      options.token.pop_back();
+    }
+    if (options.token.empty()) {
+      spdlog::error("ddprun-store: --token-file {} is empty", token_file);
+      return 2;
+    }
+  } else if (const char* t = std::getenv("DDPRUN_STORE_TOKEN")) {
+    options.token = t;
+  }
+
+  uint64_t fds = rdzv::raise_fd_limit();
+  try {
+    boost::asio::io_context io;
+    rdzv::Server server(io, options);
+    boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      spdlog::info("ddprun-store: signal {}, shutting down", sig);
+      server.close();
+      io.stop();
+    });
+    auto ep = server.endpoint();
+    spdlog::info("ddprun-store: listening on {}:{} (auth {}, fd limit {})", ep.address().to_string(),
+                 ep.port(), options.token.empty() ? "off" : "on", fds);
+    io.run();
+  } catch (const rdzv::StoreError& e) {
+    spdlog::error("ddprun-store: {}", e.what());
+    return 1;
+  }
+  return 0;
+}

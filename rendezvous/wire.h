@@ -1,0 +1,166 @@
+// The store's wire format: opcodes, limits and byte layout, in one place.
+//
+// Client and server both include this header; nothing else knows the bytes.
+// The request parser is a pure function (bytes in -> request or error) so
+// the fuzzer can drive it without sockets. Thread-compatible, no state.
+//
+// Byte layout (all integers little-endian):
+//
+//   frame    := u32 n, payload[n]              (n <= kMaxFrameSize)
+//   str      := u32 len, byte[len]
+//   strs     := u32 count, str[count]          (count <= kMaxKeysPerRequest)
+//
+//   greeting (server -> client, first frame on every connection):
+//     "DDPS" u8 version u8 auth_required byte[32] nonce
+//   request payload := u8 opcode, fields:
+//     kAuth      str mac            mac = HMAC-SHA256(token, kAuthLabel nonce)
+//     kSet       str key, str value
+//     kGet       u64 timeout_ms, str key
+//     kAdd       str key, i64 delta
+//     kCompareSet str key, str expected, str desired
+//     kWait      u64 timeout_ms, strs keys
+//     kCheck     strs keys
+//     kDelete    str key
+//     kNumKeys   (nothing)
+//     kAppend    str key, str value
+//     kMultiGet  u64 timeout_ms, strs keys
+//     kMultiSet  u32 count, (str key, str value)[count]
+//     kPing      (nothing)
+//   response payload := u8 status, fields:
+//     kOk        op-specific: kGet/kCompareSet -> str value; kAdd/kNumKeys ->
+//                i64; kCheck/kDelete -> u8 bool; kMultiGet -> strs values;
+//                others -> nothing
+//     kTimeout   (nothing: the client names its keys and deadline)
+//     kError     str message
+//
+// Requests on one connection are answered in order. Blocking operations
+// (get, wait, multi-get) hold the connection's later requests until they
+// are answered. Any frame that cannot be parsed gets a kError reply and the
+// connection is closed, since the stream cannot be resynchronised.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::rendezvous::wire {
+
+using Bytes = std::vector<uint8_t>;
+
+// --- Limits. Every buffer the server keeps is bounded by one of these. ---
+constexpr size_t kMaxKeySize = 4096;
+constexpr size_t kMaxValueSize = 1 << 20;      // 1 MiB
+constexpr size_t kMaxKeysPerRequest = 8192;    // enough for an all-gather of 8192 ranks
+constexpr size_t kMaxFrameSize = 4 << 20;      // 4 MiB, both directions
+constexpr size_t kMaxConnections = 16384;      // default ServerOptions limit
+constexpr uint64_t kMaxTimeoutMs = 7ull * 24 * 3600 * 1000;  // longer is clamped
+// A connection with a partial frame must complete it within this window, or
+// it is closed (slow-loris); so must a connection that owes an auth reply.
+constexpr std::chrono::milliseconds kPartialFrameTimeout{10000};
+constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
+// Sum of all keys and values the server holds; writes beyond it fail.
+constexpr size_t kMaxStoreBytes = size_t{1} << 30;  // 1 GiB
+
+constexpr uint8_t kVersion = 1;
+constexpr size_t kNonceSize = 32;
+constexpr size_t kMacSize = 32;
+constexpr char kMagic[4] = {'D', 'D', 'P', 'S'};
+constexpr char kAuthLabel[] = "ddprun-store-auth-v1";
+constexpr size_t kHeaderSize = 4;
+
+enum class Op : uint8_t {
+  kAuth = 1,
+  kSet = 2,
+  kGet = 3,
+  kAdd = 4,
+  kCompareSet = 5,
+  kWait = 6,
+  kCheck = 7,
+  kDelete = 8,
+  kNumKeys = 9,
+  kAppend = 10,
+  kMultiGet = 11,
+  kMultiSet = 12,
+  kPing = 13,
+};
+const char* op_name(Op op);
+
+enum class Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
+
+// A parsed request. Fields not used by `op` stay empty.
+struct Request {
+  Op op = Op::kPing;
+  std::vector<std::string> keys;  // one for single-key ops
+  std::vector<Bytes> values;      // value / expected+desired / multi-set values / mac
+  int64_t delta = 0;
+  uint64_t timeout_ms = 0;
+};
+
+struct Greeting {
+  bool auth_required = false;
+  Bytes nonce;  // kNonceSize bytes
+};
+
+// Outcome of looking at the front of a byte stream.
+struct ParseResult {
+  enum Kind { kNeedMore, kOk, kError } kind = kNeedMore;
+  size_t consumed = 0;  // bytes of the frame, when kOk
+  Request request;      // when kOk
+  std::string error;    // when kError: names the field and the limit
+};
+
+// Parses one request frame from the front of [data, data+size). Never reads
+// past `size`, never allocates more than the frame's own (bounded) contents.
+ParseResult parse_request(const uint8_t* data, size_t size);
+
+// Encoding. Each returns a whole frame (header included).
+Bytes encode_request(const Request& request);
+Bytes encode_greeting(const Greeting& greeting);
+
+// Response building: a writer that appends fields and patches the length.
+class Writer {
+ public:
+  explicit Writer(Bytes& out);  // appends one frame to `out`
+  ~Writer();                    // patches the frame length
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+  void u8(uint8_t v);
+  void u32(uint32_t v);
+  void u64(uint64_t v);
+  void str(const void* data, size_t size);
+  void str(const std::string& s) { str(s.data(), s.size()); }
+  void str(const Bytes& b) { str(b.data(), b.size()); }
+
+ private:
+  Bytes& out_;
+  size_t start_;
+};
+
+// Bounds-checked reader over one payload; every read returns false when the
+// payload is too short or a length breaks `max_len`.
+class Reader {
+ public:
+  Reader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
+  bool u8(uint8_t& v);
+  bool u32(uint32_t& v);
+  bool u64(uint64_t& v);
+  bool str(std::string& s, size_t max_len);
+  bool bytes(Bytes& b, size_t max_len);
+  bool done() const { return p_ == end_; }
+  size_t left() const { return static_cast<size_t>(end_ - p_); }
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+// Decodes a greeting payload (without the frame header).
+std::optional<Greeting> parse_greeting(const uint8_t* data, size_t size);
+
+// Length of the frame at the front of `data` when its header is complete.
+std::optional<uint32_t> frame_length(const uint8_t* data, size_t size);
+
+}  // namespace ddprun::rendezvous::wire
