@@ -8,7 +8,7 @@ packages=(
   libboost-dev libboost-filesystem-dev
   libspdlog-dev libfmt-dev libcli11-dev doctest-dev nlohmann-json3-dev
   libssl-dev
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libgloo-dev libopenblas0-pthread
   python3 python3-torch python3-numpy
   clang libclang-rt-14-dev
   iproute2 gdb procps
