@@ -1,0 +1,54 @@
+// Communicator over c10d::ProcessGroupGloo (CPU tensors).
+//
+// The ranks meet through a c10d::Store (our rendezvous store through
+// C10dStoreAdapter under ddprun, or c10d::TCPStore under torchrun). The
+// network device: GLOO_SOCKET_IFNAME when set (as in PyTorch), loopback when
+// every rank is on this host, otherwise the host name's address.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include "trainer/communicator.h"
+
+namespace c10d {
+class Store;
+class ProcessGroupGloo;
+}  // namespace c10d
+
+namespace ddprun::trainer {
+
+struct GlooOptions {
+  int rank = 0;
+  int world_size = 1;
+  // Every rank runs on this host (LOCAL_WORLD_SIZE == WORLD_SIZE): bind to
+  // 127.0.0.1 and skip host-name resolution.
+  bool single_host = true;
+  // Deadline of every collective; a dead peer fails the step after it.
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // Gloo worker threads; async all-reduces run on them.
+  int threads = 2;
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const GlooOptions& options);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+  std::string backend() const override { return "gloo"; }
+
+  std::unique_ptr<CollectiveHandle> allreduce_async(at::Tensor& tensor) override;
+  void broadcast(at::Tensor& tensor, int root) override;
+  void barrier() override;
+
+ private:
+  GlooOptions options_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace ddprun::trainer

@@ -1,0 +1,182 @@
+#include "trainer/nccl_communicator.h"
+
+#include "trainer/error.h"
+
+#if defined(DDPRUN_WITH_NCCL) || defined(DDPRUN_NCCL_COMPILE_CHECK)
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#endif
+
+namespace ddprun::trainer {
+
+#if defined(DDPRUN_WITH_NCCL) || defined(DDPRUN_NCCL_COMPILE_CHECK)
+namespace {
+
+void check_cuda(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) {
+    throw TrainerError(std::string("CUDA ") + what + ": " + cudaGetErrorString(rc));
+  }
+}
+
+void check_nccl(ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess) {
+    throw TrainerError(std::string("NCCL ") + what + ": " + ncclGetErrorString(rc));
+  }
+}
+
+ncclDataType_t nccl_type(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kLong: return ncclInt64;
+    case at::kInt: return ncclInt32;
+    case at::kByte: return ncclUint8;
+    case at::kChar: return ncclInt8;
+    default:
+      throw TrainerError(std::string("NCCL: unsupported tensor type ") +
+                         c10::toString(t.scalar_type()));
+  }
+}
+
+// LibTorch computes on the legacy default stream unless told otherwise.
+constexpr cudaStream_t kTorchStream = nullptr;
+
+class NcclHandle : public CollectiveHandle {
+ public:
+  explicit NcclHandle(cudaEvent_t done) : done_(done) {}
+  ~NcclHandle() override { cudaEventDestroy(done_); }
+  void wait() override {
+    check_cuda(cudaStreamWaitEvent(kTorchStream, done_, 0), "stream wait");
+  }
+
+ private:
+  cudaEvent_t done_;
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(c10d::Store& store, const NcclOptions& o) : options_(o) {
+    check_cuda(cudaSetDevice(o.device), "set device");
+    ncclUniqueId id;
+    const std::string key = o.key_prefix + "nccl_id";
+    if (o.rank == 0) {
+      check_nccl(ncclGetUniqueId(&id), "get unique id");
+      std::vector<uint8_t> bytes(sizeof(id));
+      std::memcpy(bytes.data(), &id, sizeof(id));
+      store.set(key, bytes);
+    } else {
+      std::vector<uint8_t> bytes = store.get(key);  // store's own deadline
+      if (bytes.size() != sizeof(id)) {
+        throw TrainerError("NCCL: store key " + key + " holds " +
+                           std::to_string(bytes.size()) + " bytes, not an ncclUniqueId");
+      }
+      std::memcpy(&id, bytes.data(), sizeof(id));
+    }
+    check_nccl(ncclCommInitRank(&comm_, o.world_size, id, o.rank), "comm init rank");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
+    check_cuda(cudaMalloc(&scratch_, sizeof(float)), "malloc");
+  }
+  ~NcclCommunicator() override {
+    cudaStreamSynchronize(stream_);
+    cudaFree(scratch_);
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+  std::string backend() const override { return "nccl"; }
+
+  std::unique_ptr<CollectiveHandle> allreduce_async(at::Tensor& t) override {
+    check_tensor(t);
+    follow_torch_stream();
+    check_nccl(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t),
+                             ncclSum, comm_, stream_),
+               "all-reduce");
+    return std::make_unique<NcclHandle>(record_done());
+  }
+
+  void broadcast(at::Tensor& t, int root) override {
+    check_tensor(t);
+    follow_torch_stream();
+    check_nccl(ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t),
+                             root, comm_, stream_),
+               "broadcast");
+    check_cuda(cudaStreamSynchronize(stream_), "broadcast sync");
+  }
+
+  void barrier() override {
+    check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_),
+               "barrier");
+    check_cuda(cudaStreamSynchronize(stream_), "barrier sync");
+  }
+
+ private:
+  void check_tensor(const at::Tensor& t) const {
+    if (!t.is_cuda() || !t.is_contiguous()) {
+      throw TrainerError("NCCL: collectives need contiguous CUDA tensors");
+    }
+  }
+  // The collective must see everything LibTorch queued before it.
+  void follow_torch_stream() {
+    cudaEvent_t ev;
+    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event create");
+    check_cuda(cudaEventRecord(ev, kTorchStream), "event record");
+    check_cuda(cudaStreamWaitEvent(stream_, ev, 0), "stream wait");
+    cudaEventDestroy(ev);
+  }
+  cudaEvent_t record_done() {
+    cudaEvent_t ev;
+    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event create");
+    check_cuda(cudaEventRecord(ev, stream_), "event record");
+    return ev;
+  }
+
+  NcclOptions options_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;
+};
+
+}  // namespace
+#endif
+
+#if defined(DDPRUN_WITH_NCCL)
+bool nccl_available(std::string* why) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    if (why) *why = "no CUDA device visible";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(c10d::Store& store,
+                                                     const NcclOptions& options) {
+  return std::make_unique<NcclCommunicator>(store, options);
+}
+#else
+bool nccl_available(std::string* why) {
+  if (why) {
+    *why = "this train was built without NCCL (needs CUDA, NCCL and a CUDA-enabled "
+           "LibTorch at build time; see bench/train_nccl_gpu.sh)";
+  }
+  return false;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(c10d::Store&, const NcclOptions&) {
+  std::string why;
+  nccl_available(&why);
+  throw TrainerError("--backend nccl: " + why);
+}
+#endif
+
+}  // namespace ddprun::trainer

@@ -1,0 +1,123 @@
+// train: data-parallel MLP training on the digits (or MNIST, or random data).
+//
+// Thin main: flags -> TrainOptions, environment -> WorkerInfo/StoreChoice,
+// SIGTERM -> a flag the training loop polls at step boundaries. Exit codes:
+// 0 done (or stopped by SIGTERM after checkpointing), 1 training failed,
+// 2 bad flags or environment, 17 injected fault (--fail-at-step).
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <spdlog/spdlog.h>
+
+#include "trainer/error.h"
+#include "trainer/store_select.h"
+#include "trainer/trainer.h"
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+
+extern "C" void on_sigterm(int) { g_stop = 1; }
+
+// Integer environment variable; `fallback` when unset; exits 2 when malformed.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1000000) {
+    std::fprintf(stderr, "train: environment %s=%s is not a non-negative integer\n", name, v);
+    std::exit(2);
+  }
+  return int(x);
+}
+
+std::string env_str(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::string(v) : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ddprun::trainer;
+  TrainOptions o;
+  o.data_dir = std::string(DDPRUN_SOURCE_DIR) + "/data/digits";
+  std::string backend = "auto";
+  CLI::App app{"train: LibTorch data-parallel trainer (run it under ddprun or torchrun)"};
+  app.add_option("--backend", backend, "auto (nccl on a GPU build with a GPU, else gloo), gloo or nccl")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app.add_option("--data", o.data_dir, "idx folder (train-*/t10k-* files)")->capture_default_str();
+  app.add_flag("--synthetic", o.synthetic, "random data instead of --data (speed tests)");
+  app.add_option("--hidden", o.hidden, "MLP width")->capture_default_str();
+  app.add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--batch", o.batch, "samples per rank per step")->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps of the whole job")->capture_default_str();
+  app.add_option("--seed", o.seed, "model init and shuffle seed")->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
+  app.add_flag("--check-params", o.check_params, "debug: verify parameters identical on every rank each step");
+  app.add_option("--log-every", o.log_every, "rank 0 progress every N steps (0 = never)")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "checkpoint folder")->capture_default_str();
+  app.add_option("--checkpoint-every", o.checkpoint_every, "checkpoint every N steps (0 = only on SIGTERM)")->capture_default_str();
+  app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
+  app.add_flag("!--no-resume", o.resume, "ignore existing checkpoints");
+  app.add_option("--save-params", o.save_params, "rank 0 writes the final parameters (raw float32) here");
+  app.add_option("--fail-at-step", o.fail_at_step,
+                 "fault injection for tests: exit 17 after step N on the first attempt only")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  o.backend = backend == "gloo" ? Backend::kGloo : backend == "nccl" ? Backend::kNccl : Backend::kAuto;
+
+  WorkerInfo w;
+  w.rank = env_int("RANK", 0);
+  w.world_size = env_int("WORLD_SIZE", 1);
+  w.local_rank = env_int("LOCAL_RANK", 0);
+  w.local_world_size = env_int("LOCAL_WORLD_SIZE", w.world_size);
+  w.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
+  w.under_ddprun = std::getenv("DDPRUN_STORE_ADDR") != nullptr;
+  if (w.world_size < 1 || w.rank >= w.world_size) {
+    std::fprintf(stderr, "train: RANK=%d is not below WORLD_SIZE=%d\n", w.rank, w.world_size);
+    return 2;
+  }
+  spdlog::set_pattern(fmt::format("[%H:%M:%S.%e] [train rank {}] [%l] %v", w.rank));
+
+  StoreChoice sc;
+  sc.ddprun_store = w.under_ddprun;
+  sc.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
+  sc.master_port = env_int("MASTER_PORT", 29500);
+  sc.agent_hosts_store = env_str("TORCHELASTIC_USE_AGENT_STORE", "") == "True";
+  sc.rank = w.rank;
+  sc.world_size = w.world_size;
+  sc.restart_count = w.restart_count;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  try {
+    const TrainResult r = run_training(o, w, make_store(sc), &g_stop);
+    if (r.stopped_by_signal) {
+      spdlog::warn("stopped by SIGTERM after step {}", r.steps_done);
+      return 0;
+    }
+    std::printf("%s\n", final_line(r).c_str());
+    std::fflush(stdout);
+    return 0;
+  } catch (const TrainerError& e) {
+    spdlog::error("{}", e.what());
+  } catch (const c10::Error& e) {
+    spdlog::error("LibTorch: {}", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,78 @@
+// The `train` program as a library: options in, one training run out.
+//
+// run_training() builds the model and data, meets the other ranks through
+// the given store, resumes from the newest checkpoint that verifies,
+// trains with DistributedDataParallel and SGD, checkpoints every
+// `checkpoint_every` steps and when *stop_requested becomes non-zero (the
+// SIGTERM flag main() owns), beats the watchdog once per step, and returns
+// the figures of the final line. Throws TrainerError (and c10::Error from
+// LibTorch) on failure; main() maps both to exit codes.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+
+namespace c10d {
+class Store;
+}
+
+namespace ddprun::trainer {
+
+enum class Backend { kAuto, kGloo, kNccl };
+
+struct TrainOptions {
+  Backend backend = Backend::kAuto;
+  std::string data_dir;          // idx folder; empty = the embedded digits
+  bool synthetic = false;        // random data (4096 train / 512 test), like the reference
+  int64_t hidden = 256;          // MLP width
+  double lr = 0.1;               // SGD learning rate
+  double momentum = 0.0;         // SGD momentum (its buffers are checkpointed)
+  int64_t batch = 32;            // per rank
+  int64_t steps = 300;           // total optimizer steps of the job
+  uint64_t seed = 0;             // model init and sampler shuffle
+  double bucket_mb = 25.0;       // gradient bucket size
+  bool check_params = false;     // verify identical parameters after every step
+  int64_t log_every = 50;        // rank 0 progress cadence (0 = never)
+  std::string checkpoint_dir = "checkpoints";
+  int64_t checkpoint_every = 0;  // 0 = only on SIGTERM
+  int keep = 3;                  // checkpoints kept
+  bool resume = true;            // resume from checkpoint_dir when one verifies
+  std::string save_params;       // rank 0 writes final parameters here (raw float32)
+  // Fault injection for tests: exit with kFaultExitCode just after this step
+  // completes, only on the first attempt (restart_count == 0). -1 = off.
+  int64_t fail_at_step = -1;
+};
+
+inline constexpr int kFaultExitCode = 17;
+
+// Who this process is; read from the environment by main() only.
+struct WorkerInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int restart_count = 0;        // TORCHELASTIC_RESTART_COUNT
+  bool under_ddprun = false;    // store is ours (DDPRUN_STORE_ADDR)
+};
+
+struct TrainResult {
+  int rank = 0;
+  int64_t steps = 0;
+  double samples_per_s = 0;
+  double final_loss = 0;
+  double test_acc = 0;
+  bool stopped_by_signal = false;  // SIGTERM: checkpointed and left early
+  int64_t steps_done = 0;          // steps completed when it returned
+};
+
+TrainResult run_training(const TrainOptions& options, const WorkerInfo& worker,
+                         const c10::intrusive_ptr<c10d::Store>& store,
+                         const volatile std::sig_atomic_t* stop_requested);
+
+// The line every rank ends with, in the reference script's form.
+std::string final_line(const TrainResult& r);
+
+}  // namespace ddprun::trainer
