@@ -1,0 +1,189 @@
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/steady_timer.hpp>
+#include <filesystem>
+
+#include "agent/exit_status.h"
+#include "agent/failure_summary.h"
+#include "agent/guardian.h"
+#include "agent/output_pump.h"
+#include "agent/spawn.h"
+#include "agent/standalone_rendezvous.h"
+
+namespace ddprun::agent {
+namespace {
+
+std::string env_value(const EnvMap& env, const char* key) {
+  auto it = env.find(key);
+  return it == env.end() ? "" : it->second;
+}
+
+void print(const std::string& text) { write_all(STDERR_FILENO, text.data(), text.size()); }
+
+}  // namespace
+
+Agent::Agent(Options options, std::unique_ptr<RendezvousHandler> rendezvous,
+             std::unique_ptr<RestartPolicy> policy)
+    : options_(std::move(options)),
+      children_(io_),
+      stop_signals_(io_),
+      rendezvous_(std::move(rendezvous)),
+      policy_(policy ? std::move(policy) : std::make_unique<MaxRestartsPolicy>()) {}
+
+Agent::~Agent() {
+  if (!temp_root_.empty() && !keep_temp_root_) {
+    std::error_code ec;
+    std::filesystem::remove_all(temp_root_, ec);
+  }
+}
+
+void Agent::watch_children() {
+  children_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    reap();
+    watch_children();
+  });
+}
+
+void Agent::reap() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) return;
+    if (current_ && current_->on_exit(pid, status)) continue;
+    if (pid == guardian_pid_)
+      spdlog::warn("the guardian process exited early ({}); a SIGKILLed ddprun may leave "
+                   "grandchildren behind",
+                   ExitStatus::from_wait(status).describe());
+    // Anything else is an orphan re-parented to us: reaped, nothing more.
+  }
+}
+
+void Agent::watch_signals() {
+  stop_signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (!pending_signal_) pending_signal_ = sig;
+    if (current_) {
+      spdlog::info("got {}; stopping the workers", signal_name(sig));
+      current_->interrupt(sig);
+    }
+    watch_signals();
+  });
+}
+
+void Agent::run_until(const std::function<bool()>& done) {
+  while (!done()) io_.run_one();
+}
+
+std::string Agent::make_run_dir() {
+  std::string root = options_.log_dir;
+  if (root.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun_XXXXXX";
+    if (!mkdtemp(tmpl.data()))
+      throw RendezvousError("cannot create a temporary directory " + tmpl + ": " +
+                            strerror(errno));
+    temp_root_ = root = tmpl;
+  }
+  return root + "/" + rendezvous_->run_id();
+}
+
+int Agent::run() {
+  // Orphaned grandchildren come to us, so we can reap and kill them.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // A closed console must not kill the agent; write() errors are handled.
+  signal(SIGPIPE, SIG_IGN);
+  children_.add(SIGCHLD);
+  for (int sig : options_.signals_to_handle) stop_signals_.add(sig);
+  watch_children();
+  watch_signals();
+  Guardian guardian;
+  guardian_pid_ = guardian.pid();
+  return run_job(guardian);
+}
+
+int Agent::run_job(Guardian& guardian) {
+  AttemptSetup setup;
+  setup.base_env = env_from_strings(options_.base_env);
+  setup.log_every_stream = !options_.log_dir.empty();
+  try {
+    if (!rendezvous_) rendezvous_ = std::make_unique<StandaloneRendezvous>(options_);
+    setup.run_id = rendezvous_->run_id();
+    setup.run_dir = make_run_dir();
+    setup.program_path =
+        resolve_program(options_.command.at(0), env_value(setup.base_env, "PATH"));
+  } catch (const SpawnError& e) {
+    spdlog::error("{}", e.what());
+    return e.error_number() == ENOENT ? 127 : 126;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  if (options_.nproc_per_node > 1 && !setup.base_env.count(kEnvOmpNumThreads))
+    spdlog::info("OMP_NUM_THREADS=1 for each of the {} workers (set it to override)",
+                 options_.nproc_per_node);
+  bool redirected = options_.redirects.all != kStdNone || !options_.redirects.per_rank.empty();
+  if (options_.log_dir.empty() && redirected) {
+    keep_temp_root_ = true;
+    spdlog::info("redirected output goes to {}", setup.run_dir);
+  }
+
+  for (int restart = 0;; ++restart) {
+    if (pending_signal_) return 128 + pending_signal_;
+    try {
+      setup.round = rendezvous_->next_round(restart);
+    } catch (const std::exception& e) {
+      spdlog::error("rendezvous failed: {}", e.what());
+      return pending_signal_ ? 128 + pending_signal_ : 1;
+    }
+    setup.restart_count = restart;
+    Attempt attempt(io_, options_, setup, hooks_, guardian);
+    current_ = &attempt;
+    bool spawned = true;
+    try {
+      attempt.start();
+    } catch (const SpawnError& e) {
+      spdlog::error("{}", e.what());
+      spawned = false;
+    }
+    // A signal that arrived before the attempt existed still stops it.
+    if (pending_signal_) attempt.interrupt(pending_signal_);
+    run_until([&] { return attempt.done(); });
+    current_ = nullptr;
+    const AttemptResult& result = attempt.result();
+    GroupOutcome go = result.outcome == Outcome::kSucceeded   ? GroupOutcome::kSucceeded
+                      : result.outcome == Outcome::kFailed    ? GroupOutcome::kFailed
+                                                              : GroupOutcome::kInterrupted;
+    rendezvous_->group_ended(go);
+    if (result.outcome == Outcome::kSucceeded) return 0;
+    if (result.outcome == Outcome::kInterrupted) return 128 + result.signal;
+    if (!spawned) return result.root ? result.root->exit_code : 1;
+
+    RestartDecision d = policy_->decide(result, options_.max_restarts);
+    if (!d.restart) {
+      print(failure_summary(result, options_.hostname, d.why));
+      return result.root ? result.root->exit_code : 1;
+    }
+    spdlog::warn("{}; restarting the group (restart {} of {})", root_cause_line(result),
+                 restart + 1, options_.max_restarts);
+    if (d.delay.count() > 0) {
+      boost::asio::steady_timer wait(io_, d.delay);
+      bool waited = false;
+      wait.async_wait([&](const boost::system::error_code&) { waited = true; });
+      run_until([&] { return waited || pending_signal_ != 0; });
+      wait.cancel();
+      run_until([&] { return waited; });  // the handler refers to `waited`
+    }
+  }
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,67 @@
+// The node agent: runs attempts of the worker group until one succeeds, a
+// signal stops the job, or the restart policy gives up; returns ddprun's
+// exit status.
+//
+// One Boost.Asio io_context on one thread carries everything: SIGCHLD (every
+// exited child is reaped with waitpid(-1, WNOHANG) and handed to the running
+// attempt; other children, orphans re-parented to the subreaper agent, are
+// simply reaped), the handled signals, pipe output and timers. Nothing polls.
+//
+// Exit status: 0 on success; the root cause's status (exit code, or 128+N
+// for signal N) when the job fails; 128+N when ddprun receives signal N;
+// 127/126 when the program cannot be executed; 1 when the rendezvous fails.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "agent/attempt.h"
+#include "agent/hooks.h"
+#include "agent/options.h"
+#include "agent/rendezvous_handler.h"
+#include "agent/restart_policy.h"
+
+namespace ddprun::agent {
+
+class Agent {
+ public:
+  // `rendezvous` null: StandaloneRendezvous; `policy` null: MaxRestartsPolicy.
+  // Hooks are not owned and must outlive run().
+  explicit Agent(Options options, std::unique_ptr<RendezvousHandler> rendezvous = nullptr,
+                 std::unique_ptr<RestartPolicy> policy = nullptr);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  void add_hooks(AgentHooks* hooks) { hooks_.push_back(hooks); }
+  boost::asio::io_context& io() { return io_; }
+
+  // Runs the job to the end; returns ddprun's exit status.
+  int run();
+
+ private:
+  void watch_children();
+  void watch_signals();
+  void reap();
+  void run_until(const std::function<bool()>& done);
+  int run_job(Guardian& guardian);
+  std::string make_run_dir();
+
+  Options options_;
+  boost::asio::io_context io_;
+  boost::asio::signal_set children_;
+  boost::asio::signal_set stop_signals_;
+  std::unique_ptr<RendezvousHandler> rendezvous_;
+  std::unique_ptr<RestartPolicy> policy_;
+  std::vector<AgentHooks*> hooks_;
+  Attempt* current_ = nullptr;
+  int pending_signal_ = 0;
+  pid_t guardian_pid_ = -1;
+  std::string temp_root_;  // private log root when no --log-dir; removed at exit
+  bool keep_temp_root_ = false;
+};
+
+}  // namespace ddprun::agent

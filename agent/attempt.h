@@ -1,0 +1,101 @@
+// One attempt: a worker group started, watched and torn down on the agent's
+// event loop.
+//
+// Life cycle: start() spawns every worker; exits arrive through on_exit()
+// (the agent's SIGCHLD reaper dispatches them). The first failure, a signal
+// to the agent (interrupt) or a hook (fail_attempt) starts the teardown:
+// the signal to every worker's process group, a grace period
+// (--term-timeout), then SIGKILL. When every worker is reaped the attempt
+// SIGKILLs what is left in their groups and below the agent, drains the
+// pipes, and is done(); result() then says how it ended.
+//
+// Not thread-safe; everything runs on the agent's single thread.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/attempt_types.h"
+#include "agent/guardian.h"
+#include "agent/hooks.h"
+#include "agent/options.h"
+#include "agent/output_pump.h"
+
+namespace ddprun::agent {
+
+struct AttemptSetup {
+  int restart_count = 0;
+  RoundInfo round;
+  std::string run_id;
+  // <log root>/<run_id>: attempt_<n>/<local_rank>/ go below it.
+  std::string run_dir;
+  // True with --log-dir: stdout.log and stderr.log for every worker.
+  // Otherwise only redirected streams get a file.
+  bool log_every_stream = false;
+  EnvMap base_env;
+  std::string program_path;  // resolved argv[0]
+};
+
+class Attempt : public AttemptControl {
+ public:
+  Attempt(boost::asio::io_context& io, const Options& options, AttemptSetup setup,
+          std::vector<AgentHooks*> hooks, Guardian& guardian);
+  ~Attempt() override;
+  Attempt(const Attempt&) = delete;
+  Attempt& operator=(const Attempt&) = delete;
+
+  // Spawns every worker. On SpawnError the workers already started are torn
+  // down (run the loop until done()) and the error is rethrown.
+  void start();
+  // Called for every reaped child; false when `pid` is not one of ours.
+  bool on_exit(pid_t pid, int wait_status);
+  // The agent got `sig`: forward it to every worker group, then grace and
+  // SIGKILL. A second call kills at once.
+  void interrupt(int sig);
+  void fail_attempt(const FailRequest& request) override;
+  boost::asio::io_context& io() override { return io_; }
+
+  bool done() const { return phase_ == Phase::kDone; }
+  const AttemptInfo& info() const { return info_; }
+  // Valid once done().
+  const AttemptResult& result() const { return result_; }
+
+ private:
+  enum class Phase { kRunning, kPreSignal, kTerminating, kKilled, kDraining, kDone };
+
+  struct Worker {
+    WorkerInfo info;
+    bool alive = false;
+    std::unique_ptr<OutputPump> out;
+    std::unique_ptr<OutputPump> err;
+  };
+
+  void spawn_worker(int local_rank);
+  void record_failure(Failure failure);
+  void begin_teardown(int sig);
+  void signal_groups(int sig);
+  void kill_now();
+  void check_progress();
+  void all_reaped();
+  void finish();
+  bool pumps_open() const;
+  Worker* find(pid_t pid);
+
+  boost::asio::io_context& io_;
+  const Options& options_;
+  AttemptSetup setup_;
+  std::vector<AgentHooks*> hooks_;
+  Guardian& guardian_;
+  AttemptInfo info_;
+  std::vector<Worker> workers_;
+  Phase phase_ = Phase::kRunning;
+  std::vector<int> pre_signal_targets_;  // local ranks awaited in kPreSignal
+  boost::asio::steady_timer timer_;
+  AttemptResult result_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace ddprun::agent

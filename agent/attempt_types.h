@@ -1,0 +1,63 @@
+// What the agent tells hooks, policies and the failure summary about an
+// attempt: plain values, copied freely.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/error_file.h"
+#include "agent/exit_status.h"
+#include "agent/rendezvous_handler.h"
+
+namespace ddprun::agent {
+
+using Clock = std::chrono::steady_clock;
+
+struct WorkerInfo {
+  int local_rank = 0;
+  int rank = 0;  // global rank
+  pid_t pid = -1;  // also its process group id
+  bool is_python = false;
+  std::string stdout_log;  // empty when the stream has no file
+  std::string stderr_log;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+};
+
+struct AttemptInfo {
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT of this attempt
+  RoundInfo round;
+  std::string log_dir;  // <root>/<run_id>/attempt_<n>
+  std::vector<WorkerInfo> workers;
+};
+
+struct WorkerEnd {
+  WorkerInfo worker;
+  ExitStatus status;
+  Clock::time_point when;
+};
+
+// Why an attempt failed: a worker's exit, or a hook's reason (a hang).
+struct Failure {
+  std::string reason;                 // empty for a plain worker failure
+  std::optional<int> local_rank;      // the worker it concerns, if any
+  std::optional<ExitStatus> status;   // set for a worker's own failure
+  int exit_code = 1;                  // ddprun's exit status if this ends the job
+  std::optional<ErrorReport> error;   // the worker's error file, if written
+  Clock::time_point when;
+};
+
+enum class Outcome { kSucceeded, kFailed, kInterrupted };
+
+struct AttemptResult {
+  Outcome outcome = Outcome::kSucceeded;
+  int restart_count = 0;
+  std::optional<Failure> root;   // kFailed: the first failure by monotonic time
+  int signal = 0;                // kInterrupted: the signal ddprun received
+  std::vector<WorkerEnd> ends;   // every worker, in the order they ended
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,68 @@
+#include "agent/failure_summary.h"
+
+#include <sstream>
+
+namespace ddprun::agent {
+namespace {
+
+const WorkerEnd* end_of(const AttemptResult& r, int local_rank) {
+  for (const auto& e : r.ends)
+    if (e.worker.local_rank == local_rank) return &e;
+  return nullptr;
+}
+
+std::string who(const WorkerInfo& w) {
+  return "rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) +
+         ", pid " + std::to_string(w.pid) + ")";
+}
+
+void indent(std::ostringstream& out, const std::string& text, const char* pad) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) out << pad << line << '\n';
+}
+
+}  // namespace
+
+std::string root_cause_line(const AttemptResult& r) {
+  if (!r.root) return "no failure recorded";
+  const Failure& f = *r.root;
+  const WorkerEnd* end = f.local_rank ? end_of(r, *f.local_rank) : nullptr;
+  if (f.status && end) return who(end->worker) + " failed with " + f.status->describe();
+  if (end) return f.reason + " [" + who(end->worker) + "]";
+  return f.reason;
+}
+
+std::string failure_summary(const AttemptResult& r, const std::string& host,
+                            const std::string& verdict) {
+  std::ostringstream out;
+  out << "ddprun: attempt " << r.restart_count << " failed on " << host << "; " << verdict
+      << '\n';
+  out << "  root cause: " << root_cause_line(r) << '\n';
+  if (r.root) {
+    const Failure& f = *r.root;
+    if (f.error) {
+      out << "  error: " << f.error->message << '\n';
+      if (!f.error->traceback.empty()) {
+        out << "  traceback:\n";
+        indent(out, f.error->traceback, "    ");
+      }
+    }
+    if (f.local_rank) {
+      if (const WorkerEnd* end = end_of(r, *f.local_rank)) {
+        if (!end->worker.stdout_log.empty()) out << "  stdout: " << end->worker.stdout_log << '\n';
+        if (!end->worker.stderr_log.empty()) out << "  stderr: " << end->worker.stderr_log << '\n';
+      }
+    }
+  }
+  bool header = false;
+  for (const auto& e : r.ends) {
+    if (r.root && r.root->status && r.root->local_rank == e.worker.local_rank) continue;
+    if (!header) out << "  ended with it:\n";
+    header = true;
+    out << "    " << who(e.worker) << ": " << e.status.describe() << '\n';
+  }
+  return out.str();
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,68 @@
+// Seams for the components that watch workers (the hang watchdog, a
+// multi-node rendezvous): the agent calls AgentHooks at each step of an
+// attempt, and hands out an AttemptControl to end the attempt early.
+//
+// All calls happen on the agent's single event-loop thread; hooks must not
+// block. A hook that needs timers or sockets uses AttemptControl::io().
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "agent/attempt_types.h"
+#include "agent/worker_env.h"
+
+namespace ddprun::agent {
+
+enum class Stream { kStdout, kStderr };
+
+// Asks the running attempt to fail with a custom reason.
+struct FailRequest {
+  // Shown as the root cause, e.g. "hang: rank 1 missed heartbeats for 5 s".
+  std::string reason;
+  // The local rank it concerns, if any (its log path goes in the summary).
+  std::optional<int> local_rank;
+  // ddprun's exit status if this failure ends the job.
+  int exit_code = 1;
+  // When non-zero, first send this signal (e.g. SIGABRT, for a stack dump) to
+  // `targets` and wait until they exit or `wait` passes (output keeps being
+  // drained meanwhile); then the normal SIGTERM-grace-SIGKILL teardown.
+  int signal = 0;
+  std::vector<int> targets;  // local ranks; empty means every worker
+  std::chrono::milliseconds wait{5000};
+};
+
+class AttemptControl {
+ public:
+  virtual ~AttemptControl() = default;
+  // Ignored when the attempt is already ending; the first failure wins.
+  virtual void fail_attempt(const FailRequest& request) = 0;
+  virtual boost::asio::io_context& io() = 0;
+};
+
+class AgentHooks {
+ public:
+  virtual ~AgentHooks() = default;
+  // Before spawning each worker: add or change variables in `env`.
+  virtual void add_worker_env(const AttemptInfo& attempt, int local_rank, EnvMap& env) {
+    (void)attempt, (void)local_rank, (void)env;
+  }
+  // Every worker of the attempt is running. `control` stays valid until
+  // attempt_ended.
+  virtual void workers_started(const AttemptInfo& attempt, AttemptControl& control) {
+    (void)attempt, (void)control;
+  }
+  // A worker wrote to a stream (raw bytes, as read; not split into lines).
+  virtual void output(int local_rank, Stream stream, std::string_view data) {
+    (void)local_rank, (void)stream, (void)data;
+  }
+  virtual void worker_exited(const WorkerEnd& end) { (void)end; }
+  // Every process of the attempt is gone.
+  virtual void attempt_ended(const AttemptResult& result) { (void)result; }
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,112 @@
+// Everything the agent needs to run one node's workers, as one plain struct.
+//
+// The launcher (launcher/cli.h) is the only code that reads argv or the
+// launcher's environment; it fills this struct, and the agent reads nothing
+// else. Every field has torchrun's default where torchrun has the flag.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddprun::agent {
+
+// Which of a worker's streams go to a log file: torchrun's Std values.
+enum StdMask : int { kStdNone = 0, kStdOut = 1, kStdErr = 2, kStdAll = 3 };
+
+// torchrun's -r/-t value: one mask for every local rank ("3"), or one per
+// local rank ("0:1,1:2"; ranks not listed get kStdNone).
+struct StdSpec {
+  int all = kStdNone;
+  std::map<int, int> per_rank;
+  bool by_rank = false;
+
+  int for_rank(int local_rank) const {
+    if (!by_rank) return all;
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? kStdNone : it->second;
+  }
+};
+
+struct Options {
+  // --- Workers -------------------------------------------------------------
+  // Workers on this node (--nproc-per-node after auto/cpu/gpu resolution).
+  int nproc_per_node = 1;
+  // --nnodes MIN:MAX. The agent itself runs one node; rendezvous uses these.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // --node-rank: this node's group rank with the static backend.
+  int node_rank = 0;
+  // --role: ROLE_NAME and the console prefix's role part.
+  std::string role = "default";
+
+  // --- Program -------------------------------------------------------------
+  // The worker's full argv, already decided by the launcher (python -u
+  // script.py args..., or the executable and its args). argv[0] is looked up
+  // in PATH when it has no slash.
+  std::vector<std::string> command;
+  // True when the command runs a Python interpreter: hooks use it to decide
+  // whether Python-side helpers (the watchdog module) apply.
+  bool is_python = false;
+  // Folders prepended to PYTHONPATH of Python workers (the watchdog's module
+  // folder goes here). Empty: PYTHONPATH is left as inherited.
+  std::vector<std::string> pythonpath_prepend;
+  // The environment workers inherit before torchrun's variables are added,
+  // as "KEY=VALUE" strings (the launcher passes its own environ).
+  std::vector<std::string> base_env;
+
+  // --- Rendezvous ----------------------------------------------------------
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  // --rdzv-id: TORCHELASTIC_RUN_ID and the log folder name.
+  std::string run_id = "none";
+  // --rdzv-conf key=value pairs, uninterpreted here.
+  std::map<std::string, std::string> rdzv_conf;
+  bool standalone = false;
+  // --master-addr: MASTER_ADDR for a single-node job.
+  std::string master_addr = "127.0.0.1";
+  // --master-port. Unset: the agent reserves a free port for the whole job
+  // (see port_reservation.h), so concurrent jobs cannot collide.
+  std::optional<int> master_port;
+  // --local-addr: this node's address as advertised to peers (multi-node).
+  std::string local_addr;
+
+  // --- Restarts and teardown ----------------------------------------------
+  // --max-restarts: group restarts after a failure before giving up.
+  int max_restarts = 0;
+  // --monitor-interval: accepted for torchrun compatibility; the agent is
+  // event driven and never polls.
+  double monitor_interval_s = 0.1;
+  // --start-method: accepted for torchrun compatibility; always fork+exec.
+  std::string start_method = "spawn";
+  // --term-timeout: SIGTERM-to-SIGKILL grace period, seconds.
+  double term_timeout_s = 30.0;
+  // --heartbeat-timeout / --silence-timeout: hang detection (watchdog/);
+  // 0 disables. Not interpreted by the agent itself.
+  double heartbeat_timeout_s = 0.0;
+  double silence_timeout_s = 0.0;
+  // --signals-to-handle: signals forwarded to workers before ddprun exits
+  // with 128+signal.
+  std::vector<int> signals_to_handle;  // launcher fills SIGTERM,SIGINT,SIGHUP,SIGQUIT
+
+  // --- Output --------------------------------------------------------------
+  // --log-dir: per attempt+rank files under <log_dir>/<run_id>/attempt_<n>/
+  // <local_rank>/. Empty: console only, error files in a private temp dir.
+  std::string log_dir;
+  // -r/--redirects: streams kept off the console (they go to the log file).
+  StdSpec redirects;
+  // -t/--tee: accepted; the console always shows what is not redirected.
+  StdSpec tee;
+  // --local-ranks-filter: local ranks whose output reaches the console;
+  // empty means all. Filtered streams still reach their log files.
+  std::set<int> local_ranks_filter;
+  // --log-line-prefix-template with ${role_name} ${rank} ${local_rank}
+  // ${host}. Empty: torchrun's "[<role><local_rank>]:".
+  std::string log_line_prefix_template;
+  // This node's host name, for ${host} and the failure summary.
+  std::string hostname;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,51 @@
+// How the agent learns its place in the job before each attempt.
+//
+// The agent calls next_round() before every attempt (the first one and each
+// restart) and reports how the local group ended. The single-node version
+// is standalone_rendezvous.h; the multi-node one lives in rendezvous/ and
+// implements this same interface. A multi-node handler that must fail the
+// local group when another node fails can also implement AgentHooks
+// (hooks.h) and call AttemptControl::fail_attempt.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ddprun::agent {
+
+// This node's view of one round.
+struct RoundInfo {
+  int group_rank = 0;        // this node's rank among nodes (GROUP_RANK)
+  int group_world_size = 1;  // nodes in the round (GROUP_WORLD_SIZE)
+  int world_size = 1;        // workers in the whole job (WORLD_SIZE)
+  int rank_base = 0;         // global rank of this node's local rank 0
+  int local_world_size = 1;  // workers on this node (LOCAL_WORLD_SIZE)
+  std::string master_addr;   // MASTER_ADDR
+  int master_port = 0;       // MASTER_PORT
+  // ddprun's own store (DDPRUN_STORE_*); empty when the job has none.
+  std::string store_addr;
+  std::string store_prefix;
+  std::string store_token;
+};
+
+enum class GroupOutcome { kSucceeded, kFailed, kInterrupted };
+
+// Thrown when a round cannot be formed; the agent prints it and exits 1.
+class RendezvousError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class RendezvousHandler {
+ public:
+  virtual ~RendezvousHandler() = default;
+  // Blocks (with the handler's own deadline) until the round is formed.
+  // `restart_count` is 0 for the first attempt.
+  virtual RoundInfo next_round(int restart_count) = 0;
+  // The local group of the round just run has ended.
+  virtual void group_ended(GroupOutcome outcome) = 0;
+  // TORCHELASTIC_RUN_ID.
+  virtual std::string run_id() const = 0;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,125 @@
+#include "agent/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sstream>
+
+namespace ddprun::agent {
+namespace {
+
+std::vector<char*> to_cstrings(const std::vector<std::string>& in) {
+  std::vector<char*> out;
+  out.reserve(in.size() + 1);
+  for (const auto& s : in) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// Runs in the forked child: async-signal-safe calls only.
+[[noreturn]] void child_exec(const char* path, char* const* argv, char* const* envp,
+                             int out_fd, int err_fd, int report_fd, pid_t agent) {
+  int err = 0;
+  // Own process group, so the agent can signal the worker and its children
+  // as one, and a terminal's ctrl-c goes to the agent only.
+  if (setpgid(0, 0) != 0) goto fail;
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) goto fail;
+  // The agent may have died between fork and prctl: then nobody would ever
+  // send the death signal.
+  if (getppid() != agent) _exit(125);
+  if (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0) goto fail;
+  if (err_fd >= 0 && dup2(err_fd, STDERR_FILENO) < 0) goto fail;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    signal(sig, SIG_DFL);  // undo the agent's handlers and ignores
+  }
+  {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+  }
+  execve(path, argv, envp);
+fail:
+  err = errno;
+  ssize_t ignored = write(report_fd, &err, sizeof err);
+  (void)ignored;
+  _exit(127);
+}
+
+}  // namespace
+
+pid_t spawn_process(const SpawnRequest& request) {
+  // Everything the child needs is built before fork: after fork only
+  // async-signal-safe calls are allowed.
+  std::vector<char*> argv = to_cstrings(request.argv);
+  std::vector<char*> envp = to_cstrings(request.env);
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0)
+    throw SpawnError(std::string("pipe2: ") + strerror(errno), errno);
+
+  // Block every signal across fork so the child cannot run the agent's
+  // handlers (which would write into the agent's signal pipe) before it has
+  // reset them.
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &old);
+  pid_t agent = getpid();
+  pid_t pid = fork();
+  if (pid == 0)
+    child_exec(request.path.c_str(), argv.data(), envp.data(), request.stdout_fd,
+               request.stderr_fd, report[1], agent);
+  int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  close(report[1]);
+  if (pid < 0) {
+    close(report[0]);
+    throw SpawnError(std::string("fork: ") + strerror(fork_errno), fork_errno);
+  }
+  // Also set the group from the parent, so it exists before we ever signal
+  // it (whoever runs first wins; the other call is a harmless EACCES/ok).
+  setpgid(pid, pid);
+
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = read(report[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    // The child exec'd nothing; reap it here so nobody sees a worker exit.
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    throw SpawnError("cannot execute '" + request.path + "': " + strerror(child_errno),
+                     child_errno);
+  }
+  return pid;
+}
+
+std::string resolve_program(const std::string& program, const std::string& path_env) {
+  auto executable = [](const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (program.empty()) throw SpawnError("no program to run", EINVAL);
+  if (program.find('/') != std::string::npos) {
+    if (executable(program)) return program;
+    int err = access(program.c_str(), F_OK) == 0 ? EACCES : ENOENT;
+    throw SpawnError("cannot execute '" + program + "': " + strerror(err), err);
+  }
+  std::stringstream dirs(path_env.empty() ? "/usr/local/bin:/usr/bin:/bin" : path_env);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (executable(candidate)) return candidate;
+  }
+  throw SpawnError("cannot execute '" + program + "': not found in PATH", ENOENT);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,306 @@
+#include "launcher/cli.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+
+#include "agent/exit_status.h"
+#include "launcher/command.h"
+#include "launcher/nproc.h"
+
+extern char** environ;
+
+namespace ddprun::launcher {
+namespace {
+
+using agent::StdSpec;
+
+constexpr const char* kFooter = R"(Everything after the program is passed to it untouched.
+A program ending in .py runs as `$DDPRUN_PYTHON -u program` (default python3 from PATH).
+
+Exit status:
+  0        every worker exited 0
+  N        the root cause (first failing worker) exited N; 128+N if it died of signal N
+  128+N    ddprun received signal N (one of --signals-to-handle) and stopped the workers
+  126/127  the program cannot be executed / was not found
+  2        wrong or conflicting flags
+  1        any other error of ddprun itself
+Flags also read PET_<FLAG> from the environment (e.g. PET_NPROC_PER_NODE=4).)";
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int to_int(const std::string& flag, const std::string& v, int min) {
+  char* end = nullptr;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < min || n > 1000000)
+    throw UsageError(flag + "=" + v + ": expected an integer >= " + std::to_string(min));
+  return static_cast<int>(n);
+}
+
+StdSpec parse_std(const std::string& flag, const std::string& v) {
+  StdSpec spec;
+  auto mask = [&](const std::string& m) {
+    if (m.size() != 1 || m[0] < '0' || m[0] > '3')
+      throw UsageError(flag + "=" + v + ": expected 0-3 or <local_rank>:<0-3>,... "
+                       "(1 stdout, 2 stderr, 3 both)");
+    return m[0] - '0';
+  };
+  if (v.find(':') == std::string::npos) {
+    spec.all = mask(v);
+    return spec;
+  }
+  spec.by_rank = true;
+  for (const auto& item : split(v, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos) mask("");
+    spec.per_rank[to_int(flag, item.substr(0, colon), 0)] = mask(item.substr(colon + 1));
+  }
+  return spec;
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  char buf[40];
+  uint64_t a = gen(), b = gen();
+  std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>(a >> 16) & 0xffff, static_cast<unsigned>(a) & 0xffff,
+                static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b) & 0xffffffffffffULL);
+  return buf;
+}
+
+// Everything read from flags before interpretation.
+struct RawFlags {
+  std::string nnodes = "1:1";
+  std::string nproc = "1";
+  bool standalone = false;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  int max_restarts = 0;
+  double monitor_interval = 5;
+  std::string start_method = "spawn";
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = -1;
+  std::string local_addr;
+  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  double term_timeout = 30;
+  double heartbeat_timeout = 0;
+  double silence_timeout = 0;
+  std::string prefix_template;
+};
+
+void define_flags(CLI::App& app, RawFlags& f) {
+  auto opt = [&](const char* names, auto& var, const char* env, const char* group,
+                 const char* help) {
+    auto* o = app.add_option(names, var, help)->group(group);
+    if (env) o->envname(env);
+    return o;
+  };
+  auto flag = [&](const char* names, bool& var, const char* env, const char* group,
+                  const char* help) {
+    auto* o = app.add_flag(names, var, help)->group(group);
+    if (env) o->envname(env);
+    return o;
+  };
+  const char* W = "Workers";
+  opt("--nproc-per-node,--nproc_per_node", f.nproc, "PET_NPROC_PER_NODE", W,
+      "Workers on this node: an integer, auto (GPUs, else CPUs), cpu or gpu [1]");
+  opt("--nnodes", f.nnodes, "PET_NNODES", W, "Nodes, N or MIN:MAX [1:1]");
+  opt("--node-rank,--node_rank", f.node_rank, "PET_NODE_RANK", W,
+      "This node's rank with the static backend [0]");
+  opt("--role", f.role, "PET_ROLE", W, "Role name: ROLE_NAME and the line prefix [default]");
+
+  const char* R = "Rendezvous";
+  flag("--standalone", f.standalone, "PET_STANDALONE", R,
+       "Single-node job with a private rendezvous and a free MASTER_PORT");
+  opt("--rdzv-backend,--rdzv_backend", f.rdzv_backend, "PET_RDZV_BACKEND", R,
+      "Rendezvous backend [static]");
+  opt("--rdzv-endpoint,--rdzv_endpoint", f.rdzv_endpoint, "PET_RDZV_ENDPOINT", R,
+      "Rendezvous endpoint, <host>:<port>");
+  opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", R,
+      "Job id shared by all nodes: TORCHELASTIC_RUN_ID and the log folder [none]");
+  opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF", R,
+      "Extra rendezvous settings, <key>=<value>,...");
+  opt("--master-addr,--master_addr", f.master_addr, "PET_MASTER_ADDR", R,
+      "MASTER_ADDR: address of rank 0's node [127.0.0.1]");
+  opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT", R,
+      "MASTER_PORT; unset: a free port reserved for the whole job");
+  opt("--local-addr,--local_addr", f.local_addr, "PET_LOCAL_ADDR", R,
+      "This node's address as other nodes should reach it");
+
+  const char* P = "Program";
+  flag("-m,--module", f.module, "PET_MODULE", P, "Run the program as a Python module (python -m)");
+  flag("--no-python,--no_python", f.no_python, "PET_NO_PYTHON", P,
+       "Execute the program directly, even if it ends in .py");
+  flag("--run-path,--run_path", f.run_path, "PET_RUN_PATH", P,
+       "Run the script with runpy.run_path in the worker's python");
+  opt("--start-method,--start_method", f.start_method, "PET_START_METHOD", P,
+      "Accepted for torchrun compatibility; workers are always fork+exec'd [spawn]")
+      ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
+
+  const char* T = "Restarts and teardown";
+  opt("--max-restarts,--max_restarts", f.max_restarts, "PET_MAX_RESTARTS", T,
+      "Group restarts after a failure before giving up [0]");
+  opt("--monitor-interval,--monitor_interval", f.monitor_interval, "PET_MONITOR_INTERVAL", T,
+      "Accepted for torchrun compatibility; exits are seen at once, nothing polls");
+  opt("--term-timeout,--term_timeout", f.term_timeout, "PET_TERM_TIMEOUT", T,
+      "Seconds between the stop signal and SIGKILL [30]");
+  opt("--signals-to-handle,--signals_to_handle", f.signals, "PET_SIGNALS_TO_HANDLE", T,
+      "Signals forwarded to the workers before ddprun exits 128+N [SIGTERM,SIGINT,SIGHUP,SIGQUIT]");
+
+  const char* H = "Hang detection";
+  opt("--heartbeat-timeout,--heartbeat_timeout", f.heartbeat_timeout, "PET_HEARTBEAT_TIMEOUT", H,
+      "Seconds without a heartbeat before a worker counts as hung; 0 off [0]");
+  opt("--silence-timeout,--silence_timeout", f.silence_timeout, "PET_SILENCE_TIMEOUT", H,
+      "Seconds without output before a worker counts as hung; 0 off [0]");
+
+  const char* O = "Output";
+  opt("--log-dir,--log_dir", f.log_dir, "PET_LOG_DIR", O,
+      "Write <dir>/<run-id>/attempt_<n>/<local_rank>/{stdout,stderr}.log");
+  opt("-r,--redirects", f.redirects, "PET_REDIRECTS", O,
+      "Keep streams off the console (log file only): 0-3 or <local_rank>:<0-3>,... "
+      "(1 stdout, 2 stderr, 3 both) [0]");
+  opt("-t,--tee", f.tee, "PET_TEE", O,
+      "Accepted; the console always shows what is not redirected [0]");
+  opt("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter, "PET_LOCAL_RANKS_FILTER",
+      O, "Only these local ranks reach the console, e.g. 0 or 0,2 [all]");
+  opt("--log-line-prefix-template,--log_line_prefix_template", f.prefix_template,
+      "PET_LOG_LINE_PREFIX_TEMPLATE", O,
+      "Console line prefix with ${role_name} ${rank} ${local_rank} ${host} [[${role_name}${local_rank}]:]");
+}
+
+agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest) {
+  agent::Options o;
+  if (rest.empty())
+    throw UsageError("missing the training program (usage: ddprun [flags] program [args...])");
+  if (rest[0].size() > 1 && rest[0][0] == '-')
+    throw UsageError("unknown flag " + rest[0]);
+
+  auto nn = split(f.nnodes, ':');
+  if (nn.empty() || nn.size() > 2 || f.nnodes.back() == ':')
+    throw UsageError("--nnodes=" + f.nnodes + ": expected N or MIN:MAX");
+  o.min_nodes = to_int("--nnodes", nn[0], 1);
+  o.max_nodes = nn.size() == 2 ? to_int("--nnodes", nn[1], 1) : o.min_nodes;
+  if (o.min_nodes > o.max_nodes)
+    throw UsageError("--nnodes=" + f.nnodes + ": MIN is larger than MAX");
+  o.nproc_per_node = resolve_nproc(f.nproc, std::getenv("CUDA_VISIBLE_DEVICES"),
+                                   static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  if (f.node_rank < 0) throw UsageError("--node-rank must be >= 0");
+  if (f.max_restarts < 0) throw UsageError("--max-restarts must be >= 0");
+  if (f.term_timeout < 0) throw UsageError("--term-timeout must be >= 0");
+  if (f.heartbeat_timeout < 0) throw UsageError("--heartbeat-timeout must be >= 0");
+  if (f.silence_timeout < 0) throw UsageError("--silence-timeout must be >= 0");
+  if (f.master_port != -1 && (f.master_port < 0 || f.master_port > 65535))
+    throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
+  o.node_rank = f.node_rank;
+  o.role = f.role;
+  o.standalone = f.standalone;
+  o.rdzv_backend = f.rdzv_backend;
+  o.rdzv_endpoint = f.rdzv_endpoint;
+  o.run_id = f.rdzv_id;
+  if (f.standalone) {
+    if (o.max_nodes != 1) throw UsageError("--standalone needs --nnodes=1");
+    // torchrun: a fresh c10d rendezvous on localhost; explicit values ignored.
+    o.rdzv_backend = "c10d";
+    o.rdzv_endpoint = "localhost:0";
+    o.run_id = random_run_id();
+  }
+  for (const auto& kv : split(f.rdzv_conf, ',')) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError("--rdzv-conf: '" + kv + "' is not <key>=<value>");
+    o.rdzv_conf[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  o.master_addr = f.master_addr;
+  if (f.master_port != -1) o.master_port = f.master_port;
+  o.local_addr = f.local_addr;
+  o.max_restarts = f.max_restarts;
+  o.monitor_interval_s = f.monitor_interval;
+  o.start_method = f.start_method;
+  o.term_timeout_s = f.term_timeout;
+  o.heartbeat_timeout_s = f.heartbeat_timeout;
+  o.silence_timeout_s = f.silence_timeout;
+  for (const auto& name : split(f.signals, ',')) {
+    int sig = agent::parse_signal(name);
+    if (sig == 0) throw UsageError("--signals-to-handle: unknown signal '" + name + "'");
+    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD)
+      throw UsageError("--signals-to-handle: " + name + " cannot be handled");
+    o.signals_to_handle.push_back(sig);
+  }
+  o.log_dir = f.log_dir;
+  o.redirects = parse_std("--redirects", f.redirects);
+  o.tee = parse_std("--tee", f.tee);
+  for (const auto& r : split(f.local_ranks_filter, ','))
+    o.local_ranks_filter.insert(to_int("--local-ranks-filter", r, 0));
+  o.log_line_prefix_template = f.prefix_template;
+
+  CommandSpec spec;
+  spec.program = rest[0];
+  spec.args.assign(rest.begin() + 1, rest.end());
+  spec.module = f.module;
+  spec.no_python = f.no_python;
+  spec.run_path = f.run_path;
+  if (const char* py = std::getenv("DDPRUN_PYTHON"); py && *py) spec.python = py;
+  try {
+    Command cmd = build_command(spec);
+    o.command = cmd.argv;
+    o.is_python = cmd.is_python;
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  for (char** e = environ; e && *e; ++e) o.base_env.emplace_back(*e);
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) == 0) o.hostname = host;
+  return o;
+}
+
+}  // namespace
+
+ParseResult parse_command_line(int argc, const char* const* argv) {
+  CLI::App app("ddprun: start N data-parallel workers on this node, like torchrun; "
+               "restart the whole group on failure",
+               "ddprun");
+  app.footer(kFooter);
+  app.prefix_command();
+  app.get_formatter()->column_width(44);
+  RawFlags raw;
+  define_flags(app, raw);
+  ParseResult result;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    result.help = true;
+    result.help_text = app.help();
+    return result;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
+  result.options = interpret(raw, rest);
+  return result;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,31 @@
+// Turning "ddprun [flags] program args..." into the worker's argv.
+//
+// A program ending in ".py" runs as `<python> -u program args...` without
+// the user saying so (torchrun always prepends python); -m/--module runs
+// `<python> -u -m module args...`; --no-python, or any other program, runs
+// it directly; --run-path runs the script with runpy.run_path in <python>.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+struct CommandSpec {
+  std::string program;             // the first non-flag argument
+  std::vector<std::string> args;   // everything after it, untouched
+  bool module = false;             // -m/--module
+  bool no_python = false;          // --no-python
+  bool run_path = false;           // --run-path
+  std::string python = "python3";  // $DDPRUN_PYTHON, else python3 from PATH
+};
+
+struct Command {
+  std::vector<std::string> argv;
+  bool is_python = false;
+};
+
+// Throws std::invalid_argument naming the conflicting flags.
+Command build_command(const CommandSpec& spec);
+
+}  // namespace ddprun::launcher
