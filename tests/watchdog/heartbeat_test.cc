@@ -1,0 +1,127 @@
+// Heartbeats through a real socket: the parser, the server, and both
+// clients (C++ header in a child process, Python module under
+// /usr/bin/python3).
+#include <doctest/doctest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include "tests/watchdog/test_util.h"
+#include "watchdog/heartbeat_server.h"
+
+namespace wd = ddprun::watchdog;
+using wd::test::Child;
+using wd::test::run_until;
+using wd::test::TempDir;
+
+namespace {
+
+void send_raw(const std::string& path, const std::string& bytes) {
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  CHECK(::sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a)) ==
+        static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("parse_beat accepts the wire format and rejects everything else") {
+  auto b = wd::parse_beat("hb 3 41\n");
+  REQUIRE(b);
+  CHECK(b->global_rank == 3);
+  CHECK(b->step == 41);
+  CHECK(wd::parse_beat("hb 0 -1\n")->step == -1);
+  for (const char* bad : {"hb 3 41", "hb 3\n", "hb -1 4\n", "hb 3 -2\n", "hb x 1\n", "HB 1 1\n",
+                          "hb 1 1 1\n", "hb 1  1\n", "", "hb 99999999999 1\n"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(wd::parse_beat(bad));
+  }
+}
+
+TEST_CASE("heartbeat server receives beats and drops malformed datagrams") {
+  TempDir dir;
+  boost::asio::io_context io;
+  std::vector<wd::Beat> beats;
+  wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
+                             [&](const wd::Beat& b) { beats.push_back(b); });
+  send_raw(server.path(), "garbage");
+  send_raw(server.path(), "hb 1 7\n");
+  send_raw(server.path(), "hb 2 -1\n");
+  REQUIRE(run_until(io, [&] { return beats.size() == 2; }));
+  CHECK(server.malformed_received() == 1);
+  CHECK(beats[0].global_rank == 1);
+  CHECK(beats[0].step == 7);
+  CHECK(beats[1].global_rank == 2);
+  CHECK(beats[1].step == -1);
+}
+
+TEST_CASE("socket path falls back to /tmp when the directory is too deep for sun_path") {
+  const std::string deep = "/var/log/" + std::string(120, 'd');
+  const std::string path = wd::choose_socket_path(deep);
+  CHECK(path.rfind("/tmp/ddprun-hb-", 0) == 0);
+  CHECK(path.size() < sizeof(sockaddr_un::sun_path));
+  boost::asio::io_context io;
+  {
+    wd::HeartbeatServer server(io, path, [](const wd::Beat&) {});
+    CHECK(::access(path.c_str(), F_OK) == 0);
+  }
+  // The server removes its socket and the private directory it lived in.
+  CHECK(::access(path.substr(0, path.rfind('/')).c_str(), F_OK) != 0);
+}
+
+TEST_CASE("beats from the C++ client in a child process arrive with rank and step") {
+  TempDir dir;
+  boost::asio::io_context io;
+  std::vector<wd::Beat> beats;
+  wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
+                             [&](const wd::Beat& b) { beats.push_back(b); });
+  Child child({WATCHDOG_TEST_WORKER, "beat", "3", "1", "exit"},
+              {{"DDPRUN_HEARTBEAT_SOCKET", server.path()}, {"RANK", "5"}});
+  REQUIRE(run_until(io, [&] { return beats.size() == 3; }));
+  for (int i = 0; i < 3; ++i) {
+    CHECK(beats[i].global_rank == 5);
+    CHECK(beats[i].step == i);
+  }
+  CHECK(WEXITSTATUS(child.wait()) == 0);
+}
+
+TEST_CASE("C++ client is a no-op outside ddprun") {
+  Child child({WATCHDOG_TEST_WORKER, "beat", "3", "1", "exit"}, {{"DDPRUN_HEARTBEAT_SOCKET", ""}});
+  const int status = child.wait();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("beats from the Python client arrive; it is a no-op when the agent is gone") {
+  TempDir dir;
+  boost::asio::io_context io;
+  std::vector<wd::Beat> beats;
+  std::string path;
+  {
+    wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
+                               [&](const wd::Beat& b) { beats.push_back(b); });
+    path = server.path();
+    Child child({"/usr/bin/python3", "-c",
+                 "import ddprun_heartbeat as h; assert h.enabled(); h.beat(12); h.beat()"},
+                {{"DDPRUN_HEARTBEAT_SOCKET", path}, {"RANK", "3"},
+                 {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
+    REQUIRE(run_until(io, [&] { return beats.size() == 2; }));
+    CHECK(beats[0].global_rank == 3);
+    CHECK(beats[0].step == 12);
+    CHECK(beats[1].step == -1);
+    CHECK(WEXITSTATUS(child.wait()) == 0);
+  }
+  // Server closed: beats are dropped silently, the worker carries on.
+  Child gone({"/usr/bin/python3", "-c", "import ddprun_heartbeat as h; h.beat(1); print('ok')"},
+             {{"DDPRUN_HEARTBEAT_SOCKET", path}, {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
+  CHECK(WEXITSTATUS(gone.wait()) == 0);
+  Child outside({"/usr/bin/python3", "-c",
+                 "import ddprun_heartbeat as h; assert not h.enabled(); h.beat(1)"},
+                {{"DDPRUN_HEARTBEAT_SOCKET", ""}, {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
+  CHECK(WEXITSTATUS(outside.wait()) == 0);
+}

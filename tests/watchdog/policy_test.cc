@@ -1,0 +1,166 @@
+// Restart policy rules, the JSON-lines event log and the hang report files.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "tests/watchdog/test_util.h"
+#include "watchdog/event_log.h"
+#include "watchdog/hang_report.h"
+#include "watchdog/restart_policy.h"
+
+namespace wd = ddprun::watchdog;
+using namespace std::chrono_literals;
+using wd::test::Child;
+using wd::test::run_until;
+using wd::test::TempDir;
+
+namespace {
+
+wd::AttemptOutcome failed(int64_t step, std::vector<int> codes = {1}, bool hang = false) {
+  wd::AttemptOutcome o;
+  o.exit_codes = std::move(codes);
+  o.max_step = step;
+  o.hang = hang;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("back-off doubles per restart and is capped") {
+  wd::RestartPolicyOptions opt;
+  opt.max_restarts = 6;
+  opt.backoff_initial = 100ms;
+  opt.backoff_max = 500ms;
+  wd::RestartPolicy p(opt);
+  std::vector<long> delays;
+  for (int i = 0; i < 6; ++i) {
+    auto d = p.on_attempt_end(failed(i));
+    REQUIRE(d.restart);
+    delays.push_back(d.delay.count());
+  }
+  CHECK(delays == std::vector<long>{100, 200, 400, 500, 500, 500});
+  auto last = p.on_attempt_end(failed(7));
+  CHECK_FALSE(last.restart);
+  CHECK(last.rule == wd::StopRule::kMaxRestarts);
+  CHECK(last.reason.find("--max-restarts=6") != std::string::npos);
+}
+
+TEST_CASE("a no-restart exit code stops at once, even with restarts left") {
+  wd::RestartPolicyOptions opt;
+  opt.max_restarts = 5;
+  opt.no_restart_exit_codes = wd::parse_exit_code_list("2, 64");
+  wd::RestartPolicy p(opt);
+  CHECK(p.on_attempt_end(failed(-1, {1})).restart);
+  auto d = p.on_attempt_end(failed(-1, {0, 64}));
+  CHECK_FALSE(d.restart);
+  CHECK(d.rule == wd::StopRule::kNoRestartExitCode);
+  CHECK(d.reason.find("64") != std::string::npos);
+}
+
+TEST_CASE("exit code lists reject bad items by name") {
+  CHECK(wd::parse_exit_code_list("") == std::vector<int>{});
+  CHECK(wd::parse_exit_code_list("2") == std::vector<int>{2});
+  CHECK_THROWS_WITH_AS(wd::parse_exit_code_list("2,x"), doctest::Contains("'x'"),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(wd::parse_exit_code_list("2,,3"), std::invalid_argument);
+  CHECK_THROWS_AS(wd::parse_exit_code_list("300"), std::invalid_argument);
+}
+
+TEST_CASE("no-progress rule stops after K attempts without a higher step") {
+  wd::RestartPolicyOptions opt;
+  opt.max_restarts = 100;
+  opt.max_no_progress_restarts = 2;
+  wd::RestartPolicy p(opt);
+  CHECK(p.on_attempt_end(failed(50, {}, true)).restart);  // progress
+  CHECK(p.on_attempt_end(failed(80, {}, true)).restart);  // progress
+  CHECK(p.on_attempt_end(failed(80, {}, true)).restart);  // streak 1
+  auto d = p.on_attempt_end(failed(-1, {}, true));        // streak 2: stop
+  CHECK_FALSE(d.restart);
+  CHECK(d.rule == wd::StopRule::kNoProgress);
+  CHECK(d.reason.find("step 80") != std::string::npos);
+  CHECK(d.reason.find("--max-no-progress-restarts=2") != std::string::npos);
+}
+
+TEST_CASE("no-progress rule stays inactive when no attempt reports steps") {
+  wd::RestartPolicyOptions opt;
+  opt.max_restarts = 3;
+  opt.max_no_progress_restarts = 1;
+  wd::RestartPolicy p(opt);
+  for (int i = 0; i < 3; ++i) CHECK(p.on_attempt_end(failed(-1)).restart);
+  CHECK(p.on_attempt_end(failed(-1)).rule == wd::StopRule::kMaxRestarts);
+  wd::RestartPolicy ok(opt);
+  wd::AttemptOutcome success;
+  success.succeeded = true;
+  CHECK(ok.on_attempt_end(success).rule == wd::StopRule::kSucceeded);
+}
+
+TEST_CASE("event log lines are JSON with time, attempt, ranks and reason") {
+  TempDir dir;
+  const std::string path = dir.path() + "/events.jsonl";
+  {
+    wd::EventLog log(path);
+    log.write("start", 0, {}, "2 workers");
+    log.write("hang_detected", 0, {1}, "no heartbeat for 2.00 s \"quoted\"\n",
+              {{"kind", "heartbeat_timeout"}});
+    log.write("restart", 1, {0, 1}, "restart 1 of 3");
+  }
+  wd::EventLog again(path);  // appends
+  again.write("done", 1, {0, 1}, "succeeded");
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0]["event"] == "start");
+  CHECK(lines[1]["event"] == "hang_detected");
+  CHECK(lines[1]["ranks"] == nlohmann::json::array({1}));
+  CHECK(lines[1]["kind"] == "heartbeat_timeout");
+  CHECK(lines[2]["attempt"] == 1);
+  CHECK(lines[3]["event"] == "done");
+  CHECK(lines[0]["time"].get<std::string>().back() == 'Z');
+  CHECK(lines[3]["monotonic_s"].get<double>() >= lines[0]["monotonic_s"].get<double>());
+  CHECK_THROWS_WITH(wd::EventLog(dir.path() + "/no/such/dir/events.jsonl"),
+                    doctest::Contains("no/such/dir"));
+}
+
+TEST_CASE("hang report names the stalled rank, its step, and the flag to change") {
+  TempDir dir;
+  boost::asio::io_context io;
+  wd::WatchdogOptions opt;
+  opt.heartbeat_timeout = 200ms;
+  opt.heartbeat_grace = 5s;
+  opt.stuck_timeout = 0ms;
+  std::optional<wd::HangEvent> hang;
+  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Child a({WATCHDOG_TEST_WORKER, "hang"}), b({WATCHDOG_TEST_WORKER, "hang"});
+  dog.add_worker(0, 0, a.pid());
+  dog.add_worker(1, 1, b.pid());
+  dog.on_beat({0, 9, wd::Clock::now()});
+  dog.on_beat({1, 8, wd::Clock::now()});
+  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  auto report = wd::make_hang_report(dog, *hang, 2);
+  wd::StackCapture s;
+  s.global_rank = 1;
+  s.pid = b.pid();
+  s.method = wd::StackMethod::kProc;
+  s.path = dir.path() + "/stack_rank1.txt";
+  s.text = "thread 1 state S\n\xff bad utf8";
+  report.stacks.push_back(s);
+  report.write(dir.path());
+  std::ifstream in(dir.path() + "/hang_report.json");
+  const auto j = nlohmann::json::parse(in);
+  CHECK(j["attempt"] == 2);
+  CHECK(j["kind"] == "heartbeat_timeout");
+  CHECK(j["suspect_ranks"] == nlohmann::json::array({1}));
+  CHECK(j["workers"][1]["step"] == 8);
+  CHECK(j["stacks"][0]["path"] == s.path);
+  CHECK(j["flags_to_change"][0].get<std::string>().find("--heartbeat-timeout=0.2") == 0);
+  std::ifstream txt(dir.path() + "/hang_report.txt");
+  std::string text((std::istreambuf_iterator<char>(txt)), {});
+  CHECK(text.find("Hang in attempt 2") == 0);
+  CHECK(text.find("thread 1 state S") != std::string::npos);
+  const auto summary = report.summary(dir.path());
+  CHECK(summary.find("Suspect rank(s) behind their peers: 1") != std::string::npos);
+  CHECK(summary.find("--heartbeat-timeout") != std::string::npos);
+}

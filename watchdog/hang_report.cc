@@ -1,0 +1,181 @@
+#include "watchdog/hang_report.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include "watchdog/error.h"
+
+namespace ddprun::watchdog {
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string iso8601(std::chrono::system_clock::time_point t) {
+  const auto secs = std::chrono::system_clock::to_time_t(t);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()) % 1000;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ms.count()));
+}
+
+std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ",")); }
+
+}  // namespace
+
+HangReport make_hang_report(const Watchdog& dog, const HangEvent& event, int attempt) {
+  HangReport r;
+  r.attempt = attempt;
+  r.event = event;
+  r.options = dog.options();
+  r.workers = dog.workers();
+  r.stalled = dog.stalled_ranks(event);
+  r.suspects = dog.suspects(event);
+  return r;
+}
+
+std::vector<std::string> HangReport::advice() const {
+  auto secs = [](Millis m) { return fmt::format("{:g}", m.count() / 1000.0); };
+  std::vector<std::string> out;
+  switch (event.kind) {
+    case HangKind::kHeartbeat:
+      if (event.detail.find("first heartbeat") != std::string::npos) {
+        out.push_back(fmt::format("--heartbeat-grace={} (raise it if start-up or compilation "
+                                  "takes longer; every worker must beat once --heartbeat-timeout "
+                                  "is set)",
+                                  secs(options.effective_grace())));
+      } else {
+        out.push_back(fmt::format("--heartbeat-timeout={} (raise it if a step, evaluation or "
+                                  "checkpoint legitimately takes longer between beats)",
+                                  secs(options.heartbeat_timeout)));
+      }
+      break;
+    case HangKind::kSilence:
+      out.push_back(fmt::format("--silence-timeout={} (raise it, or 0 to turn it off, if the "
+                                "program is quiet for long stretches)",
+                                secs(options.silence_timeout)));
+      break;
+    case HangKind::kStopped:
+    case HangKind::kUninterruptible:
+      out.push_back(fmt::format("--stuck-timeout={} (raise it if the worker is stopped or in "
+                                "uninterruptible I/O on purpose; 0 turns it off)",
+                                secs(options.effective_stuck_timeout())));
+      break;
+    case HangKind::kFileTimer:
+      out.push_back("timer.expires(after=...) in the worker (torch's FileTimer deadline passed)");
+      break;
+  }
+  out.push_back("--max-restarts (each hang restart counts against it)");
+  return out;
+}
+
+nlohmann::json HangReport::to_json() const {
+  using nlohmann::json;
+  const auto detected_wall = std::chrono::system_clock::now() -
+                             std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                 Clock::now() - event.detected);
+  json j;
+  j["attempt"] = attempt;
+  j["kind"] = to_string(event.kind);
+  j["rank"] = event.global_rank;
+  j["local_rank"] = event.local_rank;
+  j["pid"] = event.pid;
+  j["detail"] = event.detail;
+  j["timeout_s"] = event.timeout.count() / 1000.0;
+  j["detected_at"] = iso8601(detected_wall);
+  j["detected_after_due_ms"] = ms_between(event.due, event.detected);
+  j["stalled_ranks"] = stalled;
+  j["suspect_ranks"] = suspects;
+  j["workers"] = json::array();
+  for (const auto& w : workers) {
+    json jw;
+    jw["rank"] = w.global_rank;
+    jw["local_rank"] = w.local_rank;
+    jw["pid"] = w.pid;
+    jw["beats"] = w.beats;
+    jw["step"] = w.step;
+    jw["max_step"] = w.max_step;
+    jw["last_beat_at"] = w.beats ? json(iso8601(w.last_beat_wall)) : json(nullptr);
+    jw["since_last_beat_s"] =
+        w.beats ? json(ms_between(w.last_beat, event.detected) / 1000.0) : json(nullptr);
+    jw["since_last_output_s"] = ms_between(w.last_output, event.detected) / 1000.0;
+    jw["proc_state"] = std::string(1, w.proc_state);
+    jw["exited"] = w.exited;
+    j["workers"].push_back(jw);
+  }
+  j["stacks"] = json::array();
+  for (const auto& s : stacks) {
+    j["stacks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"method", to_string(s.method)},
+                           {"path", s.path}, {"note", s.note}, {"text", s.text}});
+  }
+  j["worker_logs"] = json::object();
+  for (const auto& [rank, path] : worker_logs) j["worker_logs"][std::to_string(rank)] = path;
+  j["flags_to_change"] = advice();
+  return j;
+}
+
+std::string HangReport::to_text() const {
+  std::string t = fmt::format("Hang in attempt {}: rank {} (local {}, pid {}): {}: {}\n", attempt,
+                              event.global_rank, event.local_rank, event.pid,
+                              to_string(event.kind), event.detail);
+  t += fmt::format("Detected {:.1f} ms after the deadline. Stalled ranks: {}. Suspects: {}.\n\n",
+                   ms_between(event.due, event.detected), rank_list(stalled), rank_list(suspects));
+  t += "rank  pid      beats  step   last beat      last output  state\n";
+  for (const auto& w : workers) {
+    t += fmt::format("{:<5} {:<8} {:<6} {:<6} {:<14} {:<12} {}{}\n", w.global_rank, w.pid, w.beats,
+                     w.step,
+                     w.beats ? fmt::format("{:.2f} s ago", ms_between(w.last_beat, event.detected) / 1000)
+                             : std::string("never"),
+                     fmt::format("{:.2f} s ago", ms_between(w.last_output, event.detected) / 1000),
+                     w.proc_state, w.exited ? " (exited)" : "");
+  }
+  for (const auto& s : stacks) {
+    t += fmt::format("\n--- stacks of rank {} (pid {}) via {}: {}{} ---\n", s.global_rank, s.pid,
+                     to_string(s.method), s.path, s.note.empty() ? "" : " [" + s.note + "]");
+    t += s.text.substr(0, 16 * 1024);
+    if (!t.empty() && t.back() != '\n') t += '\n';
+  }
+  t += "\nFlags to change:\n";
+  for (const auto& a : advice()) t += "  " + a + "\n";
+  return t;
+}
+
+std::string HangReport::summary(const std::string& report_dir) const {
+  std::string s = fmt::format("Hang detected in attempt {}: rank {} (pid {}) {}: {}.", attempt,
+                              event.global_rank, event.pid, to_string(event.kind), event.detail);
+  if (!suspects.empty() && !(suspects.size() == 1 && suspects[0] == event.global_rank)) {
+    s += fmt::format(" Suspect rank(s) behind their peers: {}.", rank_list(suspects));
+  }
+  if (!stacks.empty()) {
+    s += " Stacks:";
+    for (const auto& st : stacks) {
+      s += fmt::format(" rank {} ({}) {}", st.global_rank, to_string(st.method), st.path);
+    }
+    s += ".";
+  }
+  if (!report_dir.empty()) s += fmt::format(" Report: {}/hang_report.txt.", report_dir);
+  const auto a = advice();
+  if (!a.empty()) s += " If this is not a hang, change " + a.front() + ".";
+  return s;
+}
+
+void HangReport::write(const std::string& dir) const {
+  const std::string json_path = dir + "/hang_report.json";
+  const std::string text_path = dir + "/hang_report.txt";
+  {
+    std::ofstream out(json_path, std::ios::trunc);
+    out << to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!out) throw sys_error("write", json_path, errno);
+  }
+  std::ofstream out(text_path, std::ios::trunc);
+  out << to_text();
+  if (!out) throw sys_error("write", text_path, errno);
+}
+
+}  // namespace ddprun::watchdog

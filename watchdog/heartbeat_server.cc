@@ -1,0 +1,125 @@
+#include "watchdog/heartbeat_server.h"
+
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+
+#include "watchdog/error.h"
+#include "watchdog/heartbeat_wire.h"
+
+namespace ddprun::watchdog {
+
+namespace asio = boost::asio;
+using datagram = asio::local::datagram_protocol;
+
+namespace {
+
+constexpr auto kWarningInterval = std::chrono::seconds(5);
+constexpr const char* kTmpPrefix = "/tmp/ddprun-hb-";
+
+bool parse_int(std::string_view s, int64_t& out) {
+  if (s.empty()) return false;
+  const char* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && p == end;
+}
+
+}  // namespace
+
+std::optional<Beat> parse_beat(std::string_view d) {
+  const std::string_view prefix = wire::kPrefix;
+  if (d.size() > wire::kMaxDatagramBytes || d.size() < prefix.size() + 4) return std::nullopt;
+  if (d.substr(0, prefix.size()) != prefix || d.back() != '\n') return std::nullopt;
+  d.remove_prefix(prefix.size());
+  d.remove_suffix(1);
+  const auto space = d.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  Beat b;
+  if (!parse_int(d.substr(0, space), b.global_rank) || !parse_int(d.substr(space + 1), b.step)) {
+    return std::nullopt;
+  }
+  if (b.global_rank < 0 || b.global_rank >= wire::kMaxRank || b.step < wire::kNoStep) {
+    return std::nullopt;
+  }
+  return b;
+}
+
+std::string choose_socket_path(const std::string& dir, const std::string& name) {
+  const std::string direct = dir + "/" + name;
+  if (direct.size() < sizeof(sockaddr_un::sun_path)) return direct;
+  // Deep log directories overflow sun_path (108 bytes): use a private
+  // mode-0700 directory under /tmp; the server removes it on close.
+  std::string tmpl = std::string(kTmpPrefix) + "XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) throw sys_error("mkdtemp", tmpl, errno);
+  return tmpl + "/" + name;
+}
+
+HeartbeatServer::HeartbeatServer(asio::io_context& io, std::string path, BeatHandler on_beat)
+    : socket_(io), path_(std::move(path)), on_beat_(std::move(on_beat)) {
+  if (path_.size() >= sizeof(sockaddr_un::sun_path)) {
+    throw WatchdogError("heartbeat socket path too long for AF_UNIX (" +
+                        std::to_string(path_.size()) + " bytes): " + path_);
+  }
+  ::unlink(path_.c_str());
+  boost::system::error_code ec;
+  socket_.open(datagram(), ec);
+  if (!ec) socket_.bind(datagram::endpoint(path_), ec);
+  if (ec) throw WatchdogError("cannot bind heartbeat socket " + path_ + ": " + ec.message());
+  // A worker step can beat in bursts; a larger buffer drops fewer beats.
+  socket_.set_option(asio::socket_base::receive_buffer_size(1 << 20), ec);
+  receive();
+}
+
+HeartbeatServer::~HeartbeatServer() {
+  boost::system::error_code ec;
+  socket_.close(ec);
+  ::unlink(path_.c_str());
+  if (path_.rfind(kTmpPrefix, 0) == 0) {
+    ::rmdir(path_.substr(0, path_.rfind('/')).c_str());
+  }
+}
+
+void HeartbeatServer::receive() {
+  socket_.async_receive(asio::buffer(buf_), [this](const boost::system::error_code& ec,
+                                                   std::size_t n) {
+    if (ec == asio::error::operation_aborted) return;  // closing: `this` may be gone
+    if (ec) {
+      spdlog::warn("heartbeat socket {}: receive failed: {}", path_, ec.message());
+    } else {
+      on_datagram(n);
+    }
+    receive();
+  });
+}
+
+void HeartbeatServer::on_datagram(std::size_t n) {
+  auto beat = parse_beat(std::string_view(buf_, n));
+  if (!beat) {
+    ++malformed_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_warning_ >= kWarningInterval) {
+      std::string shown(buf_, std::min<std::size_t>(n, 40));
+      for (char& c : shown) {
+        if (c < 32 || c > 126) c = '?';
+      }
+      spdlog::warn("heartbeat socket {}: dropped malformed datagram \"{}\" ({} bytes; expected "
+                   "\"hb <rank> <step>\\n\"; {} more suppressed)",
+                   path_, shown, n, suppressed_warnings_);
+      last_warning_ = now;
+      suppressed_warnings_ = 0;
+    } else {
+      ++suppressed_warnings_;
+    }
+    return;
+  }
+  ++beats_;
+  beat->received = std::chrono::steady_clock::now();
+  on_beat_(*beat);
+}
+
+}  // namespace ddprun::watchdog

@@ -1,0 +1,102 @@
+#include "watchdog/restart_policy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace ddprun::watchdog {
+
+std::vector<int> parse_exit_code_list(const std::string& text) {
+  std::vector<int> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    auto comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(start, comma - start);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) {
+      std::size_t used = 0;
+      int code = -1;
+      try {
+        code = std::stoi(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != item.size() || code < 0 || code > 255) {
+        throw std::invalid_argument("bad exit code '" + item + "' in '" + text +
+                                    "' (expected comma-separated integers 0-255)");
+      }
+      out.push_back(code);
+    } else if (text.find_first_not_of(' ') != std::string::npos) {
+      throw std::invalid_argument("empty exit code in '" + text + "'");
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+const char* to_string(StopRule rule) {
+  switch (rule) {
+    case StopRule::kRestart: return "restart";
+    case StopRule::kSucceeded: return "succeeded";
+    case StopRule::kNoRestartExitCode: return "no_restart_exit_code";
+    case StopRule::kMaxRestarts: return "max_restarts";
+    case StopRule::kNoProgress: return "no_progress";
+  }
+  return "unknown";
+}
+
+RestartDecision RestartPolicy::on_attempt_end(const AttemptOutcome& outcome) {
+  RestartDecision d;
+  // Progress bookkeeping first: every attempt counts, whatever stops us.
+  if (outcome.max_step > best_step_) {
+    best_step_ = outcome.max_step;
+    no_progress_streak_ = 0;
+  } else if (best_step_ >= 0) {
+    ++no_progress_streak_;
+  }
+  if (outcome.succeeded) {
+    d.rule = StopRule::kSucceeded;
+    d.reason = "all workers succeeded";
+    return d;
+  }
+  for (int code : outcome.exit_codes) {
+    const auto& stop = options_.no_restart_exit_codes;
+    if (std::find(stop.begin(), stop.end(), code) != stop.end()) {
+      d.rule = StopRule::kNoRestartExitCode;
+      d.reason = fmt::format("a worker exited with code {}, listed in --no-restart-exit-codes, "
+                             "so the job was not restarted",
+                             code);
+      return d;
+    }
+  }
+  if (restarts_ >= options_.max_restarts) {
+    d.rule = StopRule::kMaxRestarts;
+    d.reason = fmt::format("--max-restarts={} reached ({} restart(s) done)", options_.max_restarts,
+                           restarts_);
+    return d;
+  }
+  if (options_.max_no_progress_restarts > 0 &&
+      no_progress_streak_ >= options_.max_no_progress_restarts) {
+    d.rule = StopRule::kNoProgress;
+    d.reason = fmt::format("{} consecutive attempt(s) did not advance past step {} "
+                           "(--max-no-progress-restarts={})",
+                           no_progress_streak_, best_step_, options_.max_no_progress_restarts);
+    return d;
+  }
+  // Doubling without overflow: stop doubling once at the cap.
+  auto delay = options_.backoff_initial;
+  for (int i = 0; i < restarts_ && delay < options_.backoff_max; ++i) delay *= 2;
+  d.delay = std::min(delay, options_.backoff_max);
+  ++restarts_;
+  d.restart = true;
+  d.rule = StopRule::kRestart;
+  d.reason = fmt::format("restart {} of {} after {} ms back-off{}", restarts_,
+                         options_.max_restarts, d.delay.count(),
+                         outcome.hang ? " (hang)" : "");
+  return d;
+}
+
+}  // namespace ddprun::watchdog

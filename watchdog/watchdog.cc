@@ -1,0 +1,305 @@
+#include "watchdog/watchdog.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "watchdog/proc.h"
+
+namespace ddprun::watchdog {
+
+namespace {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string step_text(const WorkerStatus& w) {
+  return w.step >= 0 ? fmt::format("last step {}", w.step) : std::string("no step reported");
+}
+
+}  // namespace
+
+Millis WatchdogOptions::effective_grace() const {
+  const Millis grace = heartbeat_grace.count() > 0 ? heartbeat_grace : kDefaultGrace;
+  return std::max(grace, heartbeat_timeout);
+}
+
+Millis WatchdogOptions::effective_stuck_timeout() const {
+  if (stuck_timeout) return *stuck_timeout;
+  return heartbeat_timeout.count() > 0 ? heartbeat_timeout : silence_timeout;
+}
+
+bool WatchdogOptions::any_enabled() const {
+  return heartbeat_timeout.count() > 0 || silence_timeout.count() > 0 ||
+         effective_stuck_timeout().count() > 0;
+}
+
+const char* to_string(HangKind kind) {
+  switch (kind) {
+    case HangKind::kHeartbeat: return "heartbeat_timeout";
+    case HangKind::kSilence: return "silence_timeout";
+    case HangKind::kStopped: return "process_stopped";
+    case HangKind::kUninterruptible: return "uninterruptible_sleep";
+    case HangKind::kFileTimer: return "torch_file_timer";
+  }
+  return "unknown";
+}
+
+Watchdog::Watchdog(boost::asio::io_context& io, WatchdogOptions options, HangHandler on_hang)
+    : options_(options), on_hang_(std::move(on_hang)), deadline_timer_(io), poll_timer_(io) {}
+
+void Watchdog::add_worker(int local_rank, int global_rank, pid_t pid) {
+  WorkerStatus w;
+  w.local_rank = local_rank;
+  w.global_rank = global_rank;
+  w.pid = pid;
+  w.spawned = Clock::now();
+  w.last_output = w.spawned;
+  workers_.push_back(w);
+  if (fired_ || stopped_) return;
+  arm_deadline();
+  schedule_poll();
+}
+
+WorkerStatus* Watchdog::find_local(int local_rank) {
+  for (auto& w : workers_) {
+    if (w.local_rank == local_rank) return &w;
+  }
+  return nullptr;
+}
+
+void Watchdog::on_beat(const Beat& beat) {
+  for (auto& w : workers_) {
+    if (w.global_rank != beat.global_rank) continue;
+    ++w.beats;
+    w.last_beat = beat.received;
+    w.last_beat_wall = std::chrono::system_clock::now();
+    w.step = beat.step;
+    w.max_step = std::max(w.max_step, beat.step);
+    // Usually the deadline only moves later and the armed timer re-checks
+    // itself when it fires. The first beat can move it EARLIER (grace longer
+    // than the timeout), so re-arm then.
+    const bool earlier = armed_for_ && options_.heartbeat_timeout.count() > 0 &&
+                         beat.received + options_.heartbeat_timeout < *armed_for_;
+    if (earlier && !fired_ && !stopped_) {
+      arm_deadline();
+    }
+    return;
+  }
+  spdlog::debug("heartbeat from rank {} which has no worker on this agent", beat.global_rank);
+}
+
+void Watchdog::on_output(int local_rank) {
+  if (auto* w = find_local(local_rank)) {
+    w->last_output = Clock::now();
+    w->any_output = true;
+  }
+}
+
+void Watchdog::on_worker_exit(int local_rank) {
+  if (auto* w = find_local(local_rank)) w->exited = true;
+}
+
+void Watchdog::on_file_timer_expiry(const FileTimerExpiry& expiry) {
+  if (fired_ || stopped_) return;
+  // torch's client reports os.getpid(): the worker itself or a process it
+  // started (a dataloader, a shell's child).
+  const WorkerStatus* match = nullptr;
+  for (const auto& w : workers_) {
+    if (!w.exited && is_same_or_descendant(expiry.pid, w.pid)) match = &w;
+  }
+  HangEvent e;
+  e.kind = HangKind::kFileTimer;
+  e.pid = expiry.pid;
+  e.due = Clock::now();
+  e.detected = e.due;
+  const std::string scope = expiry.scopes.empty() ? "?" : expiry.scopes.front();
+  if (match == nullptr) {
+    spdlog::warn("torch file timer '{}' expired for pid {}, which is not one of this agent's "
+                 "workers; ignored",
+                 scope, expiry.pid);
+    return;
+  }
+  e.local_rank = match->local_rank;
+  e.global_rank = match->global_rank;
+  e.detail = fmt::format("torch FileTimer scope '{}' of pid {} expired (torchrun would send it "
+                         "signal {}); {}",
+                         scope, expiry.pid, expiry.signal, step_text(*match));
+  fire(std::move(e));
+}
+
+void Watchdog::stop() {
+  stopped_ = true;
+  deadline_timer_.cancel();
+  poll_timer_.cancel();
+  armed_for_.reset();
+  polling_ = false;
+}
+
+int64_t Watchdog::max_step() const {
+  int64_t m = -1;
+  for (const auto& w : workers_) m = std::max(m, w.max_step);
+  return m;
+}
+
+std::optional<Clock::time_point> Watchdog::heartbeat_due(const WorkerStatus& w) const {
+  if (options_.heartbeat_timeout.count() <= 0 || w.exited) return std::nullopt;
+  if (w.beats == 0) return w.spawned + options_.effective_grace();
+  return w.last_beat + options_.heartbeat_timeout;
+}
+
+std::optional<Clock::time_point> Watchdog::silence_due(const WorkerStatus& w) const {
+  if (options_.silence_timeout.count() <= 0 || w.exited) return std::nullopt;
+  return w.last_output + options_.silence_timeout;
+}
+
+std::optional<Clock::time_point> Watchdog::next_due() const {
+  std::optional<Clock::time_point> best;
+  for (const auto& w : workers_) {
+    for (auto due : {heartbeat_due(w), silence_due(w)}) {
+      if (due && (!best || *due < *best)) best = due;
+    }
+  }
+  return best;
+}
+
+void Watchdog::arm_deadline() {
+  const auto due = next_due();
+  if (!due) return;
+  if (armed_for_ && *armed_for_ <= *due) return;  // already waking up earlier
+  armed_for_ = due;
+  deadline_timer_.expires_at(*due);
+  deadline_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) on_deadline();
+  });
+}
+
+void Watchdog::on_deadline() {
+  armed_for_.reset();
+  if (fired_ || stopped_) return;
+  const auto now = Clock::now();
+  // The overdue deadline that passed first names the hang.
+  std::optional<HangEvent> first;
+  for (const auto& w : workers_) {
+    if (auto due = heartbeat_due(w); due && *due <= now && (!first || *due < first->due)) {
+      HangEvent e;
+      e.kind = HangKind::kHeartbeat;
+      e.timeout = w.beats == 0 ? options_.effective_grace() : options_.heartbeat_timeout;
+      e.due = *due;
+      e.detail = w.beats == 0
+                     ? fmt::format("no first heartbeat within the {:.2f} s grace after start",
+                                   seconds(e.timeout))
+                     : fmt::format("no heartbeat for {:.2f} s ({})", seconds(now - w.last_beat),
+                                   step_text(w));
+      e.local_rank = w.local_rank;
+      e.global_rank = w.global_rank;
+      e.pid = w.pid;
+      first = e;
+    }
+    if (auto due = silence_due(w); due && *due <= now && (!first || *due < first->due)) {
+      HangEvent e;
+      e.kind = HangKind::kSilence;
+      e.timeout = options_.silence_timeout;
+      e.due = *due;
+      e.detail = fmt::format("no output on stdout or stderr for {:.2f} s",
+                             seconds(now - w.last_output));
+      e.local_rank = w.local_rank;
+      e.global_rank = w.global_rank;
+      e.pid = w.pid;
+      first = e;
+    }
+  }
+  if (first) {
+    first->detected = now;
+    fire(std::move(*first));
+    return;
+  }
+  arm_deadline();
+}
+
+void Watchdog::schedule_poll() {
+  if (polling_ || options_.effective_stuck_timeout().count() <= 0) return;
+  polling_ = true;
+  poll_timer_.expires_after(options_.proc_poll_interval);
+  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
+    polling_ = false;
+    if (!ec) poll_proc();
+  });
+}
+
+void Watchdog::poll_proc() {
+  if (fired_ || stopped_) return;
+  const auto now = Clock::now();
+  const auto limit = options_.effective_stuck_timeout();
+  for (auto& w : workers_) {
+    if (w.exited) continue;
+    auto st = read_proc_stat(w.pid);
+    if (!st) continue;  // exiting; the agent will report the exit
+    w.proc_state = st->state;
+    const bool stuck = st->state == 'T' || st->state == 't' || st->state == 'D';
+    if (!stuck) {
+      w.stuck_since.reset();
+      continue;
+    }
+    if (!w.stuck_since) w.stuck_since = now;
+    if (now - *w.stuck_since >= limit) {
+      HangEvent e;
+      e.kind = st->state == 'D' ? HangKind::kUninterruptible : HangKind::kStopped;
+      e.timeout = limit;
+      e.due = *w.stuck_since + limit;
+      e.detected = now;
+      e.detail = fmt::format("process state {} ({}) for {:.2f} s", st->state,
+                             st->state == 'D' ? "uninterruptible sleep" : "stopped",
+                             seconds(now - *w.stuck_since));
+      e.local_rank = w.local_rank;
+      e.global_rank = w.global_rank;
+      e.pid = w.pid;
+      fire(std::move(e));
+      return;
+    }
+  }
+  schedule_poll();
+}
+
+void Watchdog::fire(HangEvent event) {
+  fired_ = true;
+  deadline_timer_.cancel();
+  poll_timer_.cancel();
+  armed_for_.reset();
+  spdlog::warn("hang detected on rank {} (pid {}): {}: {}", event.global_rank, event.pid,
+               to_string(event.kind), event.detail);
+  auto handler = on_hang_;  // the handler may destroy this watchdog
+  handler(event);
+}
+
+std::vector<int> Watchdog::stalled_ranks(const HangEvent& event) const {
+  std::vector<int> out{event.global_rank};
+  for (const auto& w : workers_) {
+    if (w.global_rank == event.global_rank || w.exited) continue;
+    bool overdue = false;
+    if (auto d = heartbeat_due(w); d && *d <= event.detected) overdue = true;
+    if (auto d = silence_due(w); d && *d <= event.detected) overdue = true;
+    if (w.stuck_since) overdue = true;
+    if (overdue) out.push_back(w.global_rank);
+  }
+  return out;
+}
+
+std::vector<int> Watchdog::suspects(const HangEvent& event) const {
+  int64_t furthest = -1;
+  for (const auto& w : workers_) {
+    if (!w.exited) furthest = std::max(furthest, w.step);
+  }
+  std::vector<const WorkerStatus*> behind;
+  for (const auto& w : workers_) {
+    if (!w.exited && furthest >= 0 && w.step < furthest) behind.push_back(&w);
+  }
+  if (behind.empty()) return stalled_ranks(event);
+  std::sort(behind.begin(), behind.end(),
+            [](const auto* a, const auto* b) { return a->step < b->step; });
+  std::vector<int> out;
+  for (const auto* w : behind) out.push_back(w->global_rank);
+  return out;
+}
+
+}  // namespace ddprun::watchdog
