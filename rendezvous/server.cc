@@ -333,6 +333,7 @@ void Server::close() {
 
 size_t Server::num_connections() const { return impl_->conns.size(); }
 size_t Server::num_keys() const { return impl_->table.num_keys(); }
+size_t Server::num_waiters() const { return impl_->table.num_waiters(); }
 
 uint64_t raise_fd_limit() {
   rlimit rl{};

@@ -52,6 +52,8 @@ class Server {
   void close();
   size_t num_connections() const;
   size_t num_keys() const;
+  // Requests blocked in get/wait/multi-get (tests wait on this).
+  size_t num_waiters() const;
 
   struct Impl;
 

@@ -1,6 +1,7 @@
 #include "rendezvous/table.h"
 
 #include <charconv>
+#include <unordered_set>
 
 namespace ddprun::rendezvous {
 
@@ -47,9 +48,9 @@ std::string quoted(const std::string& key) {
 }  // namespace
 
 size_t Table::num_waiters() const {
-  size_t n = 0;
-  for (const auto& [key, list] : waiters_) n += list.size();
-  return n;
+  std::unordered_set<const Waiter*> distinct;
+  for (const auto& [key, list] : waiters_) distinct.insert(list.begin(), list.end());
+  return distinct.size();
 }
 
 bool Table::all_present(const std::vector<std::string>& keys) const {

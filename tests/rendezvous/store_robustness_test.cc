@@ -1,0 +1,248 @@
+// Hostile and unlucky clients: bad frames, limits, slow-loris, wrong
+// tokens, connection limits, server restarts. After each, the server must
+// still serve a well-behaved client.
+#include <doctest/doctest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <random>
+#include <sstream>
+
+#include "rendezvous/auth.h"
+#include "tests/rendezvous/test_util.h"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+
+void still_serves(ServerThread& server, const std::string& token = "") {
+  Client c(server.client_options(token));
+  c.set("alive", B("yes"));
+  CHECK(c.get("alive", 1s) == B("yes"));
+}
+
+std::string error_text(const wire::Bytes& payload) {
+  REQUIRE(!payload.empty());
+  CHECK(payload[0] == static_cast<uint8_t>(wire::Status::kError));
+  std::string message;
+  wire::Reader r(payload.data() + 1, payload.size() - 1);
+  r.str(message, wire::kMaxFrameSize);
+  return message;
+}
+
+// Captures the server's log lines for the duration of a test.
+struct LogCapture {
+  std::ostringstream text;
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  LogCapture() {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous); }
+  std::string str() {
+    spdlog::default_logger()->flush();
+    return text.str();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("garbage bytes get an error reply and a closed connection; others are served") {
+  ServerThread server;
+  std::mt19937 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    RawConn raw(server.port());
+    REQUIRE(raw.read_frame());  // greeting
+    wire::Bytes junk(64 + round * 13);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    // A whole frame, so the parser must look inside it.
+    junk[0] = static_cast<uint8_t>(junk.size() - 4);
+    junk[1] = static_cast<uint8_t>((junk.size() - 4) >> 8);
+    junk[2] = junk[3] = 0;
+    junk[4] = 0xEE;  // no such opcode
+    raw.send(junk);
+    auto reply = raw.read_frame();
+    REQUIRE(reply);
+    CHECK(error_text(*reply).find("unknown opcode 238") != std::string::npos);
+    CHECK(raw.closed_by_server());
+  }
+  still_serves(server);
+}
+
+TEST_CASE("a frame header over the size limit is refused before its body arrives") {
+  ServerThread server;
+  RawConn raw(server.port());
+  REQUIRE(raw.read_frame());
+  raw.send({0xff, 0xff, 0xff, 0x7f});
+  auto reply = raw.read_frame();
+  REQUIRE(reply);
+  CHECK(error_text(*reply).find("exceeds the limit") != std::string::npos);
+  CHECK(raw.closed_by_server());
+  still_serves(server);
+}
+
+TEST_CASE("a truncated frame followed by a hang-up leaves the server serving") {
+  ServerThread server;
+  {
+    RawConn raw(server.port());
+    REQUIRE(raw.read_frame());
+    wire::Request q;
+    q.op = wire::Op::kSet;
+    q.keys = {"half"};
+    q.values = {wire::Bytes(1000, 1)};
+    wire::Bytes f = wire::encode_request(q);
+    f.resize(f.size() / 2);
+    raw.send(f);
+  }
+  still_serves(server);
+  CHECK_FALSE(Client(server.client_options()).check({"half"}));
+}
+
+TEST_CASE("oversized keys and values are refused with an error naming the limit") {
+  ServerThread server;
+  Client c(server.client_options());
+  CHECK_THROWS_WITH_AS(c.set(std::string(wire::kMaxKeySize + 1, 'k'), B("v")),
+                       doctest::Contains("key longer than 4096"), StoreError);
+  // the same client reconnects for its next call
+  c.set("ok", B("1"));
+  CHECK_THROWS_WITH_AS(c.set("big", wire::Bytes(wire::kMaxValueSize + 1)),
+                       doctest::Contains("value longer than"), StoreError);
+  c.set("big", wire::Bytes(wire::kMaxValueSize));
+  CHECK_THROWS_WITH_AS(c.append("big", B("x")), doctest::Contains("would exceed"), StoreError);
+  CHECK(c.get("big", 1s).size() == wire::kMaxValueSize);
+  still_serves(server);
+}
+
+TEST_CASE("the store refuses writes beyond its byte budget") {
+  ServerOptions o;
+  o.max_store_bytes = 1000;
+  ServerThread server(o);
+  Client c(server.client_options());
+  c.set("a", wire::Bytes(900));
+  CHECK_THROWS_WITH_AS(c.set("b", wire::Bytes(200)), doctest::Contains("store full"), StoreError);
+  c.remove("a");
+  c.set("b", wire::Bytes(200));
+}
+
+TEST_CASE("a slow-loris client is closed; others are served meanwhile") {
+  ServerOptions o;
+  o.partial_frame_timeout = 300ms;
+  ServerThread server(o);
+  RawConn loris(server.port());
+  REQUIRE(loris.read_frame());
+  loris.send({10, 0});  // half a header, then nothing
+  still_serves(server);
+  CHECK(loris.closed_by_server(10s));
+  CHECK(server.wait_for_state([](ServerThread& s) { return s.connections() == 0; }));
+}
+
+TEST_CASE("a blocked get is not mistaken for a slow-loris") {
+  ServerOptions o;
+  o.partial_frame_timeout = 100ms;
+  ServerThread server(o);
+  Client c(server.client_options());
+  CHECK_THROWS_AS(c.get("k", 400ms), TimeoutError);  // outlives the partial-frame window
+  c.set("k", B("v"));
+  CHECK(c.get("k", 1s) == B("v"));
+}
+
+TEST_CASE("a wrong or missing token is refused on both sides; the right one works") {
+  LogCapture log;
+  ServerOptions o;
+  o.token = "s3cret-token";
+  ServerThread server(o);
+  CHECK_THROWS_WITH_AS(Client(server.client_options("wrong")),
+                       doctest::Contains("refused the token"), StoreError);
+  CHECK_THROWS_WITH_AS(Client(server.client_options("")), doctest::Contains("requires a token"),
+                       StoreError);
+  {
+    RawConn raw(server.port());
+    REQUIRE(raw.read_frame());
+    wire::Request q;
+    q.op = wire::Op::kSet;
+    q.keys = {"sneaky"};
+    q.values = {B("x")};
+    raw.send(wire::encode_request(q));
+    auto reply = raw.read_frame();
+    REQUIRE(reply);
+    CHECK(error_text(*reply).find("authentication required") != std::string::npos);
+    CHECK(raw.closed_by_server());
+  }
+  still_serves(server, "s3cret-token");
+  CHECK_FALSE(Client(server.client_options("s3cret-token")).check({"sneaky"}));
+  std::string logged = log.str();
+  CHECK(logged.find("refused 127.0.0.1:") != std::string::npos);
+  CHECK(logged.find("wrong token") != std::string::npos);
+  CHECK(logged.find("s3cret") == std::string::npos);
+}
+
+TEST_CASE("a replayed auth answer for another nonce is refused") {
+  ServerOptions o;
+  o.token = "t";
+  ServerThread server(o);
+  RawConn raw(server.port());
+  auto g = raw.read_frame();
+  REQUIRE(g);
+  auto greeting = wire::parse_greeting(g->data(), g->size());
+  REQUIRE(greeting);
+  REQUIRE(greeting->auth_required);
+  wire::Bytes other_nonce(wire::kNonceSize, 0);
+  wire::Request q;
+  q.op = wire::Op::kAuth;
+  q.values = {auth_mac("t", other_nonce)};
+  raw.send(wire::encode_request(q));
+  auto reply = raw.read_frame();
+  REQUIRE(reply);
+  CHECK(error_text(*reply).find("wrong token") != std::string::npos);
+}
+
+TEST_CASE("a silent unauthenticated connection is closed after the handshake window") {
+  ServerOptions o;
+  o.token = "t";
+  o.handshake_timeout = 200ms;
+  ServerThread server(o);
+  RawConn raw(server.port());
+  REQUIRE(raw.read_frame());
+  CHECK(raw.closed_by_server());
+}
+
+TEST_CASE("connections beyond the limit are turned away") {
+  ServerOptions o;
+  o.max_connections = 2;
+  ServerThread server(o);
+  auto a = std::make_unique<Client>(server.client_options());
+  Client b(server.client_options());
+  auto opts = server.client_options();
+  opts.connect_timeout = 300ms;
+  CHECK_THROWS_WITH_AS(Client{opts}, doctest::Contains("cannot connect to store at 127.0.0.1:"),
+                       StoreError);
+  a.reset();
+  REQUIRE(server.wait_for_state([](ServerThread& s) { return s.connections() == 1; }));
+  Client c(server.client_options());
+  c.ping();
+}
+
+TEST_CASE("the client reconnects after the server restarts on the same port") {
+  auto server = std::make_unique<ServerThread>();
+  uint16_t port = server->port();
+  Client c(server->client_options());
+  c.set("before", B("1"));
+  server.reset();  // closes every connection
+  ServerOptions o;
+  o.port = port;
+  server = std::make_unique<ServerThread>(o);
+  c.add("after", 2);  // not retried: the client finds the old connection dead first
+  CHECK(c.get("after", 1s) == B("2"));
+  CHECK_FALSE(c.check({"before"}));
+}
+
+TEST_CASE("a dead store is reported within the deadline, naming its address") {
+  auto server = std::make_unique<ServerThread>();
+  auto opts = server->client_options();
+  opts.connect_timeout = 300ms;
+  Client c(opts);
+  server.reset();
+  CHECK_THROWS_WITH_AS(c.set("k", B("v")),
+                       doctest::Contains(("127.0.0.1:" + std::to_string(opts.port)).c_str()), StoreError);
+}
