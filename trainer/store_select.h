@@ -11,11 +11,7 @@
 #include <chrono>
 #include <string>
 
-#include <c10/util/intrusive_ptr.h>
-
-namespace c10d {
-class Store;
-}
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace ddprun::trainer {
 

@@ -13,7 +13,6 @@
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <spdlog/spdlog.h>
 
 #include "trainer/error.h"
@@ -104,6 +103,12 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
 
   try {
+    if (w.rank == 0) {
+      spdlog::info("{} ranks meet through {}", w.world_size,
+                   sc.ddprun_store ? "the ddprun store (DDPRUN_STORE_ADDR)"
+                                   : "c10d::TCPStore at " + sc.master_addr + ":" +
+                                         std::to_string(sc.master_port));
+    }
     const TrainResult r = run_training(o, w, make_store(sc), &g_stop);
     if (r.stopped_by_signal) {
       spdlog::warn("stopped by SIGTERM after step {}", r.steps_done);

@@ -42,6 +42,7 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
     backend = nccl_available(&why) ? Backend::kNccl : Backend::kGloo;
   }
   if (backend == Backend::kNccl) {
+    if (!nccl_available(&why)) throw TrainerError("--backend nccl: " + why);
     *device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w.local_rank));
     NcclOptions no;
     no.rank = w.rank;

@@ -91,6 +91,11 @@ class Process {
     return status_;
   }
 
+  // Sends `sig` to the process itself (not its group).
+  void signal(int sig) {
+    if (!exited_) ::kill(pid_, sig);
+  }
+
   std::string output() const {
     std::ifstream in(log_path_);
     std::stringstream ss;
