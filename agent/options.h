@@ -87,6 +87,22 @@ struct Options {
   // 0 disables. Not interpreted by the agent itself.
   double heartbeat_timeout_s = 0.0;
   double silence_timeout_s = 0.0;
+  // --heartbeat-grace: seconds for each worker's FIRST beat (start-up,
+  // compilation); 0 means max(--heartbeat-timeout, 60).
+  double heartbeat_grace_s = 0.0;
+  // --stuck-timeout: seconds a worker may stay stopped (T) or in
+  // uninterruptible sleep (D); negative means the heartbeat timeout, else
+  // the silence timeout; 0 disables.
+  double stuck_timeout_s = -1.0;
+  // --restart-backoff: seconds before the first restart, doubling with each
+  // restart (capped at 30 s).
+  double restart_backoff_s = 0.1;
+  // --max-no-progress-restarts: stop after this many attempts in a row whose
+  // highest heartbeat step did not advance; 0 disables.
+  int max_no_progress_restarts = 0;
+  // --no-restart-exit-codes: a worker exiting with one of these ends the job
+  // without restarting (e.g. 2, a usage error).
+  std::vector<int> no_restart_exit_codes;
   // --signals-to-handle: signals forwarded to workers before ddprun exits
   // with 128+signal.
   std::vector<int> signals_to_handle;  // launcher fills SIGTERM,SIGINT,SIGHUP,SIGQUIT

@@ -108,6 +108,11 @@ struct RawFlags {
   double term_timeout = 30;
   double heartbeat_timeout = 0;
   double silence_timeout = 0;
+  double heartbeat_grace = 0;
+  double stuck_timeout = -1;
+  double restart_backoff = 0.1;
+  int max_no_progress_restarts = 0;
+  std::string no_restart_exit_codes;
   std::string prefix_template;
 };
 
@@ -175,6 +180,20 @@ void define_flags(CLI::App& app, RawFlags& f) {
       "Seconds without a heartbeat before a worker counts as hung; 0 off [0]");
   opt("--silence-timeout,--silence_timeout", f.silence_timeout, "PET_SILENCE_TIMEOUT", H,
       "Seconds without output before a worker counts as hung; 0 off [0]");
+  opt("--heartbeat-grace,--heartbeat_grace", f.heartbeat_grace, "PET_HEARTBEAT_GRACE", H,
+      "Seconds for each worker's first heartbeat (start-up, compilation) "
+      "[max(--heartbeat-timeout, 60)]");
+  opt("--stuck-timeout,--stuck_timeout", f.stuck_timeout, "PET_STUCK_TIMEOUT", H,
+      "Seconds a worker may stay stopped (T) or in uninterruptible sleep (D); 0 off "
+      "[--heartbeat-timeout, else --silence-timeout]");
+  opt("--restart-backoff,--restart_backoff", f.restart_backoff, "PET_RESTART_BACKOFF", T,
+      "Seconds before the first restart, doubling per restart up to 30 [0.1]");
+  opt("--max-no-progress-restarts,--max_no_progress_restarts", f.max_no_progress_restarts,
+      "PET_MAX_NO_PROGRESS_RESTARTS", T,
+      "Stop after N attempts in a row whose highest heartbeat step did not advance; 0 off [0]");
+  opt("--no-restart-exit-codes,--no_restart_exit_codes", f.no_restart_exit_codes,
+      "PET_NO_RESTART_EXIT_CODES", T,
+      "Worker exit codes that end the job without a restart, e.g. 2,64 [none]");
 
   const char* O = "Output";
   opt("--log-dir,--log_dir", f.log_dir, "PET_LOG_DIR", O,
@@ -212,6 +231,9 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   if (f.term_timeout < 0) throw UsageError("--term-timeout must be >= 0");
   if (f.heartbeat_timeout < 0) throw UsageError("--heartbeat-timeout must be >= 0");
   if (f.silence_timeout < 0) throw UsageError("--silence-timeout must be >= 0");
+  if (f.heartbeat_grace < 0) throw UsageError("--heartbeat-grace must be >= 0");
+  if (f.restart_backoff < 0) throw UsageError("--restart-backoff must be >= 0");
+  if (f.max_no_progress_restarts < 0) throw UsageError("--max-no-progress-restarts must be >= 0");
   if (f.master_port != -1 && (f.master_port < 0 || f.master_port > 65535))
     throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
   o.node_rank = f.node_rank;
@@ -242,6 +264,12 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   o.term_timeout_s = f.term_timeout;
   o.heartbeat_timeout_s = f.heartbeat_timeout;
   o.silence_timeout_s = f.silence_timeout;
+  o.heartbeat_grace_s = f.heartbeat_grace;
+  o.stuck_timeout_s = f.stuck_timeout;
+  o.restart_backoff_s = f.restart_backoff;
+  o.max_no_progress_restarts = f.max_no_progress_restarts;
+  for (const auto& c : split(f.no_restart_exit_codes, ','))
+    o.no_restart_exit_codes.push_back(to_int("--no-restart-exit-codes", c, 0));
   for (const auto& name : split(f.signals, ',')) {
     int sig = agent::parse_signal(name);
     if (sig == 0) throw UsageError("--signals-to-handle: unknown signal '" + name + "'");

@@ -7,6 +7,7 @@
 
 #include "agent/agent.h"
 #include "launcher/cli.h"
+#include "watchdog/agent_hook.h"
 
 int main(int argc, char** argv) {
   auto logger = spdlog::stderr_logger_st("ddprun");
@@ -29,6 +30,16 @@ int main(int argc, char** argv) {
                  "(see ddprun --help)\n", parsed.options.min_nodes, parsed.options.max_nodes);
     return ddprun::launcher::kUsageExit;
   }
-  ddprun::agent::Agent agent(std::move(parsed.options));
+  // The hang watchdog and its restart policy (watchdog/agent_hook.h).
+  auto& options = parsed.options;
+  options.pythonpath_prepend.push_back(ddprun::watchdog::heartbeat_python_dir());
+  auto policy = std::make_unique<ddprun::watchdog::JobRestartPolicy>(
+      ddprun::watchdog::restart_options_from(options));
+  auto* job_policy = policy.get();
+  const auto hook_options = ddprun::watchdog::hook_options_from(options);
+  ddprun::agent::Agent agent(std::move(options), nullptr, std::move(policy));
+  ddprun::watchdog::WatchdogHook watchdog(agent.io(), hook_options);
+  job_policy->attach(&watchdog);
+  agent.add_hooks(&watchdog);
   return agent.run();
 }

@@ -1,0 +1,276 @@
+#include "watchdog/agent_hook.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "agent/worker_env.h"
+
+namespace ddprun::watchdog {
+
+namespace fs = std::filesystem;
+
+std::string heartbeat_python_dir() {
+  std::error_code ec;
+  const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+  const fs::path installed =
+      fs::path(exe).parent_path().parent_path() / DDPRUN_WATCHDOG_PYTHON_INSTALL_DIR;
+  if (!exe.empty() && fs::exists(installed / "ddprun_heartbeat.py", ec)) {
+    return installed.lexically_normal().string();
+  }
+  return DDPRUN_WATCHDOG_PYTHON_DIR;
+}
+
+namespace {
+
+Millis to_ms(double seconds) { return Millis(static_cast<int64_t>(seconds * 1000.0 + 0.5)); }
+
+std::string base_env_value(const agent::Options& o, const std::string& key) {
+  for (const auto& kv : o.base_env) {
+    if (kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=') {
+      return kv.substr(key.size() + 1);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+HookOptions hook_options_from(const agent::Options& o) {
+  HookOptions h;
+  h.detect.heartbeat_timeout = to_ms(o.heartbeat_timeout_s);
+  h.detect.heartbeat_grace = to_ms(o.heartbeat_grace_s);
+  h.detect.silence_timeout = to_ms(o.silence_timeout_s);
+  if (o.stuck_timeout_s >= 0) h.detect.stuck_timeout = to_ms(o.stuck_timeout_s);
+  h.is_python = o.is_python;
+  // torchrun: the server runs only for the exact value "1".
+  h.file_timer = base_env_value(o, kEnableFileTimerEnv) == "1";
+  h.timer_file = base_env_value(o, kTimerFileEnv);
+  return h;
+}
+
+RestartPolicyOptions restart_options_from(const agent::Options& o) {
+  RestartPolicyOptions r;
+  r.max_restarts = o.max_restarts;
+  r.backoff_initial = to_ms(o.restart_backoff_s);
+  r.max_no_progress_restarts = o.max_no_progress_restarts;
+  r.no_restart_exit_codes = o.no_restart_exit_codes;
+  return r;
+}
+
+WatchdogHook::WatchdogHook(boost::asio::io_context& io, HookOptions options)
+    : io_(io), options_(std::move(options)) {}
+
+WatchdogHook::~WatchdogHook() = default;
+
+void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
+  attempt_ = attempt.restart_count;
+  attempt_dir_ = attempt.log_dir;
+  report_.reset();
+  control_ = nullptr;
+  dog_ = std::make_unique<Watchdog>(io_, options_.detect,
+                                    [this](const HangEvent& e) { on_hang(e); });
+  // The run directory (parent of attempt_<n>) holds the job's event log.
+  if (!events_) {
+    const std::string run_dir = fs::path(attempt_dir_).parent_path().string();
+    try {
+      events_ = std::make_unique<EventLog>(run_dir + "/events.jsonl");
+      events_->write("start", attempt_, {}, "job started",
+                     {{"heartbeat_timeout_s", options_.detect.heartbeat_timeout.count() / 1e3},
+                      {"silence_timeout_s", options_.detect.silence_timeout.count() / 1e3},
+                      {"stuck_timeout_s", options_.detect.effective_stuck_timeout().count() / 1e3},
+                      {"file_timer", options_.file_timer}});
+    } catch (const std::exception& e) {
+      spdlog::warn("no event log: {}", e.what());
+    }
+  }
+  // A fresh socket per attempt: beats queued by the previous group's
+  // workers die with the old socket.
+  heartbeats_.reset();
+  try {
+    heartbeats_ = std::make_unique<HeartbeatServer>(
+        io_, choose_socket_path(attempt_dir_), [this](const Beat& b) {
+          if (dog_) dog_->on_beat(b);
+        });
+  } catch (const std::exception& e) {
+    spdlog::warn("heartbeats disabled for attempt {}: {}", attempt_, e.what());
+  }
+  timers_.reset();
+  if (options_.file_timer) {
+    const std::string path =
+        options_.timer_file.empty() ? attempt_dir_ + "/watchdog_timer" : options_.timer_file;
+    try {
+      timers_ = std::make_unique<FileTimerServer>(io_, path, [this](const FileTimerExpiry& e) {
+        if (dog_) dog_->on_file_timer_expiry(e);
+      });
+    } catch (const std::exception& e) {
+      spdlog::warn("torch file timers not served for attempt {}: {}", attempt_, e.what());
+    }
+  }
+}
+
+void WatchdogHook::add_worker_env(const agent::AttemptInfo& attempt, int local_rank,
+                                  agent::EnvMap& env) {
+  if (local_rank == 0 || attempt.restart_count != attempt_) begin_attempt(attempt);
+  if (heartbeats_) env[agent::kEnvHeartbeatSocket] = heartbeats_->path();
+  if (timers_) env[kTimerFileEnv] = timers_->path();
+  const bool detecting = options_.detect.any_enabled() || options_.file_timer;
+  if (detecting && options_.is_python && !env.count("PYTHONFAULTHANDLER")) {
+    env["PYTHONFAULTHANDLER"] = "1";
+  }
+}
+
+void WatchdogHook::workers_started(const agent::AttemptInfo& attempt,
+                                   agent::AttemptControl& control) {
+  info_ = attempt;
+  control_ = &control;
+  for (const auto& w : attempt.workers) dog_->add_worker(w.local_rank, w.rank, w.pid);
+  if (events_) {
+    events_->write("rendezvous", attempt_, all_ranks(), "workers started",
+                   {{"world_size", attempt.round.world_size},
+                    {"group_rank", attempt.round.group_rank},
+                    {"master_addr", attempt.round.master_addr},
+                    {"master_port", attempt.round.master_port},
+                    {"heartbeat_socket", heartbeats_ ? heartbeats_->path() : ""}});
+  }
+}
+
+void WatchdogHook::output(int local_rank, agent::Stream, std::string_view) {
+  if (dog_) dog_->on_output(local_rank);
+}
+
+void WatchdogHook::worker_exited(const agent::WorkerEnd& end) {
+  if (dog_) dog_->on_worker_exit(end.worker.local_rank);
+  if (events_) {
+    events_->write("worker_exit", attempt_, {end.worker.rank}, end.status.describe(),
+                   {{"pid", end.worker.pid}, {"exit_code", end.status.shell_code()}});
+  }
+}
+
+std::vector<int> WatchdogHook::all_ranks() const {
+  std::vector<int> ranks;
+  for (const auto& w : info_.workers) ranks.push_back(w.rank);
+  return ranks;
+}
+
+void WatchdogHook::on_hang(const HangEvent& event) {
+  report_ = make_hang_report(*dog_, event, attempt_);
+  // Stacks for the stalled ranks and the suspects, the event's rank first.
+  std::vector<int> ranks = report_->stalled;
+  for (int r : report_->suspects) {
+    if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
+  }
+  std::vector<int> abort_targets;  // local ranks that print their own traceback
+  int gdb_left = options_.max_gdb_captures;
+  for (int rank : ranks) {
+    auto it = std::find_if(info_.workers.begin(), info_.workers.end(),
+                           [&](const auto& w) { return w.rank == rank; });
+    if (it == info_.workers.end()) continue;
+    if (python_faulthandler_enabled(it->pid)) {
+      StackCapture c;
+      c.global_rank = rank;
+      c.pid = it->pid;
+      c.method = StackMethod::kPythonFaulthandler;
+      c.path = it->stderr_log;
+      if (c.path.empty()) c.note = "traceback printed to the console (no --log-dir)";
+      report_->stacks.push_back(c);
+      abort_targets.push_back(it->local_rank);
+    } else if (gdb_left-- > 0) {
+      report_->stacks.push_back(capture_native_stack(it->pid, rank, attempt_dir_, options_.stacks));
+    }
+  }
+  for (const auto& w : info_.workers) {
+    if (!w.stdout_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stdout_log);
+    if (!w.stderr_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stderr_log);
+  }
+  try {
+    report_->write(attempt_dir_);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot write the hang report: {}", e.what());
+  }
+  if (events_) {
+    events_->write("hang_detected", attempt_, report_->stalled, event.detail,
+                   {{"kind", to_string(event.kind)},
+                    {"rank", event.global_rank},
+                    {"suspects", report_->suspects},
+                    {"detected_after_due_ms",
+                     std::chrono::duration<double, std::milli>(event.detected - event.due).count()},
+                    {"report", attempt_dir_ + "/hang_report.json"}});
+  }
+  agent::FailRequest req;
+  req.reason = report_->summary(attempt_dir_);
+  req.local_rank = event.local_rank;
+  req.exit_code = 1;
+  if (!abort_targets.empty()) {
+    req.signal = SIGABRT;
+    req.targets = abort_targets;
+    req.wait = options_.traceback_wait;
+  }
+  if (control_) control_->fail_attempt(req);
+  // Stopped workers would hold the pending SIGABRT/SIGTERM until SIGKILL:
+  // continue them so the teardown is quick.
+  for (const auto& w : info_.workers) ::kill(-w.pid, SIGCONT);
+}
+
+void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
+  last_max_step_ = dog_ ? dog_->max_step() : -1;
+  last_hang_.reset();
+  last_report_dir_.clear();
+  if (dog_) dog_->stop();
+  if (report_) {
+    last_hang_ = report_->event;
+    last_report_dir_ = attempt_dir_;
+    // Faulthandler's tracebacks are in the logs now that the workers died.
+    for (auto& s : report_->stacks) {
+      if (s.method != StackMethod::kPythonFaulthandler || s.path.empty()) continue;
+      s.text = extract_python_traceback(s.path);
+      if (s.text.empty()) s.note = "no faulthandler traceback found in the log";
+    }
+    try {
+      report_->write(attempt_dir_);
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot write the hang report: {}", e.what());
+    }
+  }
+  if (events_ && result.outcome != agent::Outcome::kFailed) {
+    const bool ok = result.outcome == agent::Outcome::kSucceeded;
+    events_->write("done", attempt_, all_ranks(),
+                   ok ? "succeeded" : "interrupted by " + agent::signal_name(result.signal),
+                   {{"max_step", last_max_step_}});
+  }
+  // Sockets and FIFO go with the attempt; the io_context may still hold
+  // their cancelled handlers, which do not touch them.
+  heartbeats_.reset();
+  timers_.reset();
+  control_ = nullptr;
+}
+
+agent::RestartDecision JobRestartPolicy::decide(const agent::AttemptResult& failed,
+                                                int max_restarts) {
+  if (!policy_) {
+    options_.max_restarts = max_restarts;
+    policy_.emplace(options_);
+  }
+  AttemptOutcome o;
+  o.hang = hook_ && hook_->last_attempt_hung();
+  o.max_step = hook_ ? hook_->last_attempt_max_step() : -1;
+  // Only the root cause's own exit code: the rest were stopped by teardown.
+  if (failed.root && failed.root->status) o.exit_codes.push_back(failed.root->status->shell_code());
+  const watchdog::RestartDecision d = policy_->on_attempt_end(o);
+  if (auto* ev = hook_ ? hook_->events() : nullptr) {
+    ev->write(d.restart ? "restart" : "done", failed.restart_count, {},
+              d.restart ? d.reason : "failed: " + d.reason,
+              {{"rule", to_string(d.rule)}, {"delay_ms", d.delay.count()},
+               {"hang", o.hang}, {"max_step", o.max_step}});
+  }
+  agent::RestartDecision out;
+  out.restart = d.restart;
+  out.delay = d.delay;
+  out.why = d.reason;
+  return out;
+}
+
+}  // namespace ddprun::watchdog

@@ -1,0 +1,126 @@
+// The watchdog plugged into the agent (agent/hooks.h): one WatchdogHook per
+// job, living as long as the agent.
+//
+// Per attempt it binds the heartbeat socket (DDPRUN_HEARTBEAT_SOCKET), serves
+// torch's file timer when TORCHELASTIC_ENABLE_FILE_TIMER=1 (workers get
+// TORCHELASTIC_TIMER_FILE), runs a Watchdog over the workers, and on a hang:
+// captures stacks (SIGABRT to faulthandler-enabled Python workers through
+// fail_attempt's pre-signal, gdb or /proc for the others), writes
+// hang_report.{json,txt} in the attempt's log directory, SIGCONTs stopped
+// workers so the teardown reaches them, and fails the attempt with a
+// one-paragraph reason that the failure summary shows.
+//
+// JobRestartPolicy (agent/restart_policy.h) applies restart_policy.h's rules
+// using the hook's knowledge of the attempt (hang, highest step), and
+// both write the job's events.jsonl in the run directory.
+//
+// Thread safety: agent loop thread only (as every hook).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/hooks.h"
+#include "agent/options.h"
+#include "agent/restart_policy.h"
+#include "watchdog/event_log.h"
+#include "watchdog/file_timer_server.h"
+#include "watchdog/hang_report.h"
+#include "watchdog/heartbeat_server.h"
+#include "watchdog/restart_policy.h"
+#include "watchdog/stack_capture.h"
+#include "watchdog/watchdog.h"
+
+namespace ddprun::watchdog {
+
+struct HookOptions {
+  WatchdogOptions detect;
+  StackCaptureOptions stacks;
+  // Workers run a Python interpreter: set PYTHONFAULTHANDLER=1 (unless the
+  // user set it) while any detector is on, so SIGABRT prints tracebacks.
+  bool is_python = false;
+  // Serve torch's file timer (the agent's TORCHELASTIC_ENABLE_FILE_TIMER=1).
+  bool file_timer = false;
+  // FIFO path (the agent's TORCHELASTIC_TIMER_FILE); empty: a file in the
+  // attempt's log directory.
+  std::string timer_file;
+  // How long SIGABRTed Python workers get to print before the teardown.
+  std::chrono::milliseconds traceback_wait{5000};
+  // At most this many hung ranks get a gdb capture (each may take seconds).
+  int max_gdb_captures = 4;
+};
+
+// The folder with ddprun_heartbeat.py for workers' PYTHONPATH: the installed
+// copy next to this program (<prefix>/bin/ddprun ->
+// <prefix>/share/ddprun/python) when present, else the source tree's.
+std::string heartbeat_python_dir();
+
+// The watchdog's settings from the agent's options; TORCHELASTIC_ENABLE_FILE_TIMER
+// and TORCHELASTIC_TIMER_FILE are read from options.base_env (the launcher's
+// environment), as torchrun's agent reads its own.
+HookOptions hook_options_from(const agent::Options& options);
+RestartPolicyOptions restart_options_from(const agent::Options& options);
+
+class WatchdogHook : public agent::AgentHooks {
+ public:
+  WatchdogHook(boost::asio::io_context& io, HookOptions options);
+  ~WatchdogHook() override;
+
+  void add_worker_env(const agent::AttemptInfo& attempt, int local_rank,
+                      agent::EnvMap& env) override;
+  void workers_started(const agent::AttemptInfo& attempt,
+                       agent::AttemptControl& control) override;
+  void output(int local_rank, agent::Stream stream, std::string_view data) override;
+  void worker_exited(const agent::WorkerEnd& end) override;
+  void attempt_ended(const agent::AttemptResult& result) override;
+
+  // For JobRestartPolicy and tests.
+  bool last_attempt_hung() const { return last_hang_.has_value(); }
+  int64_t last_attempt_max_step() const { return last_max_step_; }
+  EventLog* events() { return events_.get(); }
+  // The last hang's report directory ("" when none).
+  const std::string& last_report_dir() const { return last_report_dir_; }
+
+ private:
+  void begin_attempt(const agent::AttemptInfo& attempt);
+  void on_hang(const HangEvent& event);
+  std::vector<int> all_ranks() const;
+
+  boost::asio::io_context& io_;
+  HookOptions options_;
+  std::unique_ptr<EventLog> events_;
+  // Per attempt.
+  int attempt_ = -1;
+  std::string attempt_dir_;
+  agent::AttemptInfo info_;
+  agent::AttemptControl* control_ = nullptr;
+  std::unique_ptr<Watchdog> dog_;
+  std::unique_ptr<HeartbeatServer> heartbeats_;
+  std::unique_ptr<FileTimerServer> timers_;
+  std::optional<HangReport> report_;
+  // Outcome of the attempt that ended last.
+  std::optional<HangEvent> last_hang_;
+  int64_t last_max_step_ = -1;
+  std::string last_report_dir_;
+};
+
+// restart_policy.h's rules behind the agent's RestartPolicy seam.
+class JobRestartPolicy : public agent::RestartPolicy {
+ public:
+  explicit JobRestartPolicy(RestartPolicyOptions options) : options_(std::move(options)) {}
+  // The hook whose attempt knowledge (hang, highest step) feeds the rules;
+  // without one, every attempt counts as "no step reported".
+  void attach(WatchdogHook* hook) { hook_ = hook; }
+  agent::RestartDecision decide(const agent::AttemptResult& failed, int max_restarts) override;
+
+ private:
+  RestartPolicyOptions options_;
+  std::optional<watchdog::RestartPolicy> policy_;
+  WatchdogHook* hook_ = nullptr;
+};
+
+}  // namespace ddprun::watchdog
