@@ -1,0 +1,186 @@
+#include "tests/agent/ddprun_process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace ddprun::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int remaining_ms(Clock::time_point until) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+}  // namespace
+
+DdprunProcess::DdprunProcess(std::vector<std::string> args, std::vector<std::string> extra_env,
+                             std::string program) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+    throw std::runtime_error("pipe2 failed");
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  for (auto& e : extra_env) env.push_back(e);
+  args.insert(args.begin(), program);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    execve(program.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  out_fd_ = out[0];
+  err_fd_ = err[0];
+}
+
+DdprunProcess::~DdprunProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    wait_child(pid_, Seconds(10), nullptr);
+  }
+  if (out_fd_ >= 0) close(out_fd_);
+  if (err_fd_ >= 0) close(err_fd_);
+}
+
+bool DdprunProcess::pump(Clock::time_point until) {
+  pollfd fds[2];
+  int n = 0;
+  if (out_fd_ >= 0) fds[n++] = {out_fd_, POLLIN, 0};
+  if (err_fd_ >= 0) fds[n++] = {err_fd_, POLLIN, 0};
+  if (n == 0) return false;
+  int r = poll(fds, n, remaining_ms(until));
+  if (r <= 0) return true;
+  char buf[65536];
+  for (int i = 0; i < n; ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    ssize_t got = read(fds[i].fd, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    bool is_out = fds[i].fd == out_fd_;
+    if (got <= 0) {
+      close(fds[i].fd);
+      (is_out ? out_fd_ : err_fd_) = -1;
+      continue;
+    }
+    (is_out ? out_ : err_).append(buf, static_cast<size_t>(got));
+  }
+  return out_fd_ >= 0 || err_fd_ >= 0;
+}
+
+bool DdprunProcess::wait_for_stdout(const std::function<bool(const std::string&)>& ready,
+                                    Seconds deadline) {
+  auto until = Clock::now() + deadline;
+  while (!ready(out_)) {
+    if (Clock::now() >= until || !pump(until)) return ready(out_);
+  }
+  return true;
+}
+
+void DdprunProcess::send(int sig) { kill(pid_, sig); }
+
+Finished DdprunProcess::finish(Seconds deadline) {
+  Finished f;
+  auto until = Clock::now() + deadline;
+  while (Clock::now() < until && pump(until)) {
+  }
+  if (out_fd_ >= 0 || err_fd_ >= 0) {
+    f.timed_out = true;
+    kill(pid_, SIGKILL);
+  }
+  int status = 0;
+  if (wait_child(pid_, f.timed_out ? Seconds(10) : deadline, &status)) {
+    f.status = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  } else {
+    f.timed_out = true;
+    kill(pid_, SIGKILL);
+    wait_child(pid_, Seconds(10), &status);
+  }
+  pid_ = -1;
+  f.out = out_;
+  f.err = err_;
+  return f;
+}
+
+Finished run_ddprun(std::vector<std::string> args, std::vector<std::string> extra_env,
+                    Seconds deadline) {
+  DdprunProcess p(std::move(args), std::move(extra_env));
+  return p.finish(deadline);
+}
+
+bool wait_child(pid_t pid, Seconds deadline, int* status) {
+  if (!wait_dead(pid, deadline)) return false;
+  int st = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid, &st, 0);
+  } while (r < 0 && errno == EINTR);
+  if (status) *status = st;
+  return r == pid;
+}
+
+bool wait_dead(pid_t pid, Seconds deadline) {
+  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  auto until = Clock::now() + deadline;
+  int r;
+  do {
+    r = poll(&p, 1, remaining_ms(until));
+  } while (r < 0 && errno == EINTR);
+  close(fd);
+  return r > 0;
+}
+
+std::vector<std::string> lines_with(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+    pos = nl + 1;
+  }
+  return out;
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos;
+       pos = text.find(needle, pos + needle.size()))
+    ++n;
+  return n;
+}
+
+long field(const std::string& line, const std::string& key) {
+  std::string k = " " + key + "=";
+  std::string padded = " " + line;
+  size_t pos = padded.find(k);
+  if (pos == std::string::npos) {
+    k = ":" + key + "=";
+    pos = padded.find(k);
+    if (pos == std::string::npos) return -1;
+  }
+  return std::strtol(padded.c_str() + pos + k.size(), nullptr, 10);
+}
+
+}  // namespace ddprun::testing

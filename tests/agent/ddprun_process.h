@@ -1,0 +1,71 @@
+// Runs the real ddprun binary for a test: pipes for stdout and stderr, every
+// wait bounded by a deadline, and whatever is still running SIGKILLed and
+// reaped when the object goes away.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ddprun::testing {
+
+using Seconds = std::chrono::seconds;
+
+struct Finished {
+  int status = -1;  // shell-style: exit code, or 128+signal
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+class DdprunProcess {
+ public:
+  // Starts `program args...` (ddprun itself unless `program` is given) with
+  // the test's environment plus `extra_env` ("KEY=VALUE").
+  explicit DdprunProcess(std::vector<std::string> args, std::vector<std::string> extra_env = {},
+                         std::string program = DDPRUN_BIN);
+  ~DdprunProcess();
+  DdprunProcess(const DdprunProcess&) = delete;
+  DdprunProcess& operator=(const DdprunProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Reads output until `ready(stdout)` holds or the deadline passes.
+  bool wait_for_stdout(const std::function<bool(const std::string&)>& ready, Seconds deadline);
+  void send(int sig);
+  // Standard output read so far.
+  const std::string& out() const { return out_; }
+  // Reads both streams to EOF and reaps ddprun. On the deadline ddprun is
+  // SIGKILLed and timed_out is set.
+  Finished finish(Seconds deadline);
+
+ private:
+  bool pump(std::chrono::steady_clock::time_point until);  // false at EOF of both
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  std::string out_, err_;
+};
+
+// Runs ddprun to the end.
+Finished run_ddprun(std::vector<std::string> args, std::vector<std::string> extra_env = {},
+                    Seconds deadline = Seconds(60));
+
+// True once `pid` has died (exited or zombie), waiting on a pidfd up to the
+// deadline; reaps it if it is our child.
+bool wait_dead(pid_t pid, Seconds deadline);
+
+// Waits for our child `pid` to exit and reaps it; false on the deadline.
+bool wait_child(pid_t pid, Seconds deadline, int* status);
+
+// Lines of `text` that start with `prefix`.
+std::vector<std::string> lines_with(const std::string& text, const std::string& prefix);
+// Count of non-overlapping occurrences of `needle`.
+size_t count_of(const std::string& text, const std::string& needle);
+// Value of `key=` in a "k=v k=v" line, or -1.
+long field(const std::string& line, const std::string& key);
+
+}  // namespace ddprun::testing

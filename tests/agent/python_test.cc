@@ -1,0 +1,51 @@
+// Unmodified PyTorch programs train under ddprun (Debian's python3-torch).
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "tests/agent/ddprun_process.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+const char* kPython = "/usr/bin/python3";
+
+bool have(const std::string& path) {
+  if (access(path.c_str(), R_OK) == 0) return true;
+  MESSAGE("skipped: " << path << " is missing");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("ddp_reference.py trains unmodified with 2 workers and gloo") {
+  std::string script = std::string(ANCHORS_DIR) + "/ddp_reference.py";
+  if (!have(script) || !have(kPython)) return;
+  auto r = run_ddprun({"--nproc-per-node=2", script, "--data", DATA_DIR, "--steps", "30"},
+                      {std::string("DDPRUN_PYTHON=") + kPython}, Seconds(240));
+  REQUIRE_FALSE(r.timed_out);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(lines_with(r.out, "[default0]:rank 0 steps 30 ").size() == 1);
+  CHECK(lines_with(r.out, "[default1]:rank 1 steps 30 ").size() == 1);
+}
+
+TEST_CASE("two jobs started at the same moment get different ports and both succeed") {
+  std::string script = std::string(WORKERS_DIR) + "/gloo_allreduce.py";
+  if (!have(kPython)) return;
+  std::vector<std::string> env = {std::string("DDPRUN_PYTHON=") + kPython};
+  DdprunProcess a({"--nproc-per-node=2", script}, env);
+  DdprunProcess b({"--nproc-per-node=2", script}, env);
+  auto ra = a.finish(Seconds(240));
+  auto rb = b.finish(Seconds(240));
+  INFO(ra.err, rb.err);
+  REQUIRE(ra.status == 0);
+  REQUIRE(rb.status == 0);
+  auto la = lines_with(ra.out, "[default0]:rank 0 sum 1 port ");
+  auto lb = lines_with(rb.out, "[default0]:rank 0 sum 1 port ");
+  REQUIRE(la.size() == 1);
+  REQUIRE(lb.size() == 1);
+  CHECK(la[0] != lb[0]);  // the lines differ only in the port
+}

@@ -1,0 +1,93 @@
+// The agent's pure pieces: line splitting, error files, signal names, env.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "agent/error_file.h"
+#include "agent/exit_status.h"
+#include "agent/line_splitter.h"
+#include "agent/worker_env.h"
+
+using namespace ddprun::agent;
+
+TEST_CASE("lines are carried over between reads and prefixed whole") {
+  LineSplitter s("[p]:");
+  std::string out;
+  s.feed("ab", 2, out);
+  CHECK(out.empty());
+  s.feed("c\nde\nf", 6, out);
+  CHECK(out == "[p]:abc\n[p]:de\n");
+  out.clear();
+  s.flush(out);
+  CHECK(out == "[p]:f\n");
+  out.clear();
+  s.flush(out);
+  CHECK(out.empty());
+}
+
+TEST_CASE("a very long line is cut at the limit instead of growing") {
+  LineSplitter s(">", 4);
+  std::string out;
+  s.feed("abcdefghij\n", 11, out);
+  CHECK(out == ">abcd\n>efgh\n>ij\n");
+  out.clear();
+  s.feed("abcd", 4, out);
+  s.feed("\n", 1, out);
+  CHECK(out == ">abcd\n");  // exactly the limit: no empty extra line
+}
+
+TEST_CASE("prefix templates expand every placeholder") {
+  CHECK(make_line_prefix("", "default", 5, 1, "h") == "[default1]:");
+  CHECK(make_line_prefix("${host}:${role_name}${rank}/${local_rank}${x}", "r", 5, 1, "h") ==
+        "h:r5/1${x}");
+}
+
+TEST_CASE("signal names and exit statuses") {
+  CHECK(signal_name(SIGKILL) == "SIGKILL");
+  CHECK(parse_signal("TERM") == SIGTERM);
+  CHECK(parse_signal("SIGhup") == SIGHUP);
+  CHECK(parse_signal("2") == SIGINT);
+  CHECK(parse_signal("SIGNOPE") == 0);
+  CHECK(ExitStatus::killed(SIGSEGV).describe() == "signal SIGSEGV");
+  CHECK(ExitStatus::killed(SIGSEGV).shell_code() == 139);
+  CHECK(ExitStatus::exited(3).shell_code() == 3);
+}
+
+TEST_CASE("error files: torch's @record shape, the plain shape, and garbage") {
+  char path[] = "/tmp/ddprun_err_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  auto write = [&](const std::string& text) { std::ofstream(path) << text; };
+  write(R"({"message": {"message": "boom", "extraInfo": {"py_callstack": "tb", "timestamp": "1"}}})");
+  auto r = read_error_file(path);
+  REQUIRE(r);
+  CHECK(r->message == "boom");
+  CHECK(r->traceback == "tb");
+  write(R"({"message": "plain"})");
+  CHECK(read_error_file(path)->message == "plain");
+  write("not json");
+  CHECK(read_error_file(path)->message.find("unreadable error file") == 0);
+  write("");
+  CHECK_FALSE(read_error_file(path));
+  std::remove(path);
+  CHECK_FALSE(read_error_file(path));
+}
+
+TEST_CASE("worker env keeps user values for the when-unset variables") {
+  EnvMap env = env_from_strings({"PATH=/bin", "NCCL_ASYNC_ERROR_HANDLING=0", "PYTHONPATH=/a",
+                                 "junk"});
+  WorkerEnvInput in;
+  in.local_world_size = 2;
+  in.pythonpath_prepend = {"/wd"};
+  add_worker_env(in, env);
+  CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "0");
+  CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK(env["OMP_NUM_THREADS"] == "1");
+  CHECK(env["PYTHONPATH"] == "/wd:/a");
+  CHECK(env.count("junk") == 0);
+  CHECK(env.count("DDPRUN_STORE_ADDR") == 0);
+}

@@ -1,0 +1,102 @@
+// A small worker program for the agent's integration tests. Each mode is one
+// behaviour a test needs from a real worker process:
+//
+//   env FILE            write the environment to FILE.<RANK>, exit 0
+//   crash-first R CODE  print "start rank=.. restart=..", then on restart 0
+//                       rank R exits CODE and the others block; later
+//                       attempts exit 0
+//   fail R CODE         print "start ..."; rank R exits CODE, others block
+//   block               fork a grandchild that blocks, print "ready rank=..
+//                       pid=.. child=..", block (default signal actions)
+//   ignore-term         like block, but ignores SIGTERM
+//   lines N             print N numbered lines, each in two write() calls
+//   error-file MSG      write torch's @record JSON with MSG, exit 1
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+extern char** environ;
+
+namespace {
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : -1;
+}
+
+[[noreturn]] void block_forever() {
+  for (;;) pause();
+}
+
+void say(const std::string& line) {
+  std::string s = line + "\n";
+  ssize_t n = write(STDOUT_FILENO, s.data(), s.size());
+  (void)n;
+}
+
+pid_t start_grandchild() {
+  pid_t pid = fork();
+  if (pid == 0) block_forever();
+  return pid;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 64;
+  std::string mode = argv[1];
+  int rank = env_int("RANK");
+  int restart = env_int("TORCHELASTIC_RESTART_COUNT");
+  std::string start = "start rank=" + std::to_string(rank) + " restart=" + std::to_string(restart) +
+                      " pid=" + std::to_string(getpid());
+
+  if (mode == "env" && argc == 3) {
+    std::ofstream out(std::string(argv[2]) + "." + std::to_string(rank));
+    for (char** e = environ; *e; ++e) out << *e << '\n';
+    return out.good() ? 0 : 1;
+  }
+  if ((mode == "crash-first" || mode == "fail") && argc == 4) {
+    say(start);
+    bool crash = mode == "fail" || restart == 0;
+    if (!crash) return 0;
+    if (rank == std::atoi(argv[2])) return std::atoi(argv[3]);
+    block_forever();
+  }
+  if (mode == "block" || mode == "ignore-term") {
+    if (mode == "ignore-term") signal(SIGTERM, SIG_IGN);
+    pid_t child = start_grandchild();
+    say("ready rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()) +
+        " child=" + std::to_string(child));
+    block_forever();
+  }
+  if (mode == "lines" && argc == 3) {
+    int n = std::atoi(argv[2]);
+    for (int i = 0; i < n; ++i) {
+      // Varying lengths, each line split across two writes, so the agent
+      // sees partial lines in most reads.
+      std::string line = "rank=" + std::to_string(rank) + " line=" + std::to_string(i) + " " +
+                         std::string(static_cast<size_t>(i % 97), 'x') + "\n";
+      size_t half = line.size() / 2;
+      if (write(STDOUT_FILENO, line.data(), half) < 0) return 1;
+      if (write(STDOUT_FILENO, line.data() + half, line.size() - half) < 0) return 1;
+    }
+    return 0;
+  }
+  if (mode == "error-file" && argc == 3) {
+    const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+    if (!path) return 2;
+    std::ofstream out(path);
+    out << R"({"message": {"message": ")" << argv[2]
+        << R"(", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 7\nRuntimeError: )"
+        << argv[2] << R"(", "timestamp": "1700000000"}}})";
+    return 1;
+  }
+  std::fprintf(stderr, "test_worker: bad arguments\n");
+  return 64;
+}
