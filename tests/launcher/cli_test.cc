@@ -1,0 +1,162 @@
+// The command line: torchrun's flags in both spellings, defaults, PET_*
+// fallbacks, program detection, pass-through, and one-line errors.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "launcher/cli.h"
+#include "launcher/nproc.h"
+#include "tests/agent/ddprun_process.h"
+
+using ddprun::launcher::parse_command_line;
+using ddprun::launcher::UsageError;
+
+namespace {
+
+ddprun::agent::Options parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "ddprun");
+  std::vector<const char*> argv;
+  for (auto& a : args) argv.push_back(a.c_str());
+  auto r = parse_command_line(static_cast<int>(argv.size()), argv.data());
+  REQUIRE_FALSE(r.help);
+  return r.options;
+}
+
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("torchrun's defaults") {
+  unsetenv("DDPRUN_PYTHON");
+  auto o = parse({"train"});
+  CHECK(o.nproc_per_node == 1);
+  CHECK(o.min_nodes == 1);
+  CHECK(o.max_nodes == 1);
+  CHECK(o.max_restarts == 0);
+  CHECK(o.role == "default");
+  CHECK(o.run_id == "none");
+  CHECK(o.rdzv_backend == "static");
+  CHECK(o.master_addr == "127.0.0.1");
+  CHECK_FALSE(o.master_port.has_value());
+  CHECK(o.term_timeout_s == 30.0);
+  CHECK(o.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(o.command == std::vector<std::string>{"train"});
+  CHECK_FALSE(o.is_python);
+  CHECK_FALSE(o.base_env.empty());
+}
+
+TEST_CASE("both spellings, = and space forms") {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"--nproc-per-node=3", "--max-restarts", "2", "--rdzv-id=j", "--master-port=1234",
+            "x"},
+           {"--nproc_per_node", "3", "--max_restarts=2", "--rdzv_id", "j", "--master_port",
+            "1234", "x"}}) {
+    auto o = parse(args);
+    CHECK(o.nproc_per_node == 3);
+    CHECK(o.max_restarts == 2);
+    CHECK(o.run_id == "j");
+    CHECK(o.master_port == 1234);
+  }
+}
+
+TEST_CASE("everything after the program is passed through untouched") {
+  auto o = parse({"--nproc-per-node=2", "train", "--steps", "5", "--nproc-per-node=9", "-m"});
+  CHECK(o.nproc_per_node == 2);
+  CHECK(o.command == std::vector<std::string>{"train", "--steps", "5", "--nproc-per-node=9", "-m"});
+  o = parse({"--", "train", "--x"});
+  CHECK(o.command == std::vector<std::string>{"train", "--x"});
+}
+
+TEST_CASE("python scripts and modules run with $DDPRUN_PYTHON -u; flags override") {
+  setenv("DDPRUN_PYTHON", "/usr/bin/python3", 1);
+  auto o = parse({"train.py", "--lr", "1"});
+  CHECK(o.command == std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--lr", "1"});
+  CHECK(o.is_python);
+  o = parse({"-m", "pkg.train", "a"});
+  CHECK(o.command == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "a"});
+  o = parse({"--no-python", "train.py"});
+  CHECK(o.command == std::vector<std::string>{"train.py"});
+  CHECK_FALSE(o.is_python);
+  unsetenv("DDPRUN_PYTHON");
+  CHECK(parse({"t.py"}).command[0] == "python3");
+}
+
+TEST_CASE("PET_ environment variables stand in for flags; flags win") {
+  setenv("PET_NPROC_PER_NODE", "4", 1);
+  setenv("PET_MAX_RESTARTS", "3", 1);
+  CHECK(parse({"x"}).nproc_per_node == 4);
+  CHECK(parse({"x"}).max_restarts == 3);
+  CHECK(parse({"--nproc-per-node=2", "x"}).nproc_per_node == 2);
+  unsetenv("PET_NPROC_PER_NODE");
+  unsetenv("PET_MAX_RESTARTS");
+}
+
+TEST_CASE("--nproc-per-node accepts auto, cpu and gpu") {
+  CHECK(parse({"--nproc-per-node=cpu", "x"}).nproc_per_node ==
+        static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  setenv("CUDA_VISIBLE_DEVICES", "0,3,5", 1);
+  CHECK(parse({"--nproc-per-node=gpu", "x"}).nproc_per_node == 3);
+  CHECK(parse({"--nproc-per-node=auto", "x"}).nproc_per_node == 3);
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  CHECK(parse({"--nproc-per-node=auto", "x"}).nproc_per_node ==
+        static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  CHECK(error_of({"--nproc-per-node=gpu", "x"}).find("--nproc-per-node=gpu: no GPU found") == 0);
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  CHECK(ddprun::launcher::count_gpus("-1") == 0);
+}
+
+TEST_CASE("redirects, tee, filters, rdzv-conf and signals are interpreted") {
+  auto o = parse({"-r", "0:1,2:3", "-t", "3", "--local-ranks-filter=0,2", "--rdzv-conf",
+                  "timeout=10,join_timeout=5", "--signals-to-handle=SIGTERM,USR1", "x"});
+  CHECK(o.redirects.for_rank(0) == 1);
+  CHECK(o.redirects.for_rank(1) == 0);
+  CHECK(o.redirects.for_rank(2) == 3);
+  CHECK(o.tee.for_rank(7) == 3);
+  CHECK(o.local_ranks_filter == std::set<int>{0, 2});
+  CHECK(o.rdzv_conf.at("join_timeout") == "5");
+  CHECK(o.signals_to_handle == std::vector<int>{SIGTERM, SIGUSR1});
+  auto s = parse({"--standalone", "--rdzv-id=ignored", "x"});
+  CHECK(s.standalone);
+  CHECK(s.run_id != "ignored");
+  CHECK(s.run_id.size() == 36);
+}
+
+TEST_CASE("wrong or conflicting flags name the flag") {
+  CHECK(error_of({"--nproc-per-node=0", "x"}).find("--nproc-per-node=0") == 0);
+  CHECK(error_of({"--nnodes=3:1", "x"}).find("--nnodes=3:1") == 0);
+  CHECK(error_of({"--max-restarts=-1", "x"}).find("--max-restarts") == 0);
+  CHECK(error_of({"--redirects=5", "x"}).find("--redirects=5") == 0);
+  CHECK(error_of({"--signals-to-handle=SIGKILL", "x"}).find("--signals-to-handle") == 0);
+  CHECK(error_of({"--rdzv-conf=novalue", "x"}).find("--rdzv-conf") == 0);
+  CHECK(error_of({"--module", "--no-python", "x"}).find("--module and --no-python") == 0);
+  CHECK(error_of({"--start-method=thread", "x"}).find("--start-method") != std::string::npos);
+  CHECK(error_of({"--bogus", "x"}) == "unknown flag --bogus");
+  CHECK(error_of({}).find("missing the training program") == 0);
+}
+
+TEST_CASE("a bad flag exits 2 with one clear line; --help is grouped and exits 0") {
+  using namespace ddprun::testing;
+  auto r = run_ddprun({"--nproc_per_node=two", "train"});
+  CHECK(r.status == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err ==
+        "ddprun: --nproc-per-node=two: expected a positive integer, auto, cpu or gpu "
+        "(see ddprun --help)\n");
+  r = run_ddprun({"--max-restarts", "lots", "train"});
+  CHECK(r.status == 2);
+  CHECK(count_of(r.err, "\n") == 1);
+  CHECK(r.err.find("--max-restarts") != std::string::npos);
+  r = run_ddprun({"--help"});
+  CHECK(r.status == 0);
+  for (const char* group : {"Workers:", "Rendezvous:", "Program:", "Restarts and teardown:",
+                            "Output:", "Exit status:", "--nproc-per-node,--nproc_per_node"})
+    CHECK(r.out.find(group) != std::string::npos);
+}
