@@ -136,7 +136,16 @@ void Client::connect() {
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the clock:
+        // a call costs one send and one recv instead of poll + recv.
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+          last_error = std::string("fcntl: ") + std::strerror(errno);
+          ::close(fd);
+          continue;
+        }
         fd_ = fd;
+        armed_ms_ = 0;
       }
       freeaddrinfo(res);
     }
@@ -183,19 +192,32 @@ void Client::connect() {
   }
 }
 
+bool Client::arm(Clock::time_point deadline) {
+  int left = ms_left(deadline);
+  if (left <= 0) return false;
+  // Only shorten the socket timeouts when they would overshoot this
+  // deadline; a timeout that fires early just loops back here. So the
+  // setsockopt calls are rare, not one per call.
+  if (armed_ms_ == 0 || armed_ms_ > left) {
+    timeval tv{left / 1000, (left % 1000) * 1000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    armed_ms_ = left;
+  }
+  return true;
+}
+
 void Client::send_all(const Bytes& frame, Clock::time_point deadline, const std::string& what) {
   size_t off = 0;
   while (off < frame.size()) {
+    if (!arm(deadline)) throw TimeoutError(what);
     ssize_t n = ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
     if (n > 0) {
       off += static_cast<size_t>(n);
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd_, POLLOUT, 0};
-      int r = ::poll(&p, 1, ms_left(deadline));
-      if (r == 0) throw TimeoutError(what);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+      armed_ms_ = 0;  // the timeout fired: re-arm from the true time left
       continue;
     }
     throw ConnectionLost("store at " + address_ + ": connection lost during " + what + ": " +
@@ -206,15 +228,13 @@ void Client::send_all(const Bytes& frame, Clock::time_point deadline, const std:
 Bytes Client::read_frame(Clock::time_point deadline, const std::string& what) {
   auto fill = [&](size_t need) {
     while (rbuf_.size() - rpos_ < need) {
-      pollfd p{fd_, POLLIN, 0};
-      int r = ::poll(&p, 1, ms_left(deadline));
-      if (r < 0 && errno == EINTR) continue;
-      if (r == 0) throw TimeoutError(what);
+      if (!arm(deadline)) throw TimeoutError(what);
       uint8_t tmp[65536];
       ssize_t n = ::recv(fd_, tmp, sizeof(tmp), 0);
       if (n > 0) {
         rbuf_.insert(rbuf_.end(), tmp, tmp + n);
       } else if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+        armed_ms_ = 0;
         continue;
       } else {
         throw ConnectionLost("store at " + address_ + ": connection closed by the server during " +
@@ -246,11 +266,14 @@ std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::
                                       ? Duration(q.timeout_ms) + options_.reply_grace
                                       : options_.op_timeout);
   for (int attempt = 0;; ++attempt) {
-    if (fd_ >= 0) {
+    if (fd_ >= 0 && rpos_ != rbuf_.size()) disconnect();  // stray bytes: out of step
+    if (fd_ >= 0 && !retry_safe) {
       // Anything readable before we asked is an EOF (server restarted or
-      // closed us after a bad frame): start over on a fresh connection.
+      // closed us after a bad frame): a request that cannot be repeated goes
+      // out on a fresh connection. Repeatable ones skip this syscall and
+      // retry instead.
       pollfd p{fd_, POLLIN, 0};
-      if (rpos_ != rbuf_.size() || ::poll(&p, 1, 0) > 0) disconnect();
+      if (::poll(&p, 1, 0) > 0) disconnect();
     }
     if (fd_ < 0) connect();
     try {

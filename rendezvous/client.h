@@ -76,11 +76,15 @@ class Client : public Store {
   std::optional<Bytes> call(const wire::Request& request, bool retry_safe, const std::string& what);
   void send_all(const Bytes& frame, Clock::time_point deadline, const std::string& what);
   Bytes read_frame(Clock::time_point deadline, const std::string& what);
+  // Sets the socket timeouts so no send/recv outlives `deadline`; false
+  // when it has passed.
+  bool arm(Clock::time_point deadline);
   [[noreturn]] void timeout(const std::string& what, Duration after);
 
   ClientOptions options_;
   std::string address_;
   int fd_ = -1;
+  int armed_ms_ = 0;  // current SO_RCVTIMEO/SO_SNDTIMEO; 0 = not set
   Bytes rbuf_;
   size_t rpos_ = 0;
 };

@@ -62,7 +62,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   std::string peer;
   std::list<std::shared_ptr<Conn>>::iterator self_it;
   Bytes in;    // received, not yet parsed from in_pos on
-  Bytes rbuf;  // target of the outstanding read
+  Bytes rbuf;  // read target, reused
   size_t in_pos = 0;
   Bytes out, sending;
   bool reading = false, writing = false;
@@ -105,23 +105,31 @@ void Conn::start() {
 
 void Conn::read_more() {
   if (reading || closed || closing) return;
-  size_t buffered = in.size() - in_pos;
-  if (buffered > wire::kMaxFrameSize + wire::kHeaderSize) return;
-  // Read straight into `in`: small reads for idle connections, larger ones
-  // while a big frame is arriving. async_read_some (unlike async_wait) reads
-  // speculatively, which matters with asio's edge-triggered epoll.
-  rbuf.resize(buffered == 0 ? kIdleChunk : kReadChunk);
+  // Read directly until the socket is drained, then wait for readiness.
+  // asio's epoll reactor is edge-triggered and its async_wait does not read
+  // speculatively, so waiting is only safe once a read came back short:
+  // data that arrives after that read raises a fresh edge. This saves the
+  // EAGAIN read async_read_some would make on every request.
+  for (;;) {
+    size_t buffered = in.size() - in_pos;
+    if (buffered > wire::kMaxFrameSize + wire::kHeaderSize) return;  // resumed after process()
+    rbuf.resize(buffered == 0 ? kIdleChunk : kReadChunk);
+    boost::system::error_code ec;
+    size_t n = sock.read_some(asio::buffer(rbuf), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+    if (ec) return close();  // EOF or reset: the client is gone
+    in.insert(in.end(), rbuf.begin(), rbuf.begin() + static_cast<std::ptrdiff_t>(n));
+    process();
+    if (closed || closing) return;
+    if (n < rbuf.size()) break;
+  }
   reading = true;
-  sock.async_read_some(asio::buffer(rbuf),
-                       [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-                         self->reading = false;
-                         if (self->closed) return;
-                         if (ec) return self->close();  // EOF or reset: the client is gone
-                         self->in.insert(self->in.end(), self->rbuf.begin(),
-                                         self->rbuf.begin() + static_cast<std::ptrdiff_t>(n));
-                         self->process();
-                         self->read_more();
-                       });
+  sock.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+    self->reading = false;
+    if (self->closed) return;
+    if (ec) return self->close();
+    self->read_more();
+  });
 }
 
 void Conn::process() {
