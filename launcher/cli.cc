@@ -304,6 +304,14 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   return o;
 }
 
+// CLI11 2.1 cannot set the usage line; it would say "ddprun [OPTIONS]".
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: ddprun [flags] program [args...]\n";
+  }
+};
+
 }  // namespace
 
 ParseResult parse_command_line(int argc, const char* const* argv) {
@@ -312,7 +320,9 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                "ddprun");
   app.footer(kFooter);
   app.prefix_command();
-  app.get_formatter()->column_width(44);
+  auto formatter = std::make_shared<Formatter>();
+  formatter->column_width(44);
+  app.formatter(formatter);
   RawFlags raw;
   define_flags(app, raw);
   ParseResult result;
