@@ -29,6 +29,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -98,6 +99,8 @@ class FileTimerServer {
   std::string partial_;
   std::map<std::pair<pid_t, std::string>, FileTimerRequest> timers_;
   uint64_t requests_ = 0;
+  // False once destroyed: queued completions must not touch `this`.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace ddprun::watchdog

@@ -76,6 +76,7 @@ HeartbeatServer::HeartbeatServer(asio::io_context& io, std::string path, BeatHan
 }
 
 HeartbeatServer::~HeartbeatServer() {
+  *alive_ = false;
   boost::system::error_code ec;
   socket_.close(ec);
   ::unlink(path_.c_str());
@@ -85,9 +86,10 @@ HeartbeatServer::~HeartbeatServer() {
 }
 
 void HeartbeatServer::receive() {
-  socket_.async_receive(asio::buffer(buf_), [this](const boost::system::error_code& ec,
-                                                   std::size_t n) {
-    if (ec == asio::error::operation_aborted) return;  // closing: `this` may be gone
+  socket_.async_receive(asio::buffer(buf_), [this, alive = alive_](
+                                                 const boost::system::error_code& ec,
+                                                 std::size_t n) {
+    if (!*alive || ec == asio::error::operation_aborted) return;  // `this` may be gone
     if (ec) {
       spdlog::warn("heartbeat socket {}: receive failed: {}", path_, ec.message());
     } else {

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -66,6 +67,9 @@ class HeartbeatServer {
   uint64_t malformed_ = 0;
   std::chrono::steady_clock::time_point last_warning_{};
   uint64_t suppressed_warnings_ = 0;
+  // False once destroyed: a completion already queued when the socket closes
+  // still runs (with success), and must not touch `this`.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace ddprun::watchdog

@@ -169,8 +169,8 @@ void Watchdog::arm_deadline() {
   if (armed_for_ && *armed_for_ <= *due) return;  // already waking up earlier
   armed_for_ = due;
   deadline_timer_.expires_at(*due);
-  deadline_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) on_deadline();
+  deadline_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!ec && *alive) on_deadline();
   });
 }
 
@@ -221,9 +221,10 @@ void Watchdog::schedule_poll() {
   if (polling_ || options_.effective_stuck_timeout().count() <= 0) return;
   polling_ = true;
   poll_timer_.expires_after(options_.proc_poll_interval);
-  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
+  poll_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (ec || !*alive) return;  // cancelled, or `this` is gone
     polling_ = false;
-    if (!ec) poll_proc();
+    poll_proc();
   });
 }
 

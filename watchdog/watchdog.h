@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <sys/types.h>
@@ -103,6 +104,7 @@ class Watchdog {
   using HangHandler = std::function<void(const HangEvent&)>;
 
   Watchdog(boost::asio::io_context& io, WatchdogOptions options, HangHandler on_hang);
+  ~Watchdog() { *alive_ = false; }
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
@@ -147,6 +149,9 @@ class Watchdog {
   std::vector<WorkerStatus> workers_;
   bool fired_ = false;
   bool stopped_ = false;
+  // False once destroyed: a timer that expired just before cancel() still
+  // runs its handler (with success), which must not touch `this`.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace ddprun::watchdog

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,9 +43,10 @@ class Child {
  public:
   // Spawns argv with the current environment plus `env` overrides. When
   // `capture_stdout`, stdout is a pipe readable via stdout_fd(); when
-  // `stderr_path` is set, stderr goes to that file.
+  // `stderr_path` / `stdout_path` is set, that stream goes to the file.
   Child(std::vector<std::string> argv, const std::map<std::string, std::string>& env = {},
-        bool capture_stdout = false, const std::string& stderr_path = "") {
+        bool capture_stdout = false, const std::string& stderr_path = "",
+        const std::string& stdout_path = "") {
     std::vector<std::string> envs;
     for (char** e = environ; *e; ++e) {
       std::string kv = *e;
@@ -62,6 +65,10 @@ class Child {
     if (capture_stdout) {
       if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
       posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    }
+    if (!stdout_path.empty()) {
+      posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                       0644);
     }
     if (!stderr_path.empty()) {
       posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
@@ -94,6 +101,25 @@ class Child {
     }
     pid_ = -1;
     return status;
+  }
+  // Waits at most `timeout`; on timeout the child is killed (and reaped)
+  // and nullopt returned.
+  std::optional<int> wait_for(std::chrono::milliseconds timeout) {
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    if (pidfd >= 0) {
+      pollfd p{pidfd, POLLIN, 0};
+      int rc;
+      do {
+        rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
+      } while (rc < 0 && errno == EINTR);
+      ::close(pidfd);
+      if (rc == 0) {
+        ::kill(pid_, SIGKILL);
+        wait();
+        return std::nullopt;
+      }
+    }
+    return wait();
   }
   // Reads stdout until `needle` appears or the deadline passes.
   bool wait_for_output(const std::string& needle,

@@ -4,7 +4,10 @@
 // where <then> is "exit" (exit 0), "hang" (stop beating, block in
 // ddprun_test_hang_here forever) or "print" (print forever, never beat).
 //   watchdog_test_worker hang        (print "ready", block forever)
+//   watchdog_test_worker spin        (print "ready", burn CPU forever)
+//   watchdog_test_worker scenario nobeat|stop|silent   (under ddprun, below)
 // "ready\n" on stdout marks the moment the worker entered its final state.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,8 +24,38 @@ extern "C" __attribute__((noinline, used)) void ddprun_test_hang_here() {
   for (;;) ::pause();  // what a worker stuck in a collective looks like
 }
 
+// Under ddprun: in attempt 0, rank 1 misbehaves (`how`) while rank 0 keeps
+// beating and printing like a healthy peer; in later attempts every rank
+// beats a few steps, prints "done" and exits 0.
+int scenario(const char* how) {
+  const char* rc = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const char* rank = std::getenv("RANK");
+  const bool first = rc == nullptr || std::strcmp(rc, "0") == 0;
+  const bool culprit = rank != nullptr && std::strcmp(rank, "1") == 0;
+  for (int64_t step = 0;; ++step) {
+    ddprun::watchdog::beat(step);
+    std::printf("step %lld\n", static_cast<long long>(step));
+    std::fflush(stdout);
+    if (!first && step == 4) break;
+    if (first && culprit && step == 2) {
+      if (std::strcmp(how, "stop") == 0) ::raise(SIGSTOP);
+      ddprun_test_hang_here();  // nobeat, silent: alive, no beats, no output
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("done\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "hang") == 0) ddprun_test_hang_here();
+  if (argc >= 3 && std::strcmp(argv[1], "scenario") == 0) return scenario(argv[2]);
+  if (argc >= 2 && std::strcmp(argv[1], "spin") == 0) {
+    std::printf("ready\n");
+    std::fflush(stdout);
+    for (volatile uint64_t x = 0;; x = x + 1) {
+    }
+  }
   if (argc < 5 || std::strcmp(argv[1], "beat") != 0) {
     std::fprintf(stderr, "usage: %s beat <count> <interval_ms> exit|hang|print | hang\n", argv[0]);
     return 2;

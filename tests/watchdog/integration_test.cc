@@ -1,0 +1,207 @@
+// ddprun end to end with real hung workers: each hang is detected, its stack
+// or traceback lands in the hang report, the group restarts and the next
+// attempt completes. A worker that beats on time is never killed.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/watchdog/test_util.h"
+
+using ddprun::watchdog::test::Child;
+using ddprun::watchdog::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kJobDeadline = std::chrono::seconds(90);
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+bool gdb_installed() {
+  Child probe({"sh", "-c", "command -v gdb >/dev/null"});
+  const int st = probe.wait();
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+struct Job {
+  TempDir dir;
+  int exit_code = -1;
+  std::string run_dir() const { return dir.path() + "/logs/wd"; }
+  std::string attempt(int n) const { return run_dir() + "/attempt_" + std::to_string(n); }
+  std::string console() const { return slurp(dir.path() + "/ddprun.stderr"); }
+
+  // Runs ddprun with `flags` then `program...`, bounded by kJobDeadline.
+  void run(std::vector<std::string> flags, const std::vector<std::string>& program,
+           std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {DDPRUN_BIN, "--rdzv-id=wd", "--log-dir=" + dir.path() + "/logs"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), program.begin(), program.end());
+    env.emplace("DDPRUN_PYTHON", "/usr/bin/python3");  // Debian's, with torch
+    Child ddprun(argv, env, false, dir.path() + "/ddprun.stderr", dir.path() + "/ddprun.stdout");
+    auto status = ddprun.wait_for(kJobDeadline);
+    REQUIRE_MESSAGE(status.has_value(), "ddprun did not finish within its deadline");
+    exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+  }
+
+  std::vector<json> events() const {
+    std::vector<json> out;
+    std::ifstream in(run_dir() + "/events.jsonl");
+    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+    return out;
+  }
+  std::vector<std::string> event_names() const {
+    std::vector<std::string> names;
+    for (const auto& e : events()) {
+      if (e["event"] != "worker_exit") names.push_back(e["event"]);
+    }
+    return names;
+  }
+  json report(int attempt_no = 0) const {
+    std::ifstream in(attempt(attempt_no) + "/hang_report.json");
+    REQUIRE_MESSAGE(in.good(), "no hang report in attempt ", attempt_no);
+    return json::parse(in);
+  }
+};
+
+// Common to every hang scenario: detected, restarted once, then completed.
+void check_recovered(const Job& job, const std::string& done_log) {
+  CAPTURE(job.console());
+  CHECK(job.exit_code == 0);
+  CHECK(job.event_names() ==
+        std::vector<std::string>{"start", "rendezvous", "hang_detected", "restart", "rendezvous",
+                                 "done"});
+  CHECK(job.events().back()["reason"] == "succeeded");
+  CHECK(slurp(done_log).find("done") != std::string::npos);
+  CHECK(job.console().find("Hang detected in attempt 0") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("a native worker that stops beating while alive: gdb stack, restart, completion") {
+  Job job;
+  job.run({"--nproc-per-node=2", "--max-restarts=1", "--heartbeat-timeout=1",
+           "--heartbeat-grace=30"},
+          {WATCHDOG_TEST_WORKER, "scenario", "nobeat"});
+  check_recovered(job, job.attempt(1) + "/1/stdout.log");
+  const auto r = job.report();
+  CHECK(r["kind"] == "heartbeat_timeout");
+  CHECK(r["rank"] == 1);
+  CHECK(r["stalled_ranks"] == json::array({1}));  // the healthy peer is not blamed
+  CHECK(r["workers"][1]["step"] == 2);
+  REQUIRE(r["stacks"].size() == 1);
+  if (gdb_installed()) {
+    CHECK(r["stacks"][0]["method"] == "gdb");
+    CHECK(r["stacks"][0]["text"].get<std::string>().find("ddprun_test_hang_here") !=
+          std::string::npos);
+  } else {
+    CHECK(r["stacks"][0]["method"] == "proc");
+  }
+  CHECK(slurp(job.attempt(0) + "/hang_report.txt").find("--heartbeat-timeout=1") !=
+        std::string::npos);
+}
+
+TEST_CASE("a SIGSTOPped worker is caught by its process state and the group restarts") {
+  Job job;
+  job.run({"--nproc-per-node=2", "--max-restarts=1", "--stuck-timeout=0.5"},
+          {WATCHDOG_TEST_WORKER, "scenario", "stop"});
+  check_recovered(job, job.attempt(1) + "/1/stdout.log");
+  const auto r = job.report();
+  CHECK(r["kind"] == "process_stopped");
+  CHECK(r["rank"] == 1);
+  REQUIRE(r["stacks"].size() == 1);
+  // gdb or the kernel's view: either way the stopped thread is in there.
+  const std::string text = r["stacks"][0]["text"];
+  CHECK((text.find("scenario") != std::string::npos || text.find("state T") != std::string::npos));
+}
+
+TEST_CASE("a worker that goes silent is caught by the silence timeout and the group restarts") {
+  Job job;
+  job.run({"--nproc-per-node=2", "--max-restarts=1", "--silence-timeout=1", "--stuck-timeout=0"},
+          {WATCHDOG_TEST_WORKER, "scenario", "silent"});
+  check_recovered(job, job.attempt(1) + "/1/stdout.log");
+  const auto r = job.report();
+  CHECK(r["kind"] == "silence_timeout");
+  CHECK(r["rank"] == 1);
+  CHECK(r["stacks"].size() == 1);
+}
+
+TEST_CASE("a Python worker blocked forever in dist.barrier() after its peer exited") {
+  Job job;
+  job.run({"--nproc-per-node=2", "--max-restarts=1", "--heartbeat-timeout=2",
+           "--heartbeat-grace=60"},
+          {WATCHDOG_SCRIPTS "/barrier_hang.py"});
+  check_recovered(job, job.attempt(1) + "/0/stdout.log");
+  const auto r = job.report();
+  CHECK(r["kind"] == "heartbeat_timeout");
+  CHECK(r["rank"] == 0);
+  CHECK(r["workers"][1]["exited"] == true);
+  REQUIRE(r["stacks"].size() == 1);
+  CHECK(r["stacks"][0]["method"] == "python_faulthandler");
+  CHECK(r["stacks"][0]["path"] == job.attempt(0) + "/0/stderr.log");
+  const std::string tb = r["stacks"][0]["text"];
+  CHECK(tb.find("Fatal Python error: Aborted") != std::string::npos);
+  CHECK(tb.find("wait_for_peer_in_barrier") != std::string::npos);
+  CHECK(tb.find("distributed_c10d.py") != std::string::npos);
+}
+
+TEST_CASE("torch's FileTimerClient deadline is served and a missed one restarts the group") {
+  Job job;
+  job.run({"--nproc-per-node=1", "--max-restarts=1"}, {WATCHDOG_SCRIPTS "/file_timer_hang.py"},
+          {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}});
+  check_recovered(job, job.attempt(1) + "/0/stdout.log");
+  const auto r = job.report();
+  CHECK(r["kind"] == "torch_file_timer");
+  CHECK(r["detail"].get<std::string>().find("train_step") != std::string::npos);
+  REQUIRE(r["stacks"].size() == 1);
+  CHECK(r["stacks"][0]["text"].get<std::string>().find("train_step_that_never_returns") !=
+        std::string::npos);
+}
+
+TEST_CASE("workers that beat on time are never killed, even with every core busy") {
+  // Two spinners keep both cores busy for the whole job.
+  Child spin1({WATCHDOG_TEST_WORKER, "spin"}, {}, true), spin2({WATCHDOG_TEST_WORKER, "spin"}, {}, true);
+  REQUIRE(spin1.wait_for_output("ready"));
+  REQUIRE(spin2.wait_for_output("ready"));
+  Job job;
+  job.run({"--nproc-per-node=2", "--max-restarts=3", "--heartbeat-timeout=1",
+           "--heartbeat-grace=30", "--silence-timeout=5"},
+          {WATCHDOG_TEST_WORKER, "beat", "200", "10", "exit"});
+  CAPTURE(job.console());
+  CHECK(job.exit_code == 0);
+  CHECK(job.event_names() == std::vector<std::string>{"start", "rendezvous", "done"});
+}
+
+TEST_CASE("a hang with no restarts left ends the job with the hang as the root cause") {
+  Job job;
+  job.run({"--nproc-per-node=2", "--max-restarts=0", "--heartbeat-timeout=1",
+           "--heartbeat-grace=30"},
+          {WATCHDOG_TEST_WORKER, "scenario", "nobeat"});
+  const std::string console = job.console();
+  CAPTURE(console);
+  CHECK(job.exit_code == 1);
+  CHECK(console.find("root cause: Hang detected in attempt 0: rank 1") != std::string::npos);
+  CHECK(console.find("hang_report.txt") != std::string::npos);
+  const auto ev = job.events();
+  CHECK(ev.back()["event"] == "done");
+  CHECK(ev.back()["rule"] == "max_restarts");
+}
+
+TEST_CASE("an exit code listed in --no-restart-exit-codes stops the job at once") {
+  Job job;
+  // The test worker exits 2 on a usage error.
+  job.run({"--nproc-per-node=1", "--max-restarts=3", "--no-restart-exit-codes=2,64"},
+          {WATCHDOG_TEST_WORKER, "bogus-usage"});
+  CHECK(job.exit_code == 2);
+  const auto ev = job.events();
+  REQUIRE(!ev.empty());
+  CHECK(ev.back()["event"] == "done");
+  CHECK(ev.back()["rule"] == "no_restart_exit_code");
+  CHECK(job.console().find("--no-restart-exit-codes") != std::string::npos);
+}
