@@ -290,10 +290,13 @@ std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::
       disconnect();
       if (!retry_safe || attempt > 0) throw StoreError(e.what());
     } catch (const TimeoutError&) {
-      // A late reply would be taken for the next call's: drop the connection.
+      // No reply at all: the store or the path to it is gone. A late reply
+      // would be taken for the next call's, so drop the connection.
       disconnect();
-      if (is_blocking(q.op)) timeout(what + " (the store did not answer)", Duration(q.timeout_ms));
-      timeout(what, options_.op_timeout);
+      auto waited = is_blocking(q.op) ? Duration(q.timeout_ms) + options_.reply_grace
+                                      : options_.op_timeout;
+      throw StoreError("store at " + address_ + " did not answer " + what + " within " +
+                       std::to_string(waited.count()) + " ms");
     }
   }
 }

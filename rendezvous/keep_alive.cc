@@ -1,0 +1,106 @@
+// KeepAlive: heartbeats one round and watches it (see rendezvous.h).
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::rendezvous {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+// The watcher's longest blocking call, so destruction is prompt.
+constexpr Duration kMaxBlock{500};
+}  // namespace
+
+KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, RoundResult round,
+                     std::function<void(const RoundEnd&)> on_end)
+    : store_(std::move(store)),
+      options_(rdzv.options()),
+      prefix_(rdzv.round_key(round.round, "")),
+      restarts_key_(rdzv.key("restarts")),
+      round_(std::move(round)),
+      on_end_(std::move(on_end)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+KeepAlive::~KeepAlive() {
+  stop_ = true;
+  thread_.join();
+}
+
+void KeepAlive::run() {
+  const std::string end_key = prefix_ + "end";
+  const std::string my_hb = prefix_ + "hb/" + options_.node_id;
+  const Duration dead_after = options_.keep_alive_interval * options_.keep_alive_max_attempt;
+  std::vector<std::string> peer_keys;
+  std::vector<const NodeInfo*> peers;
+  std::vector<size_t> peer_rank;
+  for (size_t i = 0; i < round_.nodes.size(); ++i) {
+    if (round_.nodes[i].node_id == options_.node_id) continue;
+    peer_keys.push_back(prefix_ + "hb/" + round_.nodes[i].node_id);
+    peers.push_back(&round_.nodes[i]);
+    peer_rank.push_back(i);
+  }
+  struct Seen {
+    Bytes value;
+    Clock::time_point changed;
+  };
+  std::vector<Seen> seen(peers.size(), Seen{{}, Clock::now()});
+  auto next_beat = Clock::now();
+
+  auto end = [&](RoundEnd e) {
+    if (!stop_) on_end_(e);
+  };
+  try {
+    while (!stop_) {
+      auto now = Clock::now();
+      if (now >= next_beat) {
+        store_->add(my_hb, 1);
+        next_beat = now + options_.keep_alive_interval;
+        if (!peer_keys.empty()) {
+          auto values = store_->multi_get(peer_keys, kMaxBlock);
+          now = Clock::now();
+          for (size_t i = 0; i < peers.size(); ++i) {
+            if (values[i] != seen[i].value) {
+              seen[i] = {values[i], now};
+              continue;
+            }
+            auto silent = std::chrono::duration_cast<Duration>(now - seen[i].changed);
+            if (silent < dead_after) continue;
+            std::string reason = "node " + peers[i]->node_id + " at " + peers[i]->addr +
+                                 " (group rank " + std::to_string(peer_rank[i]) +
+                                 ") missed heartbeats for " + std::to_string(silent.count()) + " ms";
+            Bytes desired = to_bytes("failed: " + reason);
+            Bytes after = store_->compare_set(end_key, {}, desired);
+            if (after == desired) {
+              store_->add(restarts_key_, 1);
+              spdlog::warn("rendezvous '{}': {}", options_.run_id, reason);
+              return end({RoundEnd::kPeerDead, reason});
+            }
+            break;  // someone else ended the round first: report theirs below
+          }
+        }
+      }
+      auto wait = std::min(kMaxBlock, std::chrono::duration_cast<Duration>(next_beat - Clock::now()));
+      if (wait.count() < 1) wait = Duration(1);
+      try {
+        std::string why = to_string(store_->get(end_key, wait));
+        RoundEnd e;
+        e.reason = why;
+        if (why.rfind("scale-up", 0) == 0) e.kind = RoundEnd::kScaleUp;
+        else if (why.find("missed heartbeats") != std::string::npos) e.kind = RoundEnd::kPeerDead;
+        else e.kind = RoundEnd::kFailed;
+        return end(e);
+      } catch (const TimeoutError&) {
+        // the round goes on
+      }
+    }
+  } catch (const StoreError& e) {
+    return end({RoundEnd::kStoreLost, e.what()});
+  } catch (const TimeoutError& e) {
+    return end({RoundEnd::kStoreLost, e.what()});
+  }
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,365 @@
+// Store keys, all under "rdzv/<run_id>/":
+//   current            the round being formed (an integer)
+//   last_closed        the newest formed round
+//   restarts           job-wide restart count
+//   seq_counter        first-join counter; seq/<node_id> = a node's number
+//   r<N>/joined        join counter of round N; r<N>/node/<slot> = record
+//   r<N>/closed        the round's nodes in group-rank order (one record a line)
+//   r<N>/end           why the round ended ("failed: ...", "scale-up: ...")
+//   r<N>/hb/<node_id>  heartbeat counter
+//   r<N>/outcome/<node_id>  "ok" or "failed" when the node's workers ended
+#include "rendezvous/rendezvous.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <sstream>
+
+namespace ddprun::rendezvous {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+Duration left(Clock::time_point deadline) {
+  auto d = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+  return d.count() < 0 ? Duration(0) : d;
+}
+
+int64_t to_i64(const Bytes& b) {
+  try {
+    return std::stoll(to_string(b));
+  } catch (const std::exception&) {
+    throw RendezvousError("rendezvous: store value '" + to_string(b) + "' is not an integer");
+  }
+}
+
+std::vector<NodeInfo> decode_nodes(const Bytes& b) {
+  std::vector<NodeInfo> nodes;
+  std::istringstream in(to_string(b));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (auto n = decode_node(line)) nodes.push_back(*n);
+  }
+  return nodes;
+}
+
+Bytes encode_nodes(const std::vector<NodeInfo>& nodes) {
+  std::string s;
+  for (const auto& n : nodes) s += encode_node(n) + "\n";
+  return to_bytes(s);
+}
+
+std::string default_node_id() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::random_device rd;
+  std::ostringstream s;
+  s << host << ":" << getpid() << ":" << std::hex << rd();
+  return s.str();
+}
+
+Duration seconds(const std::string& key, const std::string& value) {
+  try {
+    size_t used = 0;
+    double v = std::stod(value, &used);
+    if (used == value.size() && v >= 0) return Duration(static_cast<int64_t>(v * 1000));
+  } catch (const std::exception&) {
+  }
+  throw RendezvousError("--rdzv-conf " + key + "=" + value + ": expected seconds (a number >= 0)");
+}
+}  // namespace
+
+void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousOptions& o) {
+  for (const auto& [key, value] : conf) {
+    if (key == "join_timeout") o.join_timeout = seconds(key, value);
+    else if (key == "last_call_timeout") o.last_call_timeout = seconds(key, value);
+    else if (key == "close_timeout") o.close_timeout = seconds(key, value);
+    else if (key == "keep_alive_interval") o.keep_alive_interval = seconds(key, value);
+    else if (key == "keep_alive_max_attempt") {
+      try {
+        size_t used = 0;
+        int v = std::stoi(value, &used);
+        if (used != value.size() || v < 1) throw std::invalid_argument("");
+        o.keep_alive_max_attempt = v;
+      } catch (const std::exception&) {
+        throw RendezvousError("--rdzv-conf keep_alive_max_attempt=" + value +
+                              ": expected an integer >= 1");
+      }
+    } else if (key == "is_host") {
+      if (value == "1" || value == "true" || value == "True") o.is_host = true;
+      else if (value == "0" || value == "false" || value == "False") o.is_host = false;
+      else throw RendezvousError("--rdzv-conf is_host=" + value + ": expected true or false");
+    } else if (key == "token" || key == "read_timeout" || key == "timeout" ||
+               key == "use_agent_store") {
+      // Read by the caller (the store connection), or accepted for torchrun
+      // compatibility.
+    } else {
+      throw RendezvousError("--rdzv-conf: unknown key '" + key +
+                            "' (known: join_timeout, last_call_timeout, close_timeout, "
+                            "keep_alive_interval, keep_alive_max_attempt, is_host, token, "
+                            "read_timeout)");
+    }
+  }
+}
+
+std::string encode_node(const NodeInfo& n) {
+  return n.node_id + "\t" + n.addr + "\t" + std::to_string(n.master_port) + "\t" +
+         std::to_string(n.local_world_size) + "\t" + std::to_string(n.seq);
+}
+
+std::optional<NodeInfo> decode_node(const std::string& text) {
+  std::vector<std::string> f;
+  std::istringstream in(text);
+  std::string field;
+  while (std::getline(in, field, '\t')) f.push_back(field);
+  if (f.size() != 5) return std::nullopt;
+  try {
+    NodeInfo n{f[0], f[1], std::stoi(f[2]), std::stoi(f[3]), std::stoll(f[4])};
+    return n;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<NodeInfo> assign_ranks(std::vector<NodeInfo> nodes,
+                                   const std::vector<NodeInfo>& previous) {
+  const size_t n = nodes.size();
+  std::vector<std::optional<NodeInfo>> slots(n);
+  std::sort(nodes.begin(), nodes.end(),
+            [](const NodeInfo& a, const NodeInfo& b) { return a.seq < b.seq; });
+  std::vector<NodeInfo> rest;
+  for (const auto& node : nodes) {
+    auto it = std::find_if(previous.begin(), previous.end(),
+                           [&](const NodeInfo& p) { return p.node_id == node.node_id; });
+    size_t prev = it == previous.end() ? n : static_cast<size_t>(it - previous.begin());
+    if (prev < n && !slots[prev]) {
+      slots[prev] = node;
+    } else {
+      rest.push_back(node);
+    }
+  }
+  size_t next = 0;
+  for (const auto& node : rest) {
+    while (slots[next]) ++next;
+    slots[next] = node;
+  }
+  std::vector<NodeInfo> out;
+  for (auto& s : slots) out.push_back(*s);
+  return out;
+}
+
+Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options)
+    : factory_(std::move(factory)), options_(std::move(options)) {
+  if (options_.min_nodes < 1 || options_.max_nodes < options_.min_nodes) {
+    throw RendezvousError("rendezvous: --nnodes " + std::to_string(options_.min_nodes) + ":" +
+                          std::to_string(options_.max_nodes) + " needs 1 <= MIN <= MAX");
+  }
+  if (options_.node_id.empty()) options_.node_id = default_node_id();
+  for (const std::string* s : {&options_.node_id, &options_.local_addr, &options_.run_id}) {
+    if (s->find_first_of("\t\n") != std::string::npos) {
+      throw RendezvousError("rendezvous: '" + *s + "' must not contain tabs or newlines");
+    }
+  }
+  try {
+    store_ = factory_();
+  } catch (const StoreError& e) {
+    throw RendezvousError(std::string("rendezvous: ") + e.what());
+  }
+}
+
+Rendezvous::~Rendezvous() = default;
+
+std::string Rendezvous::key(const std::string& k) const { return "rdzv/" + options_.run_id + "/" + k; }
+
+std::string Rendezvous::round_key(int64_t round, const std::string& k) const {
+  return key("r" + std::to_string(round) + "/" + k);
+}
+
+int64_t Rendezvous::sequence_number() {
+  std::string k = key("seq/" + options_.node_id);
+  if (!store_->check({k})) {
+    int64_t n = store_->add(key("seq_counter"), 1);
+    store_->compare_set(k, {}, to_bytes(std::to_string(n)));
+  }
+  return to_i64(store_->get(k, Duration(0)));
+}
+
+std::string Rendezvous::join_error(int64_t round, const std::string& what) {
+  std::string who;
+  int64_t joined = 0;
+  try {
+    joined = store_->add(round_key(round, "joined"), 0);
+    for (int64_t i = 1; i <= joined && i <= 64; ++i) {
+      std::string k = round_key(round, "node/" + std::to_string(i));
+      if (!store_->check({k})) continue;
+      auto n = decode_node(to_string(store_->get(k, Duration(0))));
+      if (n) who += (who.empty() ? "" : ", ") + n->node_id + " at " + n->addr;
+    }
+  } catch (const std::exception&) {
+  }
+  return "rendezvous '" + options_.run_id + "' round " + std::to_string(round) + ": " +
+         std::to_string(joined) + " of " + std::to_string(options_.min_nodes) +
+         " required nodes joined " + what + (who.empty() ? "" : " (" + who + ")");
+}
+
+void Rendezvous::close_round(int64_t round, int64_t n) {
+  std::vector<std::string> keys;
+  for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(round, "node/" + std::to_string(i)));
+  try {
+    store_->wait(keys, options_.close_timeout);
+  } catch (const TimeoutError&) {
+    // A node took a slot and vanished before recording itself: leave it out.
+  }
+  std::vector<NodeInfo> nodes;
+  for (const auto& k : keys) {
+    if (!store_->check({k})) continue;
+    if (auto node = decode_node(to_string(store_->get(k, Duration(0))))) nodes.push_back(*node);
+  }
+  std::vector<NodeInfo> previous;
+  if (store_->check({key("last_closed")})) {
+    int64_t last = to_i64(store_->get(key("last_closed"), Duration(0)));
+    previous = decode_nodes(store_->get(round_key(last, "closed"), Duration(0)));
+  }
+  auto assigned = assign_ranks(nodes, previous);
+  std::vector<std::string> hb;
+  for (const auto& node : assigned) hb.push_back(round_key(round, "hb/" + node.node_id));
+  if (!hb.empty()) store_->multi_set(hb, std::vector<Bytes>(hb.size(), to_bytes("0")));
+  Bytes value = encode_nodes(assigned);
+  if (store_->compare_set(round_key(round, "closed"), {}, value) == value) {
+    store_->set(key("last_closed"), to_bytes(std::to_string(round)));
+    spdlog::info("rendezvous '{}': round {} formed with {} nodes", options_.run_id, round,
+                 assigned.size());
+  }
+}
+
+RoundResult Rendezvous::result_from(int64_t round, const std::vector<NodeInfo>& nodes) {
+  RoundResult r;
+  r.round = round;
+  r.nodes = nodes;
+  r.group_world_size = static_cast<int>(nodes.size());
+  r.world_size = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].node_id == options_.node_id) {
+      r.group_rank = static_cast<int>(i);
+      r.rank_base = r.world_size;
+    }
+    r.world_size += nodes[i].local_world_size;
+  }
+  r.master_addr = nodes.at(0).addr;
+  r.master_port = nodes.at(0).master_port;
+  r.store_prefix = options_.run_id + "/round_" + std::to_string(round) + "/";
+  return r;
+}
+
+RoundResult Rendezvous::next_round() {
+  const auto deadline = Clock::now() + options_.join_timeout;
+  const int64_t max = options_.max_nodes;
+  try {
+    if (seq_ < 0) seq_ = sequence_number();
+    NodeInfo me{options_.node_id, options_.local_addr, options_.master_port,
+                options_.local_world_size, seq_};
+    for (;;) {
+      const int64_t r = store_->add(key("current"), 0);
+      const std::string closed = round_key(r, "closed");
+      if (store_->check({closed})) {
+        // Round r is running (or over): move on to r + 1. A node that is
+        // not one of its members asks the members to re-form (scale-up)
+        // when the group has room for it.
+        auto nodes = decode_nodes(store_->get(closed, Duration(0)));
+        store_->compare_set(key("current"), to_bytes(std::to_string(r)),
+                            to_bytes(std::to_string(r + 1)));
+        bool member = current_ && current_->round == r;
+        if (!member && static_cast<int64_t>(nodes.size()) < max) {
+          store_->compare_set(round_key(r, "end"), {},
+                              to_bytes("scale-up: node " + me.node_id + " at " + me.addr +
+                                       " waits to join"));
+        }
+        continue;
+      }
+      const int64_t slot = store_->add(round_key(r, "joined"), 1);
+      if (slot <= max) {
+        store_->set(round_key(r, "node/" + std::to_string(slot)), to_bytes(encode_node(me)));
+        if (slot == max) {
+          close_round(r, slot);
+        } else if (slot >= options_.min_nodes) {
+          try {
+            store_->wait({closed}, std::min(options_.last_call_timeout, left(deadline)));
+          } catch (const TimeoutError&) {
+            close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
+          }
+        }
+      }
+      Bytes assignment;
+      try {
+        assignment = store_->get(closed, left(deadline));
+      } catch (const TimeoutError&) {
+        throw RendezvousError(join_error(r, "within join_timeout " +
+                                                std::to_string(options_.join_timeout.count()) +
+                                                " ms"));
+      }
+      auto nodes = decode_nodes(assignment);
+      bool in = std::any_of(nodes.begin(), nodes.end(),
+                            [&](const NodeInfo& n) { return n.node_id == me.node_id; });
+      if (!in) continue;  // the round filled up without us: wait for the next
+      current_ = result_from(r, nodes);
+      return *current_;
+    }
+  } catch (const StoreError& e) {
+    throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
+  }
+}
+
+void Rendezvous::signal_failure(const std::string& reason) {
+  if (!current_) return;
+  try {
+    Bytes desired = to_bytes("failed: " + reason);
+    if (store_->compare_set(round_key(current_->round, "end"), {}, desired) == desired) {
+      store_->add(key("restarts"), 1);
+    }
+  } catch (const StoreError& e) {
+    throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
+  }
+}
+
+int64_t Rendezvous::restart_count() {
+  try {
+    return store_->add(key("restarts"), 0);
+  } catch (const StoreError& e) {
+    throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
+  }
+}
+
+std::unique_ptr<KeepAlive> Rendezvous::watch(std::function<void(const RoundEnd&)> on_end) {
+  if (!current_) throw RendezvousError("rendezvous: watch() before a round was formed");
+  try {
+    return std::make_unique<KeepAlive>(factory_(), *this, *current_, std::move(on_end));
+  } catch (const StoreError& e) {
+    throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
+  }
+}
+
+bool Rendezvous::finish(bool succeeded) {
+  if (!current_) return succeeded;
+  const int64_t r = current_->round;
+  std::vector<std::string> keys;
+  for (const auto& n : current_->nodes) keys.push_back(round_key(r, "outcome/" + n.node_id));
+  try {
+    store_->set(round_key(r, "outcome/" + options_.node_id), to_bytes(succeeded ? "ok" : "failed"));
+    auto values = store_->multi_get(keys, options_.close_timeout);
+    return std::all_of(values.begin(), values.end(), [](const Bytes& v) { return v == to_bytes("ok"); });
+  } catch (const TimeoutError&) {
+    std::string missing;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!store_->check({keys[i]})) missing += " " + current_->nodes[i].node_id + " at " + current_->nodes[i].addr;
+    }
+    throw RendezvousError("rendezvous '" + options_.run_id + "' round " + std::to_string(r) +
+                          ": no outcome within close_timeout from" + missing);
+  } catch (const StoreError& e) {
+    throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
+  }
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,179 @@
+// Elastic multi-node rendezvous on top of the store (torchrun's c10d
+// dynamic rendezvous, with stable group ranks and a job-wide restart count).
+//
+// Nodes join numbered rounds. A round closes at max_nodes at once, or at
+// min_nodes plus last_call_timeout. Group ranks are deterministic: a node
+// keeps its previous group rank when it still fits, and the other nodes
+// fill the free ranks in first-join order (a job-wide sequence number kept
+// in the store). While a round runs, KeepAlive heartbeats this node and
+// watches its peers; the round ends for everyone when any node signals a
+// failure, a peer misses keep_alive_max_attempt heartbeats, or a late node
+// waits to be taken in (scale-up, which spends no restart).
+//
+// Store keys live under "rdzv/<run_id>/" (see rendezvous.cc for the list).
+// Rendezvous is thread-compatible; KeepAlive runs its own thread on its own
+// store connection.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/store.h"
+
+namespace ddprun::rendezvous {
+
+// The rendezvous layer's one error type: the message says how many nodes
+// came and from where, or which store address failed.
+class RendezvousError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RendezvousOptions {
+  // --rdzv-id: separates jobs sharing one store.
+  std::string run_id = "none";
+  // --nnodes MIN:MAX.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // Workers on this node.
+  int local_world_size = 1;
+  // Unique per agent process; empty picks hostname:pid:random.
+  std::string node_id;
+  // Address peers reach this node at: MASTER_ADDR when it is group rank 0
+  // (--local-addr, else the address its store connection leaves from).
+  std::string local_addr;
+  // MASTER_PORT this node offers when it is group rank 0.
+  int master_port = 0;
+  // --rdzv-conf keys, torchrun's names and defaults.
+  Duration join_timeout{600000};
+  Duration last_call_timeout{30000};
+  Duration close_timeout{30000};  // records of joined nodes must appear within it
+  Duration keep_alive_interval{5000};
+  int keep_alive_max_attempt = 3;
+  bool is_host = false;  // this agent hosts the store (read by the agent)
+};
+
+// Applies torchrun-compatible --rdzv-conf keys (join_timeout,
+// last_call_timeout, close_timeout, keep_alive_interval in seconds;
+// keep_alive_max_attempt; is_host; token and read_timeout are accepted and
+// left to the caller). Throws RendezvousError naming a bad key or value.
+void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousOptions& options);
+
+// A node as recorded in a round.
+struct NodeInfo {
+  std::string node_id;
+  std::string addr;
+  int master_port = 0;
+  int local_world_size = 1;
+  int64_t seq = 0;  // first-join order in the job
+};
+
+// This node's view of a formed round.
+struct RoundResult {
+  int64_t round = 0;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int rank_base = 0;   // global rank of this node's local rank 0
+  int world_size = 1;  // sum of local world sizes
+  std::string master_addr;
+  int master_port = 0;
+  std::string store_prefix;    // for the round's workers: "<run_id>/round_<n>/"
+  std::vector<NodeInfo> nodes; // in group-rank order
+};
+
+// Why a running round ended.
+struct RoundEnd {
+  enum Kind { kFailed, kScaleUp, kPeerDead, kStoreLost } kind = kFailed;
+  std::string reason;
+  // A restart is spent for kFailed and kPeerDead, not for kScaleUp.
+  bool spends_restart() const { return kind == kFailed || kind == kPeerDead; }
+};
+
+class KeepAlive;
+
+class Rendezvous {
+ public:
+  // Makes a fresh store connection; called once here and once per KeepAlive.
+  using StoreFactory = std::function<std::unique_ptr<Store>()>;
+
+  Rendezvous(StoreFactory factory, RendezvousOptions options);
+  ~Rendezvous();
+
+  // Joins the next round and blocks until it is formed (join_timeout).
+  // Throws RendezvousError naming how many nodes came and from where, or
+  // the store failure.
+  RoundResult next_round();
+  // Ends the current round for every node because this node failed;
+  // counts one job-wide restart (once per round, whoever signals first).
+  void signal_failure(const std::string& reason);
+  // Job-wide restarts so far.
+  int64_t restart_count();
+  // Starts heartbeating the current round and watching it. `on_end` runs on
+  // the KeepAlive thread, once, when the round ends for any reason.
+  std::unique_ptr<KeepAlive> watch(std::function<void(const RoundEnd&)> on_end);
+  // Records this node's local outcome and waits (close_timeout) until every
+  // node of the round has recorded one; returns true when all succeeded.
+  bool finish(bool succeeded);
+
+  const RendezvousOptions& options() const { return options_; }
+  const std::string& node_id() const { return options_.node_id; }
+
+ private:
+  friend class KeepAlive;
+  std::string key(const std::string& k) const;
+  std::string round_key(int64_t round, const std::string& k) const;
+  int64_t sequence_number();
+  std::string join_error(int64_t round, const std::string& what);
+  // Decides the assignment of a round from its first `n` slots and tries to
+  // publish it; whoever publishes first wins.
+  void close_round(int64_t round, int64_t n);
+  RoundResult result_from(int64_t round, const std::vector<NodeInfo>& nodes);
+
+  StoreFactory factory_;
+  RendezvousOptions options_;
+  std::unique_ptr<Store> store_;
+  int64_t seq_ = -1;
+  std::optional<RoundResult> current_;
+};
+
+// Heartbeats one round and watches it on a thread with its own store
+// connection. Destruction stops the thread (within about a second).
+class KeepAlive {
+ public:
+  KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, RoundResult round,
+            std::function<void(const RoundEnd&)> on_end);
+  ~KeepAlive();
+  KeepAlive(const KeepAlive&) = delete;
+  KeepAlive& operator=(const KeepAlive&) = delete;
+
+ private:
+  void run();
+
+  std::unique_ptr<Store> store_;
+  RendezvousOptions options_;
+  std::string prefix_;  // "rdzv/<run_id>/r<round>/"
+  std::string restarts_key_;
+  RoundResult round_;
+  std::function<void(const RoundEnd&)> on_end_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Encodes/decodes a node record (tab-separated; ids and addresses cannot
+// hold tabs or newlines).
+std::string encode_node(const NodeInfo& node);
+std::optional<NodeInfo> decode_node(const std::string& text);
+
+// The stable rank rule, exposed for tests: nodes whose previous group rank
+// is below nodes.size() keep it; the others fill the free ranks in seq order.
+std::vector<NodeInfo> assign_ranks(std::vector<NodeInfo> nodes,
+                                   const std::vector<NodeInfo>& previous);
+
+}  // namespace ddprun::rendezvous

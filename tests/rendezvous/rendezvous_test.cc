@@ -1,0 +1,273 @@
+// The rendezvous protocol with several participants (threads, each with its
+// own store connections) on a real store server on 127.0.0.1.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "rendezvous/rendezvous.h"
+#include "tests/rendezvous/test_util.h"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+
+Rendezvous::StoreFactory factory(uint16_t port) {
+  return [port] {
+    ClientOptions c;
+    c.host = "127.0.0.1";
+    c.port = port;
+    c.connect_timeout = 1s;
+    c.op_timeout = 2s;
+    c.reply_grace = 1s;
+    return std::make_unique<Client>(c);
+  };
+}
+
+RendezvousOptions node(int i, int min, int max) {
+  RendezvousOptions o;
+  o.run_id = "job";
+  o.min_nodes = min;
+  o.max_nodes = max;
+  o.local_world_size = 2;
+  o.node_id = "node" + std::to_string(i);
+  o.local_addr = "10.0.0." + std::to_string(i);
+  o.master_port = 29500 + i;
+  o.join_timeout = 20s;
+  o.last_call_timeout = 300ms;
+  o.close_timeout = 2s;
+  // Generous enough that a loaded CI machine never starves a heartbeat
+  // into a false death.
+  o.keep_alive_interval = 200ms;
+  o.keep_alive_max_attempt = 5;
+  return o;
+}
+
+// Runs next_round on every participant concurrently.
+std::vector<RoundResult> form(std::vector<Rendezvous*> nodes) {
+  std::vector<std::future<RoundResult>> f;
+  for (auto* n : nodes) f.push_back(std::async(std::launch::async, [n] { return n->next_round(); }));
+  std::vector<RoundResult> out;
+  for (auto& x : f) out.push_back(x.get());
+  return out;
+}
+
+// Captures a KeepAlive's end event.
+struct EndWatch {
+  std::promise<RoundEnd> promise;
+  std::future<RoundEnd> future = promise.get_future();
+  std::function<void(const RoundEnd&)> callback() {
+    return [this](const RoundEnd& e) { promise.set_value(e); };
+  }
+  RoundEnd get() {
+    REQUIRE(future.wait_for(20s) == std::future_status::ready);
+    return future.get();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("three nodes form one round with unique ranks and one master") {
+  ServerThread server;
+  Rendezvous a(factory(server.port()), node(1, 3, 3));
+  Rendezvous b(factory(server.port()), node(2, 3, 3));
+  Rendezvous c(factory(server.port()), node(3, 3, 3));
+  auto r = form({&a, &b, &c});
+  std::set<int> group_ranks, bases;
+  for (const auto& x : r) {
+    CHECK(x.round == r[0].round);
+    CHECK(x.group_world_size == 3);
+    CHECK(x.world_size == 6);
+    CHECK(x.rank_base == 2 * x.group_rank);
+    CHECK(x.store_prefix == r[0].store_prefix);
+    CHECK(x.master_addr == r[0].master_addr);
+    CHECK(x.master_port == r[0].master_port);
+    group_ranks.insert(x.group_rank);
+    bases.insert(x.rank_base);
+  }
+  CHECK(group_ranks == std::set<int>{0, 1, 2});
+  // the master is group rank 0's own address and port
+  auto master = std::find_if(r.begin(), r.end(), [](const RoundResult& x) { return x.group_rank == 0; });
+  int i = static_cast<int>(master - r.begin()) + 1;
+  CHECK(master->master_addr == "10.0.0." + std::to_string(i));
+  CHECK(master->master_port == 29500 + i);
+}
+
+TEST_CASE("a round closes at MIN nodes after the last call") {
+  ServerThread server;
+  Rendezvous a(factory(server.port()), node(1, 2, 3));
+  Rendezvous b(factory(server.port()), node(2, 2, 3));
+  auto r = form({&a, &b});
+  CHECK(r[0].group_world_size == 2);
+  CHECK(r[1].group_world_size == 2);
+  CHECK(r[0].world_size == 4);
+  CHECK(r[0].group_rank != r[1].group_rank);
+}
+
+TEST_CASE("a failure signal ends the round for every node and counts one job-wide restart") {
+  ServerThread server;
+  Rendezvous a(factory(server.port()), node(1, 3, 3));
+  Rendezvous b(factory(server.port()), node(2, 3, 3));
+  Rendezvous c(factory(server.port()), node(3, 3, 3));
+  form({&a, &b, &c});
+  EndWatch ea, eb, ec;
+  auto ka = a.watch(ea.callback());
+  auto kb = b.watch(eb.callback());
+  auto kc = c.watch(ec.callback());
+  b.signal_failure("worker 1 exited with 3");
+  for (EndWatch* e : {&ea, &eb, &ec}) {
+    RoundEnd end = e->get();
+    CHECK(end.kind == RoundEnd::kFailed);
+    CHECK(end.reason.find("worker 1 exited with 3") != std::string::npos);
+    CHECK(end.spends_restart());
+  }
+  c.signal_failure("a second report of the same round");
+  CHECK(a.restart_count() == 1);
+  // everyone re-forms; the group ranks stay
+  auto again = form({&a, &b, &c});
+  CHECK(again[0].round == again[1].round);
+  CHECK(again[0].group_world_size == 3);
+}
+
+TEST_CASE("group ranks stay the same for nodes that remain") {
+  ServerThread server;
+  std::vector<std::unique_ptr<Rendezvous>> n;
+  for (int i = 1; i <= 3; ++i) n.push_back(std::make_unique<Rendezvous>(factory(server.port()), node(i, 2, 3)));
+  auto first = form({n[0].get(), n[1].get(), n[2].get()});
+  // find the node with group rank 2 and drop it after a failure
+  int leaving = static_cast<int>(std::find_if(first.begin(), first.end(), [](auto& r) { return r.group_rank == 2; }) - first.begin());
+  n[leaving]->signal_failure("node leaves");
+  n.erase(n.begin() + leaving);
+  first.erase(first.begin() + leaving);
+  // rejoin in reverse order of the previous ranks
+  std::vector<Rendezvous*> order = {n[0].get(), n[1].get()};
+  if (first[0].group_rank < first[1].group_rank) std::swap(order[0], order[1]);
+  auto second = form(order);
+  for (size_t i = 0; i < 2; ++i) {
+    size_t j = order[i] == n[0].get() ? 0 : 1;
+    CHECK(second[i].group_rank == first[j].group_rank);
+    CHECK(second[i].world_size == 4);
+    CHECK(second[i].round > first[j].round);
+  }
+}
+
+TEST_CASE("the stable rank rule keeps previous ranks and fills holes in join order") {
+  auto n = [](std::string id, int64_t seq) { return NodeInfo{id, "a", 1, 1, seq}; };
+  std::vector<NodeInfo> previous = {n("x", 3), n("y", 1), n("z", 2)};
+  // z (rank 2) and a newcomer w remain with y: y keeps 1, then w and z fill
+  auto out = assign_ranks({n("z", 2), n("w", 4), n("y", 1)}, previous);
+  REQUIRE(out.size() == 3);
+  CHECK(out[1].node_id == "y");
+  CHECK(out[2].node_id == "z");
+  CHECK(out[0].node_id == "w");
+  // previous rank beyond the new size: moved to the first hole in seq order
+  auto two = assign_ranks({n("z", 2), n("x", 3)}, previous);
+  CHECK(two[0].node_id == "x");
+  CHECK(two[1].node_id == "z");
+  // no history: seq order
+  auto fresh = assign_ranks({n("b", 9), n("a", 5)}, {});
+  CHECK(fresh[0].node_id == "a");
+}
+
+TEST_CASE("a node whose heartbeats stop is declared dead by the others") {
+  ServerThread server;
+  Rendezvous a(factory(server.port()), node(1, 2, 2));
+  Rendezvous b(factory(server.port()), node(2, 2, 2));
+  form({&a, &b});
+  EndWatch ea, eb;
+  auto ka = a.watch(ea.callback());
+  auto kb = b.watch(eb.callback());
+  kb.reset();  // b stops heartbeating, as if its host vanished
+  RoundEnd end = ea.get();
+  CHECK(end.kind == RoundEnd::kPeerDead);
+  CHECK(end.reason.find("node node2 at 10.0.0.2") != std::string::npos);
+  CHECK(end.reason.find("missed heartbeats") != std::string::npos);
+  CHECK(a.restart_count() == 1);
+}
+
+TEST_CASE("a late node is taken in at the next round without spending a restart") {
+  ServerThread server;
+  Rendezvous a(factory(server.port()), node(1, 2, 3));
+  Rendezvous b(factory(server.port()), node(2, 2, 3));
+  Rendezvous c(factory(server.port()), node(3, 2, 3));
+  auto first = form({&a, &b});
+  EndWatch ea, eb;
+  auto ka = a.watch(ea.callback());
+  auto kb = b.watch(eb.callback());
+  auto late = std::async(std::launch::async, [&] { return c.next_round(); });
+  RoundEnd end = ea.get();
+  CHECK(end.kind == RoundEnd::kScaleUp);
+  CHECK(end.reason.find("node3 at 10.0.0.3") != std::string::npos);
+  CHECK_FALSE(end.spends_restart());
+  CHECK(eb.get().kind == RoundEnd::kScaleUp);
+  ka.reset();
+  kb.reset();
+  auto second = form({&a, &b});
+  RoundResult rc = late.get();
+  CHECK(rc.group_world_size == 3);
+  CHECK(rc.world_size == 6);
+  CHECK(rc.group_rank == 2);
+  CHECK(second[0].group_rank == first[0].group_rank);
+  CHECK(second[1].group_rank == first[1].group_rank);
+  CHECK(a.restart_count() == 0);
+}
+
+TEST_CASE("join timeout says how many nodes came and from where") {
+  ServerThread server;
+  auto o = node(1, 2, 3);
+  o.join_timeout = 300ms;
+  Rendezvous a(factory(server.port()), o);
+  CHECK_THROWS_WITH_AS(a.next_round(),
+                       doctest::Contains("1 of 2 required nodes joined within join_timeout 300 ms (node1 at 10.0.0.1)"),
+                       RendezvousError);
+}
+
+TEST_CASE("a dead store host ends the round with an error naming its address") {
+  auto server = std::make_unique<ServerThread>();
+  std::string addr = "127.0.0.1:" + std::to_string(server->port());
+  Rendezvous a(factory(server->port()), node(1, 1, 1));
+  a.next_round();
+  EndWatch ea;
+  auto ka = a.watch(ea.callback());
+  server.reset();
+  RoundEnd end = ea.get();
+  CHECK(end.kind == RoundEnd::kStoreLost);
+  CHECK(end.reason.find(addr) != std::string::npos);
+  CHECK_THROWS_WITH_AS(a.next_round(), doctest::Contains(addr.c_str()), RendezvousError);
+}
+
+TEST_CASE("finish reports whether every node succeeded") {
+  ServerThread server;
+  Rendezvous a(factory(server.port()), node(1, 2, 2));
+  Rendezvous b(factory(server.port()), node(2, 2, 2));
+  form({&a, &b});
+  auto fa = std::async(std::launch::async, [&] { return a.finish(true); });
+  CHECK_FALSE(b.finish(false));
+  CHECK_FALSE(fa.get());
+}
+
+TEST_CASE("--rdzv-conf keys are torchrun's, and bad ones are named") {
+  RendezvousOptions o;
+  apply_rdzv_conf({{"join_timeout", "12"}, {"last_call_timeout", "0.5"}, {"keep_alive_interval", "2"},
+                   {"keep_alive_max_attempt", "4"}, {"is_host", "false"}, {"close_timeout", "7"},
+                   {"token", "ignored-here"}},
+                  o);
+  CHECK(o.join_timeout == 12s);
+  CHECK(o.last_call_timeout == 500ms);
+  CHECK(o.keep_alive_interval == 2s);
+  CHECK(o.keep_alive_max_attempt == 4);
+  CHECK(o.close_timeout == 7s);
+  CHECK_FALSE(o.is_host);
+  CHECK_THROWS_WITH_AS(apply_rdzv_conf({{"join_timeout", "soon"}}, o),
+                       doctest::Contains("join_timeout=soon"), RendezvousError);
+  CHECK_THROWS_WITH_AS(apply_rdzv_conf({{"keep_alive_max_attempt", "0"}}, o),
+                       doctest::Contains("keep_alive_max_attempt=0"), RendezvousError);
+  CHECK_THROWS_WITH_AS(apply_rdzv_conf({{"joint_timeout", "1"}}, o),
+                       doctest::Contains("unknown key 'joint_timeout'"), RendezvousError);
+  RendezvousOptions defaults;
+  CHECK(defaults.join_timeout == 600s);
+  CHECK(defaults.last_call_timeout == 30s);
+  CHECK(defaults.keep_alive_interval == 5s);
+  CHECK(defaults.keep_alive_max_attempt == 3);
+}
