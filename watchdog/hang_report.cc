@@ -90,6 +90,10 @@ nlohmann::json HangReport::to_json() const {
   j["timeout_s"] = event.timeout.count() / 1000.0;
   j["detected_at"] = iso8601(detected_wall);
   j["detected_after_due_ms"] = ms_between(event.due, event.detected);
+  // Steady-clock seconds (CLOCK_MONOTONIC), comparable across processes.
+  j["due_monotonic_s"] = std::chrono::duration<double>(event.due.time_since_epoch()).count();
+  j["detected_monotonic_s"] =
+      std::chrono::duration<double>(event.detected.time_since_epoch()).count();
   j["stalled_ranks"] = stalled;
   j["suspect_ranks"] = suspects;
   j["workers"] = json::array();
