@@ -8,9 +8,13 @@
 // (256 KiB stacks), each opens its own connection, adds 1 to a counter; the
 // one that reads N sets the final key, every other one blocks in get() of
 // it. Time is from releasing the threads to the last get returning, server
-// start and thread creation excluded. Both stores run their server inside
-// this process on 127.0.0.1.
+// start and thread creation excluded. Each store's server runs in a child
+// process (this program with --serve NAME) on 127.0.0.1, a fresh one per
+// measurement; the two stores are measured alternately, --reps times.
 #include <pthread.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -101,6 +105,78 @@ struct TorchClient : BenchClient {
   std::unique_ptr<c10d::TCPStore> s;
 };
 #endif
+
+// A store server in a child process (this program with --serve NAME), so
+// the clients' and the server's descriptors and CPU time are separate, as
+// they are when the store runs on its own host. Closing the child's stdin
+// stops it.
+struct ServerProcess {
+  pid_t pid = -1;
+  int to_child = -1;
+  uint16_t port = 0;
+  explicit ServerProcess(const std::string& name) {
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) std::abort();
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, in[1]);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    std::string self = "/proc/self/exe";
+    std::vector<char*> argv = {self.data(), const_cast<char*>("--serve"),
+                               const_cast<char*>(name.c_str()), nullptr};
+    if (posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ) != 0) std::abort();
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    to_child = in[1];
+    FILE* f = fdopen(out[0], "r");
+    unsigned p = 0;
+    if (std::fscanf(f, "PORT %u", &p) != 1) {
+      std::fprintf(stderr, "server process for %s did not report its port\n", name.c_str());
+      std::abort();
+    }
+    std::fclose(f);
+    port = static_cast<uint16_t>(p);
+  }
+  ~ServerProcess() {
+    close(to_child);
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+};
+
+int serve(const std::string& name) {
+  rdzv::raise_fd_limit();
+  auto wait_for_eof = [] {
+    char c;
+    while (read(0, &c, 1) > 0) {
+    }
+  };
+  if (name == "ddprun") {
+    OurServer s;
+    std::printf("PORT %u\n", s.server->endpoint().port());
+    std::fflush(stdout);
+    wait_for_eof();
+    return 0;
+  }
+#ifdef DDPRUN_HAVE_TORCH
+  if (name == "tcpstore") {
+    c10d::TCPStoreOptions o;
+    o.port = 0;
+    o.isServer = true;
+    o.waitWorkers = false;
+    o.timeout = 120s;
+    c10d::TCPStore s("127.0.0.1", o);
+    std::printf("PORT %u\n", s.getPort());
+    std::fflush(stdout);
+    wait_for_eof();
+    return 0;
+  }
+#endif
+  return 2;
+}
 
 // Runs f(i) on n threads with small stacks, all released together; returns
 // the seconds from release to the last thread's end.
@@ -201,6 +277,7 @@ int main(int argc, char** argv) {
   std::vector<int> clients = {1, 16, 64};
   std::vector<int> barriers = {256, 1024, 4096};
   std::string only;
+  if (argc == 3 && std::string(argv[1]) == "--serve") return serve(argv[2]);
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--seconds") seconds = std::stod(argv[i + 1]);
@@ -220,36 +297,30 @@ int main(int argc, char** argv) {
   // server every time, and the median is kept: the other load on the
   // machine then hits both alike.
   std::vector<Backend> backends;
-  auto ours = std::make_shared<std::unique_ptr<OurServer>>();
+  auto ours = std::make_shared<std::unique_ptr<ServerProcess>>();
   backends.push_back(Backend{
       "ddprun",
       [ours]() -> std::unique_ptr<BenchClient> {
         rdzv::ClientOptions o;
         o.host = "127.0.0.1";
-        o.port = (*ours)->server->endpoint().port();
+        o.port = (*ours)->port;
         o.connect_timeout = 120s;
         return std::make_unique<OurClient>(o);
       },
       [ours](bool start) {
         ours->reset();
-        if (start) *ours = std::make_unique<OurServer>();
+        if (start) *ours = std::make_unique<ServerProcess>("ddprun");
       }});
 #ifdef DDPRUN_HAVE_TORCH
-  auto theirs = std::make_shared<std::unique_ptr<c10d::TCPStore>>();
+  auto theirs = std::make_shared<std::unique_ptr<ServerProcess>>();
   backends.push_back(Backend{
       "tcpstore",
       [theirs]() -> std::unique_ptr<BenchClient> {
-        return std::make_unique<TorchClient>("127.0.0.1", (*theirs)->getPort());
+        return std::make_unique<TorchClient>("127.0.0.1", (*theirs)->port);
       },
       [theirs](bool start) {
         theirs->reset();
-        if (!start) return;
-        c10d::TCPStoreOptions o;
-        o.port = 0;
-        o.isServer = true;
-        o.waitWorkers = false;
-        o.timeout = 120s;
-        *theirs = std::make_unique<c10d::TCPStore>("127.0.0.1", o);
+        if (start) *theirs = std::make_unique<ServerProcess>("tcpstore");
       }});
 #else
   std::printf("built without LibTorch: no TCPStore comparison\n");

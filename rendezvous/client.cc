@@ -84,7 +84,18 @@ Client::Client(ClientOptions options)
   connect();
 }
 
-Client::~Client() { disconnect(); }
+Client::~Client() {
+  // Collect the acks owed so the close is a FIN, not a reset that could
+  // discard a set still in flight.
+  if (fd_ >= 0 && !unacked_.empty()) {
+    std::string ignored;
+    try {
+      read_acks(Clock::now() + std::min(options_.op_timeout, Duration(5000)), ignored);
+    } catch (const std::exception&) {
+    }
+  }
+  disconnect();
+}
 
 void Client::disconnect() {
   if (fd_ >= 0) ::close(fd_);
@@ -260,43 +271,73 @@ Bytes Client::read_frame(Clock::time_point deadline, const std::string& what) {
   return payload;
 }
 
+std::string Client::error_message(const Bytes& reply) const {
+  std::string message = "malformed error reply";
+  wire::Reader r(reply.data() + 1, reply.size() - 1);
+  r.str(message, wire::kMaxFrameSize);
+  return message;
+}
+
+void Client::read_acks(Clock::time_point deadline, std::string& error) {
+  while (!unacked_.empty()) {
+    const std::string what = "set(" + quoted(unacked_.front().key) + ")";
+    Bytes reply = read_frame(deadline, what);
+    if (reply[0] != static_cast<uint8_t>(wire::Status::kOk) && error.empty()) {
+      error = "store at " + address_ + ": " + what + ": " + error_message(reply);
+    }
+    unacked_.pop_front();
+  }
+}
+
+void Client::reconnect(Clock::time_point deadline) {
+  disconnect();
+  connect();
+  // Sets whose acknowledgement was lost are repeated: harmless, and the
+  // caller was told they succeeded.
+  for (const auto& u : unacked_) send_all(u.frame, deadline, "set(" + quoted(u.key) + ")");
+}
+
+[[noreturn]] void Client::no_answer(const std::string& what, Duration waited) {
+  // No reply at all: the store or the path to it is gone. A late reply
+  // would be taken for the next call's, so drop the connection.
+  disconnect();
+  unacked_.clear();
+  throw StoreError("store at " + address_ + " did not answer " + what + " within " +
+                   std::to_string(waited.count()) + " ms");
+}
+
 std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::string& what) {
   Bytes frame = wire::encode_request(q);
-  auto deadline = Clock::now() + (is_blocking(q.op)
-                                      ? Duration(q.timeout_ms) + options_.reply_grace
-                                      : options_.op_timeout);
+  const Duration waited = is_blocking(q.op) ? Duration(q.timeout_ms) + options_.reply_grace
+                                            : options_.op_timeout;
+  const auto deadline = Clock::now() + waited;
+  std::string ack_error;
   for (int attempt = 0;; ++attempt) {
-    if (fd_ >= 0 && rpos_ != rbuf_.size()) disconnect();  // stray bytes: out of step
-    if (fd_ >= 0 && !retry_safe) {
-      // Anything readable before we asked is an EOF (server restarted or
-      // closed us after a bad frame): a request that cannot be repeated goes
-      // out on a fresh connection. Repeatable ones skip this syscall and
-      // retry instead.
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 0) > 0) disconnect();
-    }
-    if (fd_ < 0) connect();
     try {
+      if (fd_ < 0) reconnect(deadline);
+      if (!retry_safe) {
+        // A request that cannot be repeated must not go out on a dead
+        // connection: collect the acks owed first, then anything readable
+        // is an EOF (server restarted, or closed us after a bad frame).
+        read_acks(deadline, ack_error);
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 0) > 0) reconnect(deadline);
+      }
+      // Pipelined: the request goes out before the acks of earlier sets are
+      // read, so a set and the next call share one round trip.
       send_all(frame, deadline, what);
+      read_acks(deadline, ack_error);
       Bytes reply = read_frame(deadline, what);
+      if (!ack_error.empty()) throw StoreError(ack_error);
       auto status = static_cast<wire::Status>(reply[0]);
       if (status == wire::Status::kOk) return Bytes(reply.begin() + 1, reply.end());
       if (status == wire::Status::kTimeout) return std::nullopt;
-      std::string message = "malformed error reply";
-      wire::Reader r(reply.data() + 1, reply.size() - 1);
-      r.str(message, wire::kMaxFrameSize);
-      throw StoreError("store at " + address_ + ": " + what + ": " + message);
+      throw StoreError("store at " + address_ + ": " + what + ": " + error_message(reply));
     } catch (const ConnectionLost& e) {
       disconnect();
       if (!retry_safe || attempt > 0) throw StoreError(e.what());
     } catch (const TimeoutError&) {
-      // No reply at all: the store or the path to it is gone. A late reply
-      // would be taken for the next call's, so drop the connection.
-      disconnect();
-      auto waited = is_blocking(q.op) ? Duration(q.timeout_ms) + options_.reply_grace
-                                      : options_.op_timeout;
-      throw StoreError("store at " + address_ + " did not answer " + what + " within " +
-                       std::to_string(waited.count()) + " ms");
+      no_answer(what, waited);
     }
   }
 }
@@ -319,7 +360,44 @@ int64_t read_i64(const Bytes& b) {
 }  // namespace
 
 void Client::set(const std::string& key, const Bytes& value) {
-  call(make(Op::kSet, {key}, {value}), true, "set(" + quoted(key) + ")");
+  // Acknowledged lazily, as TCPStore's set is never acknowledged at all:
+  // the ack is read with the next call's reply (or by the destructor), and
+  // a failed set is reported by that call. Limits are checked here so the
+  // server never has to close the connection over a set.
+  const std::string what = "set(" + quoted(key) + ")";
+  if (key.size() > wire::kMaxKeySize) {
+    throw StoreError("store at " + address_ + ": " + what.substr(0, 40) + "...: key longer than " +
+                     std::to_string(wire::kMaxKeySize) + " bytes");
+  }
+  if (value.size() > wire::kMaxValueSize) {
+    throw StoreError("store at " + address_ + ": " + what + ": value longer than " +
+                     std::to_string(wire::kMaxValueSize) + " bytes");
+  }
+  const auto deadline = Clock::now() + options_.op_timeout;
+  try {
+    if (unacked_.size() >= kMaxUnacked) {
+      std::string error;
+      read_acks(deadline, error);
+      if (!error.empty()) throw StoreError(error);
+    }
+    Unacked u{key, wire::encode_request(make(Op::kSet, {key}, {value}))};
+    for (int attempt = 0;; ++attempt) {
+      try {
+        if (fd_ < 0) reconnect(deadline);
+        send_all(u.frame, deadline, what);
+        unacked_.push_back(std::move(u));
+        return;
+      } catch (const ConnectionLost& e) {
+        disconnect();
+        if (attempt > 0) throw StoreError(e.what());
+      }
+    }
+  } catch (const ConnectionLost& e) {
+    disconnect();
+    throw StoreError(e.what());
+  } catch (const TimeoutError&) {
+    no_answer(what, options_.op_timeout);
+  }
 }
 
 Bytes Client::get(const std::string& key, Duration t) {

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -79,10 +80,21 @@ class Client : public Store {
   // Sets the socket timeouts so no send/recv outlives `deadline`; false
   // when it has passed.
   bool arm(Clock::time_point deadline);
+  void read_acks(Clock::time_point deadline, std::string& error);
+  void reconnect(Clock::time_point deadline);
+  std::string error_message(const Bytes& reply) const;
+  [[noreturn]] void no_answer(const std::string& what, Duration waited);
   [[noreturn]] void timeout(const std::string& what, Duration after);
 
   ClientOptions options_;
   std::string address_;
+  // Sets sent but not yet acknowledged, oldest first (at most kMaxUnacked).
+  struct Unacked {
+    std::string key;
+    Bytes frame;
+  };
+  static constexpr size_t kMaxUnacked = 64;
+  std::deque<Unacked> unacked_;
   int fd_ = -1;
   int armed_ms_ = 0;  // current SO_RCVTIMEO/SO_SNDTIMEO; 0 = not set
   Bytes rbuf_;

@@ -120,9 +120,13 @@ TEST_CASE("the store refuses writes beyond its byte budget") {
   ServerThread server(o);
   Client c(server.client_options());
   c.set("a", wire::Bytes(900));
-  CHECK_THROWS_WITH_AS(c.set("b", wire::Bytes(200)), doctest::Contains("store full"), StoreError);
+  // set is acknowledged lazily: the next call reports the refusal, naming it
+  c.set("b", wire::Bytes(200));
+  CHECK_THROWS_WITH_AS(c.ping(), doctest::Contains("set('b'): store full"), StoreError);
+  CHECK_FALSE(c.check({"b"}));
   c.remove("a");
   c.set("b", wire::Bytes(200));
+  CHECK(c.get("b", 1s).size() == 200);
 }
 
 TEST_CASE("a slow-loris client is closed; others are served meanwhile") {
@@ -243,6 +247,29 @@ TEST_CASE("a dead store is reported within the deadline, naming its address") {
   opts.connect_timeout = 300ms;
   Client c(opts);
   server.reset();
-  CHECK_THROWS_WITH_AS(c.set("k", B("v")),
+  CHECK_THROWS_WITH_AS(c.ping(),
                        doctest::Contains(("127.0.0.1:" + std::to_string(opts.port)).c_str()), StoreError);
+}
+
+TEST_CASE("sets whose acks were lost with the server are sent again after a restart") {
+  auto server = std::make_unique<ServerThread>();
+  uint16_t port = server->port();
+  auto opts = server->client_options();
+  Client c(opts);
+  c.ping();
+  server.reset();
+  ServerOptions o;
+  o.port = port;
+  server = std::make_unique<ServerThread>(o);
+  c.set("k", B("v"));  // goes into the dead connection first
+  CHECK(c.get("k", 1s) == B("v"));
+  CHECK(Client(opts).get("k", 1s) == B("v"));
+}
+
+TEST_CASE("a client that only sets is bounded by its unacknowledged window") {
+  ServerThread server;
+  Client c(server.client_options());
+  for (int i = 0; i < 1000; ++i) c.set("k" + std::to_string(i), B(std::to_string(i)));
+  CHECK(c.num_keys() == 1000);
+  CHECK(c.get("k999", 1s) == B("999"));
 }
