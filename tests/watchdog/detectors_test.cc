@@ -144,6 +144,21 @@ TEST_CASE("a SIGSTOPped worker is detected from its process state") {
   CHECK(dog.workers()[0].proc_state == 'T');
 }
 
+TEST_CASE("a worker in uninterruptible sleep (D) is detected from its process state") {
+  boost::asio::io_context io;
+  wd::WatchdogOptions opt;
+  opt.stuck_timeout = 200ms;
+  std::optional<wd::HangEvent> hang;
+  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Child child({WATCHDOG_TEST_WORKER, "dstate"}, {}, true);
+  REQUIRE(child.wait_for_output("ready"));
+  dog.add_worker(0, 0, child.pid());
+  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  CHECK(hang->kind == wd::HangKind::kUninterruptible);
+  CHECK(hang->detail.find("uninterruptible") != std::string::npos);
+  CHECK(dog.workers()[0].proc_state == 'D');
+}
+
 TEST_CASE("a sleeping (S) worker is not stuck, and an exited worker is not watched") {
   boost::asio::io_context io;
   wd::WatchdogOptions opt;

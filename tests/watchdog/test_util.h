@@ -38,7 +38,8 @@ inline bool run_until(boost::asio::io_context& io, const std::function<bool()>& 
   return true;
 }
 
-// A child process; killed (SIGKILL) and reaped on destruction.
+// A child process in its own process group; the group is killed (SIGKILL)
+// and the child reaped on destruction.
 class Child {
  public:
   // Spawns argv with the current environment plus `env` overrides. When
@@ -74,7 +75,13 @@ class Child {
       posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                        0644);
     }
-    const int rc = ::posix_spawnp(&pid_, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
+    // Own process group, so the destructor also kills what the child started.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    const int rc = ::posix_spawnp(&pid_, cargv[0], &fa, &attr, cargv.data(), cenv.data());
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     if (capture_stdout) {
       ::close(fds[1]);
@@ -84,7 +91,7 @@ class Child {
   }
   ~Child() {
     if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
+      ::kill(-pid_, SIGKILL);
       wait();
     }
     if (out_ >= 0) ::close(out_);

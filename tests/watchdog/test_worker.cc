@@ -5,6 +5,7 @@
 // ddprun_test_hang_here forever) or "print" (print forever, never beat).
 //   watchdog_test_worker hang        (print "ready", block forever)
 //   watchdog_test_worker spin        (print "ready", burn CPU forever)
+//   watchdog_test_worker dstate      (print "ready", sit in state D forever)
 //   watchdog_test_worker scenario nobeat|stop|silent   (under ddprun, below)
 // "ready\n" on stdout marks the moment the worker entered its final state.
 #include <signal.h>
@@ -50,6 +51,16 @@ int scenario(const char* how) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "hang") == 0) ddprun_test_hang_here();
   if (argc >= 3 && std::strcmp(argv[1], "scenario") == 0) return scenario(argv[2]);
+  if (argc >= 2 && std::strcmp(argv[1], "dstate") == 0) {
+    // A vfork parent waits in uninterruptible (killable) sleep, state D,
+    // until the child execs or exits; this child never does.
+    std::printf("ready\n");
+    std::fflush(stdout);
+    if (::vfork() == 0) {
+      for (;;) ::pause();
+    }
+    return 0;
+  }
   if (argc >= 2 && std::strcmp(argv[1], "spin") == 0) {
     std::printf("ready\n");
     std::fflush(stdout);
