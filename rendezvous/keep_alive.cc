@@ -87,7 +87,7 @@ void KeepAlive::run() {
       try {
         std::string why = to_string(store_->get(end_key, wait));
         RoundEnd e;
-        e.reason = why;
+        e.reason = why.rfind("failed: ", 0) == 0 ? why.substr(8) : why;
         if (why.rfind("scale-up", 0) == 0) e.kind = RoundEnd::kScaleUp;
         else if (why.find("missed heartbeats") != std::string::npos) e.kind = RoundEnd::kPeerDead;
         else e.kind = RoundEnd::kFailed;
