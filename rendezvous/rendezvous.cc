@@ -10,6 +10,8 @@
 //   r<N>/outcome/<node_id>  "ok" or "failed" when the node's workers ended
 #include "rendezvous/rendezvous.h"
 
+#include "rendezvous/client.h"
+
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -167,6 +169,18 @@ Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options)
     store_ = factory_();
   } catch (const StoreError& e) {
     throw RendezvousError(std::string("rendezvous: ") + e.what());
+  }
+  if (options_.local_addr.empty()) {
+    // The address this host's store connection leaves from is one the
+    // other nodes can reach, even on multi-NIC hosts where the FQDN is not.
+    Store* s = store_.get();
+    if (auto* p = dynamic_cast<PrefixStore*>(s)) s = &p->inner();
+    if (auto* c = dynamic_cast<Client*>(s)) options_.local_addr = c->local_address();
+    if (options_.local_addr.empty()) {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      options_.local_addr = host;
+    }
   }
 }
 

@@ -47,7 +47,8 @@ struct RendezvousOptions {
   // Unique per agent process; empty picks hostname:pid:random.
   std::string node_id;
   // Address peers reach this node at: MASTER_ADDR when it is group rank 0
-  // (--local-addr, else the address its store connection leaves from).
+  // (--local-addr). Empty: the address its store connection leaves from
+  // (right on multi-NIC hosts), else the host name.
   std::string local_addr;
   // MASTER_PORT this node offers when it is group rank 0.
   int master_port = 0;

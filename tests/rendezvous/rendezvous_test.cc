@@ -271,3 +271,11 @@ TEST_CASE("--rdzv-conf keys are torchrun's, and bad ones are named") {
   CHECK(defaults.keep_alive_interval == 5s);
   CHECK(defaults.keep_alive_max_attempt == 3);
 }
+
+TEST_CASE("without --local-addr, the master address is where the store connection leaves from") {
+  ServerThread server;
+  auto o = node(1, 1, 1);
+  o.local_addr.clear();
+  Rendezvous a(factory(server.port()), o);
+  CHECK(a.next_round().master_addr == "127.0.0.1");
+}
