@@ -46,7 +46,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 struct Conn : std::enable_shared_from_this<Conn> {
   Conn(std::shared_ptr<Server::Impl> srv, tcp::socket s)
       : srv(std::move(srv)), sock(std::move(s)), wait_timer(sock.get_executor()),
-        frame_timer(sock.get_executor()), handshake_timer(sock.get_executor()) {}
+        frame_timer(sock.get_executor()), handshake_timer(sock.get_executor()),
+        write_timer(sock.get_executor()) {}
 
   void start();
   void read_more();
@@ -74,7 +75,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   std::unique_ptr<wire::Request> pending;
   Table::Waiter waiter;
   uint64_t wait_gen = 0;
-  asio::steady_timer wait_timer, frame_timer, handshake_timer;
+  asio::steady_timer wait_timer, frame_timer, handshake_timer, write_timer;
   bool frame_timer_armed = false;
 };
 
@@ -252,10 +253,19 @@ void Conn::flush() {
   sending.assign(out.begin() + static_cast<std::ptrdiff_t>(n), out.end());
   out.clear();
   writing = true;
+  // A client that stops reading its replies must not pin them forever.
+  write_timer.expires_after(srv->options.partial_frame_timeout);
+  write_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->closed || !self->writing) return;
+    spdlog::warn("store: closing {}: replies not read within {} ms", self->peer,
+                 self->srv->options.partial_frame_timeout.count());
+    self->close();
+  });
   asio::async_write(sock, asio::buffer(sending),
                     [self = shared_from_this()](boost::system::error_code ec, size_t) {
                       self->writing = false;
                       self->sending.clear();
+                      self->write_timer.cancel();
                       if (self->closed) return;
                       if (ec) return self->close();
                       self->process();  // may resume parsing held back by output
@@ -272,6 +282,7 @@ void Conn::close() {
   wait_timer.cancel();
   frame_timer.cancel();
   handshake_timer.cancel();
+  write_timer.cancel();
   sock.shutdown(tcp::socket::shutdown_both, ec);
   sock.close(ec);
   if (!srv->closed) srv->conns.erase(self_it);

@@ -60,10 +60,16 @@ bool Table::all_present(const std::vector<std::string>& keys) const {
   return true;
 }
 
+namespace {
+// Charged per key on top of its bytes, so a flood of tiny keys cannot
+// outgrow the budget through the map's own bookkeeping.
+constexpr size_t kEntryOverhead = 64;
+}  // namespace
+
 bool Table::store(const std::string& key, Bytes value) {
   auto it = data_.find(key);
-  size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
-  size_t now = key.size() + value.size();
+  size_t old = it == data_.end() ? 0 : key.size() + it->second.size() + kEntryOverhead;
+  size_t now = key.size() + value.size() + kEntryOverhead;
   if (bytes_ - old + now > max_bytes_) return false;
   bytes_ = bytes_ - old + now;
   if (it == data_.end()) {
@@ -218,7 +224,7 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
       auto it = data_.find(q.keys[0]);
       bool existed = it != data_.end();
       if (existed) {
-        bytes_ -= it->first.size() + it->second.size();
+        bytes_ -= it->first.size() + it->second.size() + kEntryOverhead;
         data_.erase(it);
       }
       write_bool(out, existed);

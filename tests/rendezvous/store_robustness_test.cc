@@ -116,7 +116,7 @@ TEST_CASE("oversized keys and values are refused with an error naming the limit"
 
 TEST_CASE("the store refuses writes beyond its byte budget") {
   ServerOptions o;
-  o.max_store_bytes = 1000;
+  o.max_store_bytes = 1200;  // each key is also charged 64 bytes of bookkeeping
   ServerThread server(o);
   Client c(server.client_options());
   c.set("a", wire::Bytes(900));
@@ -272,4 +272,26 @@ TEST_CASE("a client that only sets is bounded by its unacknowledged window") {
   for (int i = 0; i < 1000; ++i) c.set("k" + std::to_string(i), B(std::to_string(i)));
   CHECK(c.num_keys() == 1000);
   CHECK(c.get("k999", 1s) == B("999"));
+}
+
+TEST_CASE("a client that never reads its replies is closed; others are served") {
+  ServerOptions o;
+  o.partial_frame_timeout = 300ms;
+  ServerThread server(o);
+  {
+    Client big(server.client_options());
+    big.set("v", wire::Bytes(wire::kMaxValueSize));
+    big.ping();
+  }
+  RawConn greedy(server.port());
+  REQUIRE(greedy.read_frame());
+  wire::Request q;
+  q.op = wire::Op::kMultiGet;
+  q.timeout_ms = 1000;
+  q.keys = {"v", "v", "v"};
+  // ~3 MiB per reply, far beyond the socket buffers; never read
+  wire::Bytes f = wire::encode_request(q);
+  for (int i = 0; i < 8; ++i) greedy.send(f);
+  CHECK(server.wait_for_state([](ServerThread& s) { return s.connections() == 0; }, 20s));
+  still_serves(server);
 }
