@@ -145,7 +145,8 @@ int Agent::run_job(Guardian& guardian) {
       spdlog::error("rendezvous failed: {}", e.what());
       return pending_signal_ ? 128 + pending_signal_ : 1;
     }
-    setup.restart_count = restart;
+    // A multi-node handler keeps the count job-wide (a scale-up spends none).
+    setup.restart_count = setup.round.restart_count >= 0 ? setup.round.restart_count : restart;
     Attempt attempt(io_, options_, setup, hooks_, guardian);
     current_ = &attempt;
     bool spawned = true;
@@ -163,9 +164,28 @@ int Agent::run_job(Guardian& guardian) {
     GroupOutcome go = result.outcome == Outcome::kSucceeded   ? GroupOutcome::kSucceeded
                       : result.outcome == Outcome::kFailed    ? GroupOutcome::kFailed
                                                               : GroupOutcome::kInterrupted;
-    rendezvous_->group_ended(go);
-    if (result.outcome == Outcome::kSucceeded) return 0;
+    GroupVerdict verdict;
+    try {
+      verdict = rendezvous_->group_ended(go);
+    } catch (const std::exception& e) {
+      spdlog::error("rendezvous failed: {}", e.what());
+      return 1;
+    }
     if (result.outcome == Outcome::kInterrupted) return 128 + result.signal;
+    if (verdict.action == GroupVerdict::kExit) {
+      if (verdict.exit_code != 0) {
+        if (result.outcome == Outcome::kFailed)
+          print(failure_summary(result, options_.hostname, verdict.why));
+        else
+          spdlog::error("{}", verdict.why);
+      }
+      return verdict.exit_code;
+    }
+    if (verdict.action == GroupVerdict::kRestart) {
+      spdlog::warn("{}; re-forming the group", verdict.why);
+      continue;
+    }
+    if (result.outcome == Outcome::kSucceeded) return 0;
     if (!spawned) return result.root ? result.root->exit_code : 1;
 
     RestartDecision d = policy_->decide(result, options_.max_restarts);

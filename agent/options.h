@@ -62,8 +62,12 @@ struct Options {
   std::string rdzv_endpoint;
   // --rdzv-id: TORCHELASTIC_RUN_ID and the log folder name.
   std::string run_id = "none";
-  // --rdzv-conf key=value pairs, uninterpreted here.
+  // --rdzv-conf key=value pairs, uninterpreted here (token removed).
   std::map<std::string, std::string> rdzv_conf;
+  // Shared secret of the rendezvous store: --rdzv-conf token=..., else
+  // $DDPRUN_RDZV_TOKEN. Never logged. Empty: a single node makes a random
+  // one; a multi-node job runs without authentication.
+  std::string rdzv_token;
   bool standalone = false;
   // --master-addr: MASTER_ADDR for a single-node job.
   std::string master_addr = "127.0.0.1";

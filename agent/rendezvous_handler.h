@@ -26,9 +26,23 @@ struct RoundInfo {
   std::string store_addr;
   std::string store_prefix;
   std::string store_token;
+  // TORCHELASTIC_RESTART_COUNT when the handler keeps a job-wide count
+  // (multi-node); -1: the agent counts its own attempts.
+  int restart_count = -1;
 };
 
 enum class GroupOutcome { kSucceeded, kFailed, kInterrupted };
+
+// What the agent does once the local group has ended.
+struct GroupVerdict {
+  enum Action {
+    kDefault,  // success ends the job; a failure asks the restart policy
+    kRestart,  // run the next round without asking the policy (a scale-up)
+    kExit,     // end the job with exit_code (the job-wide outcome)
+  } action = kDefault;
+  int exit_code = 0;
+  std::string why;  // logged for kRestart; printed for a non-zero kExit
+};
 
 // Thrown when a round cannot be formed; the agent prints it and exits 1.
 class RendezvousError : public std::runtime_error {
@@ -43,7 +57,7 @@ class RendezvousHandler {
   // `restart_count` is 0 for the first attempt.
   virtual RoundInfo next_round(int restart_count) = 0;
   // The local group of the round just run has ended.
-  virtual void group_ended(GroupOutcome outcome) = 0;
+  virtual GroupVerdict group_ended(GroupOutcome outcome) = 0;
   // TORCHELASTIC_RUN_ID.
   virtual std::string run_id() const = 0;
 };

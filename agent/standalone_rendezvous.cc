@@ -1,23 +1,45 @@
 #include "agent/standalone_rendezvous.h"
 
+#include <random>
+
 namespace ddprun::agent {
+
+std::string random_token() {
+  std::random_device rd;  // /dev/urandom
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = rd();
+    for (int j = 0; j < 8; ++j, v >>= 4) out += kHex[v & 0xf];
+  }
+  return out;
+}
 
 StandaloneRendezvous::StandaloneRendezvous(const Options& options) : run_id_(options.run_id) {
   round_.local_world_size = options.nproc_per_node;
   round_.world_size = options.nproc_per_node;
   round_.master_addr = options.master_addr;
-  if (options.master_port) {
-    round_.master_port = *options.master_port;
-  } else {
-    try {
+  try {
+    if (options.master_port) {
+      round_.master_port = *options.master_port;
+    } else {
       port_ = std::make_unique<PortReservation>(options.master_addr);
-    } catch (const std::exception& e) {
-      throw RendezvousError(e.what());
+      round_.master_port = port_->port();
     }
-    round_.master_port = port_->port();
+    StoreHostOptions so;
+    so.token = options.rdzv_token.empty() ? random_token() : options.rdzv_token;
+    store_ = std::make_unique<StoreHost>(so);
+    round_.store_addr = so.bind_host + ":" + std::to_string(store_->port());
+    round_.store_token = so.token;
+  } catch (const std::exception& e) {
+    throw RendezvousError(e.what());
   }
 }
 
-RoundInfo StandaloneRendezvous::next_round(int) { return round_; }
+RoundInfo StandaloneRendezvous::next_round(int restart_count) {
+  RoundInfo r = round_;
+  r.store_prefix = run_id_ + "/attempt_" + std::to_string(restart_count) + "/";
+  return r;
+}
 
 }  // namespace ddprun::agent

@@ -143,11 +143,13 @@ void define_flags(CLI::App& app, RawFlags& f) {
   opt("--rdzv-backend,--rdzv_backend", f.rdzv_backend, "PET_RDZV_BACKEND", R,
       "Rendezvous backend [static]");
   opt("--rdzv-endpoint,--rdzv_endpoint", f.rdzv_endpoint, "PET_RDZV_ENDPOINT", R,
-      "Rendezvous endpoint, <host>:<port>");
+      "Multi-node: <host>:<port> of the store; the agent on <host> hosts it [port 29400]");
   opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", R,
       "Job id shared by all nodes: TORCHELASTIC_RUN_ID and the log folder [none]");
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF", R,
-      "Extra rendezvous settings, <key>=<value>,...");
+      "Extra rendezvous settings, <key>=<value>,...: join_timeout, last_call_timeout, "
+      "close_timeout, keep_alive_interval (seconds), keep_alive_max_attempt, is_host, "
+      "token (else $DDPRUN_RDZV_TOKEN; never logged)");
   opt("--master-addr,--master_addr", f.master_addr, "PET_MASTER_ADDR", R,
       "MASTER_ADDR: address of rank 0's node [127.0.0.1]");
   opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT", R,
@@ -257,6 +259,30 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   }
   o.master_addr = f.master_addr;
   if (f.master_port != -1) o.master_port = f.master_port;
+  // The store's shared secret: never echoed, kept out of rdzv_conf.
+  if (auto it = o.rdzv_conf.find("token"); it != o.rdzv_conf.end()) {
+    if (it->second.empty()) throw UsageError("--rdzv-conf token= is empty");
+    o.rdzv_token = it->second;
+    o.rdzv_conf.erase(it);
+  } else if (const char* t = std::getenv("DDPRUN_RDZV_TOKEN"); t && *t) {
+    o.rdzv_token = t;
+  }
+  if (o.max_nodes > 1) {
+    if (o.rdzv_backend == "static") {
+      // torchrun's static backend meets at --master-addr:--master-port; we
+      // host our store there and let rank 0's node pick MASTER_PORT.
+      if (o.min_nodes != o.max_nodes)
+        throw UsageError("--rdzv-backend=static needs a fixed --nnodes=N, not " + f.nnodes);
+      if (o.rdzv_endpoint.empty())
+        o.rdzv_endpoint = f.master_addr + ":" + std::to_string(o.master_port.value_or(29500));
+      o.master_port.reset();
+    } else if (o.rdzv_backend != "c10d") {
+      throw UsageError("--rdzv-backend=" + o.rdzv_backend +
+                       ": not supported; ddprun hosts its own store, use c10d (or static)");
+    }
+    if (o.rdzv_endpoint.empty())
+      throw UsageError("--nnodes=" + f.nnodes + " needs --rdzv-endpoint=HOST:PORT");
+  }
   o.local_addr = f.local_addr;
   o.max_restarts = f.max_restarts;
   o.monitor_interval_s = f.monitor_interval;

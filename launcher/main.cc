@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "agent/agent.h"
+#include "agent/elastic_rendezvous.h"
 #include "launcher/cli.h"
 #include "watchdog/agent_hook.h"
 
@@ -25,11 +26,6 @@ int main(int argc, char** argv) {
     std::fputs(parsed.help_text.c_str(), stdout);
     return 0;
   }
-  if (parsed.options.max_nodes > 1) {
-    std::fprintf(stderr, "ddprun: --nnodes=%d:%d: multi-node jobs are not supported yet "
-                 "(see ddprun --help)\n", parsed.options.min_nodes, parsed.options.max_nodes);
-    return ddprun::launcher::kUsageExit;
-  }
   // The hang watchdog and its restart policy (watchdog/agent_hook.h).
   auto& options = parsed.options;
   options.pythonpath_prepend.push_back(ddprun::watchdog::heartbeat_python_dir());
@@ -37,7 +33,24 @@ int main(int argc, char** argv) {
       ddprun::watchdog::restart_options_from(options));
   auto* job_policy = policy.get();
   const auto hook_options = ddprun::watchdog::hook_options_from(options);
-  ddprun::agent::Agent agent(std::move(options), nullptr, std::move(policy));
+  // Multi-node: the elastic rendezvous over our store (agent/elastic_rendezvous.h).
+  std::unique_ptr<ddprun::agent::RendezvousHandler> rendezvous;
+  ddprun::agent::ElasticRendezvous* elastic = nullptr;
+  if (options.max_nodes > 1) {
+    try {
+      auto handler = std::make_unique<ddprun::agent::ElasticRendezvous>(options);
+      elastic = handler.get();
+      rendezvous = std::move(handler);
+    } catch (const std::exception& e) {
+      spdlog::error("rendezvous failed: {}", e.what());
+      return 1;
+    }
+  }
+  ddprun::agent::Agent agent(std::move(options), std::move(rendezvous), std::move(policy));
+  if (elastic) {
+    elastic->attach(agent.io());
+    agent.add_hooks(elastic);
+  }
   ddprun::watchdog::WatchdogHook watchdog(agent.io(), hook_options);
   job_policy->attach(&watchdog);
   agent.add_hooks(&watchdog);

@@ -1,0 +1,354 @@
+#include "agent/elastic_rendezvous.h"
+
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+
+#include "rendezvous/client.h"
+
+namespace ddprun::agent {
+namespace {
+
+namespace rdzv = rendezvous;
+using rdzv::Duration;
+
+constexpr int kDefaultPort = 29400;  // torchrun's c10d default
+// Carries ddprun's exit status inside a round's end reason, so every agent
+// of the job exits with the failing node's status.
+constexpr const char* kExitTag = " (exit status ";
+
+// True when `host` resolves to an address of this machine (binding it works).
+bool is_local_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  bool local = false;
+  for (addrinfo* a = res; a && !local; a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    local = bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0: never collides
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return local;
+}
+
+std::string strip_failed(const std::string& reason) {
+  const std::string p = "failed: ";
+  return reason.rfind(p, 0) == 0 ? reason.substr(p.size()) : reason;
+}
+
+int exit_status_in(const std::string& reason) {
+  auto at = reason.rfind(kExitTag);
+  if (at == std::string::npos) return 1;
+  try {
+    int code = std::stoi(reason.substr(at + std::char_traits<char>::length(kExitTag)));
+    return code > 0 && code < 256 ? code : 1;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+}  // namespace
+
+ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options) {
+  if (options_.rdzv_endpoint.empty())
+    throw RendezvousError("--nnodes=" + std::to_string(options_.min_nodes) + ":" +
+                          std::to_string(options_.max_nodes) +
+                          " needs --rdzv-endpoint=HOST:PORT (the node at HOST hosts the store)");
+  std::string ep = options_.rdzv_endpoint;
+  bool has_port = ep.back() != ']' && ep.find(':') != std::string::npos;
+  if (!has_port) ep += ":" + std::to_string(kDefaultPort);
+  try {
+    std::tie(host_name_, port_) = rdzv::parse_host_port(ep, "--rdzv-endpoint");
+  } catch (const rdzv::StoreError& e) {
+    throw RendezvousError(e.what());
+  }
+  store_addr_ = ep;
+  token_ = options_.rdzv_token;
+
+  rdzv::RendezvousOptions ro;
+  ro.run_id = options_.run_id;
+  ro.min_nodes = options_.min_nodes;
+  ro.max_nodes = options_.max_nodes;
+  ro.local_world_size = options_.nproc_per_node;
+  auto conf = options_.rdzv_conf;
+  conf.erase("token");
+  try {
+    rdzv::apply_rdzv_conf(conf, ro);
+  } catch (const rdzv::RendezvousError& e) {
+    throw RendezvousError(e.what());
+  }
+  keep_alive_window_ = ro.keep_alive_interval * ro.keep_alive_max_attempt;
+
+  // Host the store here? An explicit is_host decides; otherwise the agent
+  // whose machine owns HOST hosts it, if it gets the port first.
+  const bool explicit_host = options_.rdzv_conf.count("is_host") > 0;
+  if (explicit_host ? ro.is_host : is_local_address(host_name_)) {
+    StoreHostOptions so;
+    so.bind_host = host_name_.find(':') != std::string::npos ? "::" : "0.0.0.0";
+    so.port = port_;
+    so.token = token_;
+    try {
+      host_ = std::make_unique<StoreHost>(so);
+      spdlog::info("hosting the rendezvous store at {} ({})", store_addr_,
+                   token_.empty() ? "no token: anyone who reaches the port can join"
+                                  : "token required");
+    } catch (const std::exception& e) {
+      if (explicit_host) throw RendezvousError(std::string("is_host=true: ") + e.what());
+      spdlog::info("port {} is taken on this machine; joining the store there", port_);
+    }
+  }
+
+  // Wait (join_timeout) for the store; its connection's local address is
+  // the one peers can reach us at, even on multi-NIC hosts.
+  std::string local_addr = options_.local_addr;
+  try {
+    rdzv::ClientOptions co;
+    co.host = host_name_;
+    co.port = port_;
+    co.token = token_;
+    co.connect_timeout = ro.join_timeout;
+    rdzv::Client probe(co);
+    if (local_addr.empty()) local_addr = probe.local_address();
+  } catch (const std::exception& e) {
+    std::string hint = std::string(e.what()).find("token") != std::string::npos
+                           ? " (give every node the same --rdzv-conf token=... or DDPRUN_RDZV_TOKEN)"
+                           : "";
+    throw RendezvousError(std::string("cannot join the rendezvous store: ") + e.what() + hint);
+  }
+  try {
+    if (options_.master_port) {
+      ro.master_port = *options_.master_port;
+    } else {
+      master_port_ = std::make_unique<PortReservation>(local_addr);
+      ro.master_port = master_port_->port();
+    }
+  } catch (const std::exception& e) {
+    throw RendezvousError(std::string("MASTER_PORT: ") + e.what());
+  }
+  ro.local_addr = local_addr;
+  try {
+    control_ = connect(keep_alive_window_);
+    rdzv_ = std::make_unique<rdzv::Rendezvous>([this] { return connect(keep_alive_window_); }, ro);
+  } catch (const std::exception& e) {
+    throw RendezvousError(e.what());
+  }
+}
+
+ElasticRendezvous::~ElasticRendezvous() {
+  keep_alive_.reset();
+  // The exit hand-shake: the host keeps the store up until every node of a
+  // finished round has read its outcome (bounded), so none sees it vanish.
+  if (round_ && control_) {
+    const std::string base =
+        "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/exited/";
+    try {
+      if (!host_) {
+        control_->set(base + rdzv_->node_id(), rdzv::to_bytes("1"));
+      } else if (drain_) {
+        std::vector<std::string> keys;
+        for (const auto& n : round_->nodes)
+          if (n.node_id != rdzv_->node_id()) keys.push_back(base + n.node_id);
+        if (!keys.empty())
+          control_->wait(keys, std::min<Duration>(rdzv_->options().close_timeout, Duration(10000)));
+      }
+    } catch (const std::exception& e) {
+      spdlog::debug("exit hand-shake: {}", e.what());
+    }
+  }
+  rdzv_.reset();
+  control_.reset();
+  host_.reset();
+}
+
+std::unique_ptr<rdzv::Store> ElasticRendezvous::connect(Duration connect_timeout) {
+  rdzv::ClientOptions co;
+  co.host = host_name_;
+  co.port = port_;
+  co.token = token_;
+  co.connect_timeout = std::max(connect_timeout, Duration(1000));
+  co.op_timeout = std::max(keep_alive_window_, Duration(5000));
+  try {
+    return std::make_unique<rdzv::Client>(co);
+  } catch (const rdzv::TimeoutError& e) {
+    throw rdzv::StoreError(e.what());  // Rendezvous reports StoreErrors
+  }
+}
+
+std::string ElasticRendezvous::me() const {
+  return "node " + rdzv_->node_id() + " at " + rdzv_->options().local_addr;
+}
+
+RoundInfo ElasticRendezvous::next_round(int) {
+  keep_alive_.reset();
+  control_attempt_ = nullptr;
+  round_over_ = false;
+  local_end_.reset();
+  drain_ = false;
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    remote_end_.reset();
+    generation = ++generation_;
+  }
+  RoundInfo info;
+  try {
+    round_ = rdzv_->next_round();
+    info.restart_count = static_cast<int>(rdzv_->restart_count());
+    keep_alive_ = rdzv_->watch(
+        [this, generation](const rdzv::RoundEnd& end) { on_round_end(generation, end); });
+  } catch (const std::exception& e) {
+    throw RendezvousError(e.what());
+  }
+  info.group_rank = round_->group_rank;
+  info.group_world_size = round_->group_world_size;
+  info.world_size = round_->world_size;
+  info.rank_base = round_->rank_base;
+  info.local_world_size = options_.nproc_per_node;
+  info.master_addr = round_->master_addr;
+  info.master_port = round_->master_port;
+  info.store_addr = store_addr_;
+  info.store_prefix = round_->store_prefix;
+  info.store_token = token_;
+  spdlog::info("round {}: group rank {} of {}, ranks {}..{} of {}, restart count {}",
+               round_->round, info.group_rank, info.group_world_size, info.rank_base,
+               info.rank_base + info.local_world_size - 1, info.world_size, info.restart_count);
+  return info;
+}
+
+void ElasticRendezvous::on_round_end(uint64_t generation, const rdzv::RoundEnd& end) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (generation != generation_ || remote_end_) return;
+    remote_end_ = end;
+  }
+  if (io_) boost::asio::post(*io_, [this, generation] { apply_end(generation); });
+}
+
+FailRequest ElasticRendezvous::fail_request(const rdzv::RoundEnd& end) const {
+  FailRequest req;
+  switch (end.kind) {
+    case rdzv::RoundEnd::kStoreLost:
+      req.reason = "lost the rendezvous store at " + store_addr_ + ": " + end.reason;
+      break;
+    case rdzv::RoundEnd::kScaleUp:
+      req.reason = end.reason;
+      break;
+    default:
+      req.reason = strip_failed(end.reason);
+      req.exit_code = exit_status_in(end.reason);
+  }
+  return req;
+}
+
+void ElasticRendezvous::apply_end(uint64_t generation) {
+  std::optional<rdzv::RoundEnd> end;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (generation != generation_) return;
+    end = remote_end_;
+  }
+  if (!end || round_over_ || !control_attempt_) return;
+  round_over_ = true;
+  FailRequest req = fail_request(*end);
+  spdlog::warn("{}; stopping the local workers", req.reason);
+  control_attempt_->fail_attempt(req);
+}
+
+void ElasticRendezvous::workers_started(const AttemptInfo&, AttemptControl& control) {
+  control_attempt_ = &control;
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation = generation_;
+  }
+  apply_end(generation);  // a round that ended before the workers were up
+}
+
+void ElasticRendezvous::signal_failure(const std::string& what, int exit_code) {
+  if (round_over_) return;
+  round_over_ = true;
+  std::string reason = me() + ": " + what + kExitTag + std::to_string(exit_code) + ")";
+  local_end_ = rdzv::RoundEnd{rdzv::RoundEnd::kFailed, "failed: " + reason};
+  try {
+    rdzv_->signal_failure(reason);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not tell the other nodes that {}: {}", what, e.what());
+  }
+}
+
+void ElasticRendezvous::worker_exited(const WorkerEnd& end) {
+  if (end.status.success()) return;
+  // The first local failure ends the round for every node at once, not
+  // after the local teardown's grace period.
+  signal_failure("worker rank " + std::to_string(end.worker.rank) + " ended with " + end.status.describe(),
+                 end.status.shell_code());
+}
+
+void ElasticRendezvous::attempt_ended(const AttemptResult& result) {
+  control_attempt_ = nullptr;
+  if (result.outcome == Outcome::kFailed && result.root)
+    signal_failure(result.root->reason.empty() ? "its workers failed" : result.root->reason,
+                   result.root->exit_code);
+}
+
+GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
+  const std::string base = "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/";
+  auto record_failed = [&] {
+    try {
+      control_->set(base + "outcome/" + rdzv_->node_id(), rdzv::to_bytes("failed"));
+    } catch (const std::exception&) {
+    }
+  };
+  if (outcome == GroupOutcome::kInterrupted) {
+    keep_alive_.reset();
+    signal_failure("its agent was stopped by a signal", 1);
+    record_failed();
+    return {};
+  }
+  if (outcome == GroupOutcome::kSucceeded) {
+    // Heartbeats go on while waiting for the other nodes' outcomes.
+    bool all_ok = false;
+    try {
+      all_ok = rdzv_->finish(true);
+    } catch (const std::exception& e) {
+      keep_alive_.reset();
+      throw RendezvousError(e.what());
+    }
+    keep_alive_.reset();
+    drain_ = true;
+    if (all_ok) return {GroupVerdict::kExit, 0, ""};
+    // Another node failed in this round: the job restarts or fails as one.
+    std::string why = "another node's workers failed";
+    try {
+      if (control_->check({base + "end"})) why = strip_failed(rdzv::to_string(control_->get(base + "end", Duration(0))));
+      int64_t count = rdzv_->restart_count();
+      if (count <= options_.max_restarts) return {GroupVerdict::kRestart, 0, why};
+    } catch (const std::exception& e) {
+      throw RendezvousError(e.what());
+    }
+    return {GroupVerdict::kExit, exit_status_in(why), why + "; restart limit reached"};
+  }
+  // kFailed: stop heartbeating, tell nodes waiting in finish(), then decide.
+  keep_alive_.reset();
+  std::optional<rdzv::RoundEnd> end;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    end = remote_end_;
+  }
+  if (local_end_ && (!end || end->kind != rdzv::RoundEnd::kScaleUp)) end = local_end_;
+  if (end && end->kind == rdzv::RoundEnd::kStoreLost)
+    return {GroupVerdict::kExit, 1, fail_request(*end).reason};
+  record_failed();
+  if (end && end->kind == rdzv::RoundEnd::kScaleUp) return {GroupVerdict::kRestart, 0, end->reason};
+  return {};  // the restart policy decides, on the job-wide restart count
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,99 @@
+// The multi-node rendezvous handler: the agent's RendezvousHandler and
+// AgentHooks over rendezvous::Rendezvous (rendezvous/rendezvous.h).
+//
+// Store: the agent whose address matches --rdzv-endpoint hosts it on its own
+// thread (store_host.h), like torchrun's c10d backend: `is_host` in
+// --rdzv-conf decides when given; otherwise an agent hosts when HOST is one
+// of this machine's addresses and it can bind PORT (a second agent on the
+// same machine finds the port taken and joins as a client). The others
+// connect, waiting up to join_timeout for the store to come up.
+//
+// Rounds: next_round() joins a round and starts its KeepAlive. KeepAlive's
+// report (a peer's failure or silence, a scale-up, the store lost) is
+// posted into the agent's loop and fails the local attempt with the reason;
+// a local worker failure ends the round for everyone (signal_failure), with
+// ddprun's exit status carried in the reason so every agent exits alike.
+// TORCHELASTIC_RESTART_COUNT is the job-wide count kept in the store, so the
+// restart policy spends one budget for the whole job; a scale-up restarts
+// without asking it. A job ends when every node's workers succeed (finish),
+// or when the policy stops on every node at the same count.
+//
+// All methods run on the agent's thread; only the KeepAlive callback runs
+// on KeepAlive's, and it only records and posts.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "agent/hooks.h"
+#include "agent/options.h"
+#include "agent/port_reservation.h"
+#include "agent/rendezvous_handler.h"
+#include "agent/store_host.h"
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::agent {
+
+class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
+ public:
+  // Parses the endpoint and --rdzv-conf, hosts or reaches the store (up to
+  // join_timeout). Throws RendezvousError naming the culprit.
+  explicit ElasticRendezvous(const Options& options);
+  ~ElasticRendezvous() override;
+  ElasticRendezvous(const ElasticRendezvous&) = delete;
+  ElasticRendezvous& operator=(const ElasticRendezvous&) = delete;
+
+  // The agent's loop, where KeepAlive's reports are handled. Call before
+  // Agent::run().
+  void attach(boost::asio::io_context& io) { io_ = &io; }
+
+  // RendezvousHandler
+  RoundInfo next_round(int restart_count) override;
+  GroupVerdict group_ended(GroupOutcome outcome) override;
+  std::string run_id() const override { return options_.run_id; }
+
+  // AgentHooks
+  void workers_started(const AttemptInfo& attempt, AttemptControl& control) override;
+  void worker_exited(const WorkerEnd& end) override;
+  void attempt_ended(const AttemptResult& result) override;
+
+  bool is_host() const { return host_ != nullptr; }
+  // "host:port" of the store, as errors name it.
+  const std::string& store_address() const { return store_addr_; }
+
+ private:
+  std::unique_ptr<rendezvous::Store> connect(rendezvous::Duration connect_timeout);
+  void on_round_end(uint64_t generation, const rendezvous::RoundEnd& end);  // KeepAlive thread
+  void apply_end(uint64_t generation);
+  void signal_failure(const std::string& what, int exit_code);
+  std::string me() const;
+  // The reason and exit status a round end means for this node.
+  FailRequest fail_request(const rendezvous::RoundEnd& end) const;
+
+  Options options_;
+  std::string host_name_;  // the endpoint's HOST
+  uint16_t port_ = 0;
+  std::string store_addr_;
+  std::string token_;
+  rendezvous::Duration keep_alive_window_{15000};
+  std::unique_ptr<StoreHost> host_;
+  std::unique_ptr<PortReservation> master_port_;
+  std::unique_ptr<rendezvous::Rendezvous> rdzv_;
+  std::unique_ptr<rendezvous::Store> control_;  // exit hand-shake
+  std::unique_ptr<rendezvous::KeepAlive> keep_alive_;
+  std::optional<rendezvous::RoundResult> round_;
+  boost::asio::io_context* io_ = nullptr;
+  AttemptControl* control_attempt_ = nullptr;
+  bool round_over_ = false;  // this node already ended or stopped for the round
+  std::optional<rendezvous::RoundEnd> local_end_;
+  bool drain_ = false;  // every node of the last round recorded its outcome
+
+  std::mutex mu_;  // guards the two below (written by KeepAlive's thread)
+  uint64_t generation_ = 0;
+  std::optional<rendezvous::RoundEnd> remote_end_;
+};
+
+}  // namespace ddprun::agent
