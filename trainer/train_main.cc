@@ -51,8 +51,10 @@ int main(int argc, char** argv) {
   o.data_dir = std::string(DDPRUN_SOURCE_DIR) + "/data/digits";
   std::string backend = "auto";
   CLI::App app{"train: LibTorch data-parallel trainer (run it under ddprun or torchrun)"};
-  app.add_option("--backend", backend, "auto (nccl on a GPU build with a GPU, else gloo), gloo or nccl")
-      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app.add_option("--backend", backend,
+                 "auto (nccl with a GPU build and GPU; else shm when all ranks share this host; "
+                 "else gloo), gloo, nccl or shm")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl", "shm"}));
   app.add_option("--data", o.data_dir, "idx folder (train-*/t10k-* files)")->capture_default_str();
   app.add_flag("--synthetic", o.synthetic, "random data instead of --data (speed tests)");
   app.add_option("--hidden", o.hidden, "MLP width")->capture_default_str();
@@ -73,7 +75,9 @@ int main(int argc, char** argv) {
                  "fault injection for tests: exit 17 after step N on the first attempt only")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  o.backend = backend == "gloo" ? Backend::kGloo : backend == "nccl" ? Backend::kNccl : Backend::kAuto;
+  o.backend = backend == "gloo" ? Backend::kGloo : backend == "nccl" ? Backend::kNccl
+                                                   : backend == "shm"  ? Backend::kShm
+                                                                       : Backend::kAuto;
 
   WorkerInfo w;
   w.rank = env_int("RANK", 0);

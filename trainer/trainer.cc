@@ -22,6 +22,7 @@
 #include "trainer/model.h"
 #include "trainer/nccl_communicator.h"
 #include "trainer/sampler.h"
+#include "trainer/shm_communicator.h"
 #include "trainer/train_state.h"
 
 namespace ddprun::trainer {
@@ -38,8 +39,11 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
                                                 at::Device* device) {
   Backend backend = o.backend;
   std::string why;
+  const bool one_host = w.local_world_size == w.world_size;
   if (backend == Backend::kAuto) {
-    backend = nccl_available(&why) ? Backend::kNccl : Backend::kGloo;
+    backend = nccl_available(&why) ? Backend::kNccl
+              : one_host && w.world_size > 1 ? Backend::kShm
+                                             : Backend::kGloo;
   }
   if (backend == Backend::kNccl) {
     if (!nccl_available(&why)) throw TrainerError("--backend nccl: " + why);
@@ -51,6 +55,17 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
     return make_nccl_communicator(*store, no);
   }
   *device = at::Device(at::kCPU);
+  if (backend == Backend::kShm) {
+    if (!one_host) {
+      throw TrainerError("--backend shm: ranks span hosts (LOCAL_WORLD_SIZE " +
+                         std::to_string(w.local_world_size) + " < WORLD_SIZE " +
+                         std::to_string(w.world_size) + "); use gloo");
+    }
+    ShmOptions so;
+    so.rank = w.rank;
+    so.world_size = w.world_size;
+    return make_shm_communicator(*store, so);
+  }
   GlooOptions go;
   go.rank = w.rank;
   go.world_size = w.world_size;
@@ -181,6 +196,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
     for (const at::Tensor& p : params) state.momentum.push_back(at::zeros_like(p.detach()));
   }
 
+  if (w.rank == 0) spdlog::info("backend {}, {} ranks", comm->backend(), w.world_size);
   CheckpointDir dir(CheckpointOptions{o.checkpoint_dir, o.keep});
   const Resume resume = resume_from_checkpoint(o, w, *comm, dir, state, device);
 

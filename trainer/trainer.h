@@ -21,7 +21,8 @@ class Store;
 
 namespace ddprun::trainer {
 
-enum class Backend { kAuto, kGloo, kNccl };
+// kShm: shared memory between ranks of one host (shm_communicator.h).
+enum class Backend { kAuto, kGloo, kNccl, kShm };
 
 struct TrainOptions {
   Backend backend = Backend::kAuto;

@@ -14,6 +14,7 @@
 #include "trainer/ddp.h"
 #include "trainer/gloo_communicator.h"
 #include "trainer/model.h"
+#include "trainer/shm_communicator.h"
 #include "trainer/store_select.h"
 
 using namespace ddprun::trainer;
@@ -30,7 +31,8 @@ std::vector<at::Tensor> clone_params(const Mlp& from, Mlp& to) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::string backend = argc > 1 ? argv[1] : "gloo";
   StoreChoice sc;
   sc.rank = std::atoi(std::getenv("RANK"));
   sc.world_size = std::atoi(std::getenv("WORLD_SIZE"));
@@ -40,7 +42,18 @@ int main() {
   go.rank = sc.rank;
   go.world_size = sc.world_size;
   go.timeout = std::chrono::seconds(60);
-  GlooCommunicator comm(make_store(sc), go);
+  auto store = make_store(sc);
+  std::unique_ptr<Communicator> owner;
+  if (backend == "shm") {
+    ShmOptions so;
+    so.rank = sc.rank;
+    so.world_size = sc.world_size;
+    so.slot_bytes = 64 << 10;  // small slots: the 401 KiB bucket goes in chunks
+    owner = make_shm_communicator(*store, so);
+  } else {
+    owner = std::make_unique<GlooCommunicator>(store, go);
+  }
+  Communicator& comm = *owner;
 
   at::manual_seed(0);
   Mlp a(784, 128, 10), b(784, 128, 10), c(784, 128, 10);
@@ -90,6 +103,7 @@ int main() {
     return 1;
   }
   if (bad != 0) return 1;
-  std::printf("allreduce_check ok rank %d buckets %zu\n", sc.rank, ddp_a.num_buckets());
+  std::printf("allreduce_check ok %s rank %d buckets %zu\n", backend.c_str(), sc.rank,
+              ddp_a.num_buckets());
   return 0;
 }

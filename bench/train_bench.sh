@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# train vs the stock-PyTorch DDP reference, both 2 ranks on this machine, in
+# one run; plus train with 1 rank. Same model (MLP 784-256-256-10), batch 32
+# per rank, lr 0.1, steps and data (the embedded digits).
+#
+#   bench/train_bench.sh [build-dir]      (STEPS=1000 REPEATS=3 by default)
+#
+# Prints each run's final lines and a summary with the samples/s ratios
+# (median of REPEATS runs each, interleaved so load drifts hit all alike).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+train=$build/bin/train
+ddprun=$build/bin/ddprun
+steps=${STEPS:-1000}
+repeats=${REPEATS:-3}
+anchors=${ANCHORS:-/work/shared/anchors}
+data=$root/data/digits
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+[[ -x $train ]] || { echo "train_bench: $train not built" >&2; exit 2; }
+
+export OMP_NUM_THREADS=1
+port=$((29700 + RANDOM % 200))
+
+rate() { grep -o 'rank 0 steps [0-9]* samples_per_s [0-9.]*' "$1" | awk '{print $NF}'; }
+
+run_ref() {
+  PATH=/usr/bin:$PATH "$anchors/torchrun" --standalone --nproc_per_node=2 \
+    "$anchors/ddp_reference.py" --steps "$steps" --data "$data" >"$1" 2>&1
+}
+run_train2() {
+  if [[ -x $ddprun ]]; then
+    "$ddprun" --standalone --nproc-per-node=2 --no-python "$train" --steps "$steps" \
+      --log-every 0 --no-resume --checkpoint-dir "$work/ckpt" >"$1" 2>&1
+  else
+    for r in 0 1; do
+      RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port "$train" --steps "$steps" --log-every 0 --no-resume \
+        --checkpoint-dir "$work/ckpt" >"$1.$r" 2>&1 &
+    done
+    wait
+    cat "$1.0" "$1.1" >"$1"
+    port=$((port + 1))
+  fi
+}
+run_train1() {
+  RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$train" --steps "$steps" \
+    --log-every 0 --no-resume --checkpoint-dir "$work/ckpt" >"$1" 2>&1
+  port=$((port + 1))
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+: >"$work/ref" ; : >"$work/t2" ; : >"$work/t1"
+for i in $(seq "$repeats"); do
+  run_ref "$work/ref.$i";    grep '^rank\|\]:rank' "$work/ref.$i" | sed 's/^/reference: /'; rate "$work/ref.$i" >>"$work/ref"
+  run_train2 "$work/t2.$i";  grep 'rank [01] steps' "$work/t2.$i" | sed 's/^/train x2:  /'; rate "$work/t2.$i" >>"$work/t2"
+  run_train1 "$work/t1.$i";  grep 'rank 0 steps' "$work/t1.$i" | sed 's/^/train x1:  /'; rate "$work/t1.$i" >>"$work/t1"
+done
+ref=$(median <"$work/ref"); t2=$(median <"$work/t2"); t1=$(median <"$work/t1")
+echo
+echo "steps $steps, batch 32/rank, median of $repeats runs, $(nproc --all) cores, $(date -u +%F)"
+printf 'reference DDP, 2 ranks : %10.1f samples/s\n' "$ref"
+printf 'train,         2 ranks : %10.1f samples/s  (%.2fx reference)\n' "$t2" "$(echo "$t2 / $ref" | bc -l)"
+printf 'train,         1 rank  : %10.1f samples/s  (2 ranks / 1 rank = %.2fx)\n' "$t1" "$(echo "$t2 / $t1" | bc -l)"
