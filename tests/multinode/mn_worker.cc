@@ -1,0 +1,77 @@
+// The multi-node tests' worker: meets the other workers of its round through
+// ddprun's store (DDPRUN_STORE_*), writes what it was told to
+// $MN_OUT/<node>.r<round>.l<local_rank> (written whole, then renamed), and
+// waits for $MN_OUT/stop with inotify (deadline 60 s). With MN_FAIL_RANK=N,
+// global rank N exits 7 right after writing its file.
+#include <poll.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "rendezvous/client.h"
+
+namespace rdzv = ddprun::rendezvous;
+
+static std::string env(const char* k) {
+  const char* v = std::getenv(k);
+  return v ? v : "";
+}
+
+static bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+int main() {
+  const std::string out = env("MN_OUT"), node = env("MN_NODE");
+  const std::string prefix = env("DDPRUN_STORE_PREFIX");
+  const int rank = std::atoi(env("RANK").c_str());
+  const int world = std::atoi(env("WORLD_SIZE").c_str());
+  auto at = prefix.find("round_");
+  const std::string round = at == std::string::npos ? "x" : prefix.substr(at + 6, prefix.size() - at - 7);
+
+  // Every rank of the round sets its key and reads everyone's: the workers
+  // of all nodes reach the store with the token and the round's prefix.
+  std::string met = "no";
+  try {
+    auto store = rdzv::connect_from_env(std::chrono::seconds(10));
+    store->set("rank/" + std::to_string(rank), rdzv::to_bytes(node));
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r) keys.push_back("rank/" + std::to_string(r));
+    store->multi_get(keys, std::chrono::seconds(20));
+    met = "yes";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mn_worker rank %d: %s\n", rank, e.what());
+  }
+
+  const std::string name = out + "/" + node + ".r" + round + ".l" + env("LOCAL_RANK");
+  {
+    std::ofstream f(name + ".tmp");
+    for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                          "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                          "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
+                          "DDPRUN_STORE_ADDR", "DDPRUN_STORE_PREFIX"})
+      f << k << "=" << env(k) << "\n";
+    f << "MET=" << met << "\n";
+  }
+  std::rename((name + ".tmp").c_str(), name.c_str());
+  if (env("MN_FAIL_RANK") == std::to_string(rank)) return 7;
+
+  const std::string stop = out + "/stop";
+  int fd = inotify_init1(IN_CLOEXEC);
+  inotify_add_watch(fd, out.c_str(), IN_CREATE | IN_MOVED_TO);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!exists(stop)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return 3;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left)) > 0) {
+      char buf[4096];
+      (void)!read(fd, buf, sizeof buf);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,249 @@
+// ddprun across three network stacks: one agent per namespace, 2 workers
+// each, meeting at the store hosted by node 1's agent (10.77.0.1:29400).
+// Every wait is on files (inotify) or a process exit, with a deadline.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "tests/multinode/netns.h"
+
+namespace ddprun::testing {
+namespace {
+
+const std::string kEndpoint = "10.77.0.1:29400";
+const std::string kToken = "mn-secret-" + std::to_string(getpid());
+
+std::vector<std::string> agent_args(const std::string& extra_conf = "") {
+  return {"--nnodes=2:3", "--nproc-per-node=2", "--rdzv-backend=c10d",
+          "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=mnjob",
+          "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1,"
+          "join_timeout=20,close_timeout=10" + extra_conf,
+          "--max-restarts=3", "--term-timeout=5", MN_WORKER};
+}
+
+struct Job {
+  explicit Job(const std::string& test, int nodes = 3) : net(test, nodes) {}
+  Netns net;
+  TempDir dir;
+  std::vector<std::unique_ptr<NodeAgent>> agents{4};
+
+  void start(int node, std::vector<std::string> env = {}, std::vector<std::string> args = agent_args()) {
+    env.push_back("MN_OUT=" + dir.path());
+    env.push_back("MN_NODE=n" + std::to_string(node));
+    if (std::none_of(env.begin(), env.end(),
+                     [](const std::string& e) { return e.rfind("DDPRUN_RDZV_TOKEN=", 0) == 0; }))
+      env.push_back("DDPRUN_RDZV_TOKEN=" + kToken);
+    agents[node] = std::make_unique<NodeAgent>(net.ns(node), args, env,
+                                               dir.path() + "/n" + std::to_string(node) + ".log");
+  }
+  void stop_workers() { std::ofstream(dir.path() + "/stop") << "stop\n"; }
+  std::string log(int node) { return agents[node] ? agents[node]->log() : ""; }
+  // MN_KEEP_LOGS=<dir>: keep the agents' logs for a look after the test.
+  ~Job() {
+    const char* keep = getenv("MN_KEEP_LOGS");
+    if (!keep) return;
+    for (int n = 1; n <= 3; ++n)
+      if (agents[n]) std::ofstream(std::string(keep) + "/" + net.ns(n) + ".log") << agents[n]->log();
+  }
+};
+
+// The newest round with exactly `world` worker records, or -1.
+int round_with(const std::vector<Record>& recs, int world, int after = -1) {
+  std::map<int, int> count;
+  for (const auto& r : recs)
+    if (r.num("WORLD_SIZE") == world && r.round > after) ++count[r.round];
+  int best = -1;
+  for (auto [round, n] : count)
+    if (n == world) best = std::max(best, round);
+  return best;
+}
+
+std::vector<Record> in_round(const std::vector<Record>& recs, int round) {
+  std::vector<Record> out;
+  for (const auto& r : recs)
+    if (r.round == round) out.push_back(r);
+  return out;
+}
+
+// Ranks 0..world-1 once each, consistent group ranks, one master.
+void check_round(const std::vector<Record>& round, int world) {
+  REQUIRE(round.size() == static_cast<size_t>(world));
+  std::set<int> ranks, group_ranks;
+  std::map<std::string, int> node_group;
+  std::string master_node;
+  for (const auto& r : round) {
+    INFO(r.node << " rank " << r.num("RANK"));
+    ranks.insert(r.num("RANK"));
+    CHECK(r.num("LOCAL_WORLD_SIZE") == 2);
+    CHECK(r.num("GROUP_WORLD_SIZE") == world / 2);
+    CHECK(r.num("RANK") == r.num("GROUP_RANK") * 2 + r.num("LOCAL_RANK"));
+    CHECK(r.env.at("MET") == "yes");  // reached every rank through the store
+    CHECK(r.env.at("DDPRUN_STORE_ADDR") == kEndpoint);
+    CHECK(r.env.at("TORCHELASTIC_RUN_ID") == "mnjob");
+    CHECK(r.env.at("MASTER_PORT") == round[0].env.at("MASTER_PORT"));
+    CHECK(r.env.at("MASTER_ADDR") == round[0].env.at("MASTER_ADDR"));
+    auto [it, fresh] = node_group.emplace(r.node, r.num("GROUP_RANK"));
+    CHECK(it->second == r.num("GROUP_RANK"));
+    if (fresh) group_ranks.insert(r.num("GROUP_RANK"));
+    if (r.num("GROUP_RANK") == 0) master_node = r.node;
+  }
+  CHECK(ranks.size() == static_cast<size_t>(world));
+  CHECK(*ranks.begin() == 0);
+  CHECK(*ranks.rbegin() == world - 1);
+  CHECK(group_ranks.size() == static_cast<size_t>(world / 2));
+  // MASTER_ADDR is group rank 0's address as its store connection saw it.
+  REQUIRE(!master_node.empty());
+  CHECK(round[0].env.at("MASTER_ADDR") == Netns::addr(std::stoi(master_node.substr(1))));
+}
+
+std::map<std::string, int> group_ranks(const std::vector<Record>& round) {
+  std::map<std::string, int> out;
+  for (const auto& r : round) out[r.node] = r.num("GROUP_RANK");
+  return out;
+}
+
+const Seconds kDeadline(25);
+
+}  // namespace
+
+TEST_CASE("multinode.form") {
+  Job job("form");
+  for (int n = 1; n <= 3; ++n) job.start(n);
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 6)) >= 0;
+  }, kDeadline));
+  check_round(in_round(read_records(job.dir.path()), round), 6);
+  job.stop_workers();
+  // Every agent sees the same outcome and exits with the same status.
+  for (int n = 1; n <= 3; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+    CHECK(job.log(n).find(kToken) == std::string::npos);  // never logged
+  }
+  CHECK(job.log(1).find("hosting the rendezvous store at " + kEndpoint) != std::string::npos);
+}
+
+TEST_CASE("multinode.kill") {
+  Job job("kill");
+  for (int n = 1; n <= 3; ++n) job.start(n);
+  int first = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (first = round_with(recs, 6)) >= 0;
+  }, kDeadline));
+  job.agents[3]->kill_now();  // SIGKILL: no goodbye, its heartbeats stop
+  int next = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (next = round_with(recs, 4, first)) >= 0;
+  }, kDeadline));
+  auto round = in_round(read_records(job.dir.path()), next);
+  check_round(round, 4);
+  for (const auto& r : round) {
+    CHECK(r.node != "n3");
+    CHECK(r.num("TORCHELASTIC_RESTART_COUNT") == 1);  // one job-wide restart
+  }
+  job.stop_workers();
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+    CHECK(job.log(n).find("missed heartbeats") != std::string::npos);
+  }
+}
+
+TEST_CASE("multinode.scaleup") {
+  Job job("scaleup");
+  job.start(1);
+  job.start(2);
+  int small = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (small = round_with(recs, 4)) >= 0;
+  }, kDeadline));
+  auto before = group_ranks(in_round(read_records(job.dir.path()), small));
+  job.start(3);
+  int big = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (big = round_with(recs, 6, small)) >= 0;
+  }, kDeadline));
+  auto round = in_round(read_records(job.dir.path()), big);
+  check_round(round, 6);
+  auto after = group_ranks(round);
+  // The nodes that stayed keep their group ranks; the newcomer gets rank 2.
+  CHECK(after.at("n1") == before.at("n1"));
+  CHECK(after.at("n2") == before.at("n2"));
+  CHECK(after.at("n3") == 2);
+  // A scale-up spends no restart.
+  for (const auto& r : round) CHECK(r.num("TORCHELASTIC_RESTART_COUNT") == 0);
+  job.stop_workers();
+  for (int n = 1; n <= 3; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+  }
+  CHECK(job.log(1).find("scale-up") != std::string::npos);
+}
+
+TEST_CASE("multinode.linkcut") {
+  Job job("linkcut");
+  for (int n = 1; n <= 3; ++n) job.start(n);
+  int first = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (first = round_with(recs, 6)) >= 0;
+  }, kDeadline));
+  job.net.cut(3);  // ip link set eth0 down inside node 3's namespace
+  int next = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (next = round_with(recs, 4, first)) >= 0;
+  }, kDeadline));
+  check_round(in_round(read_records(job.dir.path()), next), 4);
+  // Node 3 cannot reach the store: it fails on its own, naming the store.
+  {
+    INFO("node 3:\n" << job.log(3));
+    int status = job.agents[3]->wait(kDeadline);
+    CHECK(status != 0);
+    CHECK(status != -1);
+    CHECK(job.log(3).find(kEndpoint) != std::string::npos);
+  }
+  job.stop_workers();
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+    CHECK(job.log(n).find("missed heartbeats") != std::string::npos);
+  }
+}
+
+TEST_CASE("multinode.token") {
+  Job job("token", 2);
+  job.start(1);
+  job.start(2, {"DDPRUN_RDZV_TOKEN=wrong-token"});
+  INFO("node 2:\n" << job.log(2));
+  CHECK(job.agents[2]->wait(kDeadline) == 1);
+  std::string log = job.log(2);
+  CHECK(log.find("refused the token") != std::string::npos);
+  CHECK(log.find(kEndpoint) != std::string::npos);
+  CHECK(log.find("wrong-token") == std::string::npos);
+  CHECK(read_records(job.dir.path()).empty());  // no worker ever started
+}
+
+TEST_CASE("multinode.failure") {
+  // Rank 3's worker fails every time: every node restarts together on one
+  // job-wide budget, then all three exit with the worker's status.
+  Job job("failure");
+  std::vector<std::string> args = agent_args();
+  args[6] = "--max-restarts=1";
+  for (int n = 1; n <= 3; ++n) job.start(n, {"MN_FAIL_RANK=3"}, args);
+  for (int n = 1; n <= 3; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 7);
+    CHECK(job.log(n).find("rank 3") != std::string::npos);
+    CHECK(job.log(n).find("exit code 7") != std::string::npos);
+  }
+  auto recs = read_records(job.dir.path());
+  std::set<int> counts;
+  for (const auto& r : recs) counts.insert(r.num("TORCHELASTIC_RESTART_COUNT"));
+  CHECK(counts == std::set<int>{0, 1});
+}
+
+}  // namespace ddprun::testing
