@@ -9,7 +9,9 @@ time (bench/watchdog_bench_worker.{cc,py}).
 ddprun (--heartbeat-timeout=T --max-restarts=1):
   due        = rank 1's last beat + T
   detection  = hang_report.json's detected_monotonic_s - due
-  restart    = last replacement worker's entry - detection time
+  restart    = last replacement worker's entry - detection time, of which
+               "stacks" is the capture (gdb for native, SIGABRT+faulthandler
+               is part of the teardown for Python) and the report
   recovered  = last replacement worker's entry - due
 torchrun (same workers, --max_restarts=1): never notices; the bench waits
 --anchor-wait seconds after the deadline, checks that no replacement worker
@@ -68,10 +70,14 @@ def run_ddprun(ddprun, kind, exe, timeout_s, backoff, tmp):
         rep = json.load(f)
     due = read_ns(d, "lastbeat") / 1e9 + timeout_s
     detected = rep["detected_monotonic_s"]
+    # events.jsonl's hang_detected line is written once stacks are captured.
+    with open(os.path.join(d, "logs", "b", "events.jsonl")) as f:
+        captured = [json.loads(l) for l in f if '"hang_detected"' in l][0]["monotonic_s"]
     restarted = max(read_ns(d, "start_1_0"), read_ns(d, "start_1_1")) / 1e9
     return {"detect_ms": (detected - due) * 1e3,
             "agent_detect_ms": rep["detected_after_due_ms"],
             "restart_ms": (restarted - detected) * 1e3,
+            "capture_ms": (captured - detected) * 1e3,
             "recovered_ms": (restarted - due) * 1e3}
 
 
@@ -139,7 +145,8 @@ def main():
                     b = "0.1 s (default)" if backoff is None else f"{backoff} s"
                     print(f"| ddprun | {kind} | {t:g} s | {b} | {fmt(rows, 'detect_ms')} "
                           f"(agent's own clock: {fmt(rows, 'agent_detect_ms')}) | "
-                          f"{fmt(rows, 'restart_ms')} | {fmt(rows, 'recovered_ms')} |",
+                          f"{fmt(rows, 'restart_ms')} (stacks: {fmt(rows, 'capture_ms')}) | "
+                          f"{fmt(rows, 'recovered_ms')} |",
                           flush=True)
             t = timeouts[0]
             r = run_torchrun(args.torchrun, kind, exe, t, args.anchor_wait, tmp)

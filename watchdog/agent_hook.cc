@@ -49,6 +49,7 @@ HookOptions hook_options_from(const agent::Options& o) {
   // torchrun: the server runs only for the exact value "1".
   h.file_timer = base_env_value(o, kEnableFileTimerEnv) == "1";
   h.timer_file = base_env_value(o, kTimerFileEnv);
+  h.logs_kept = !o.log_dir.empty();
   return h;
 }
 
@@ -201,7 +202,7 @@ void WatchdogHook::on_hang(const HangEvent& event) {
                     {"report", attempt_dir_ + "/hang_report.json"}});
   }
   agent::FailRequest req;
-  req.reason = report_->summary(attempt_dir_);
+  req.reason = report_->summary(options_.logs_kept ? attempt_dir_ : "");
   req.local_rank = event.local_rank;
   req.exit_code = 1;
   if (!abort_targets.empty()) {
@@ -233,6 +234,9 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
       report_->write(attempt_dir_);
     } catch (const std::exception& e) {
       spdlog::warn("cannot write the hang report: {}", e.what());
+    }
+    if (!options_.logs_kept) {
+      spdlog::warn("hang report (not kept on disk without --log-dir):\n{}", report_->to_text());
     }
   }
   if (events_ && result.outcome != agent::Outcome::kFailed) {

@@ -52,6 +52,9 @@ struct HookOptions {
   std::chrono::milliseconds traceback_wait{5000};
   // At most this many hung ranks get a gdb capture (each may take seconds).
   int max_gdb_captures = 4;
+  // False without --log-dir: the agent deletes its temporary log root at
+  // exit, so the hang report is also printed to the console.
+  bool logs_kept = true;
 };
 
 // The folder with ddprun_heartbeat.py for workers' PYTHONPATH: the installed
