@@ -23,11 +23,12 @@ trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 port=$((29700 + RANDOM % 200))
 
-rate() { grep -o 'rank 0 steps [0-9]* samples_per_s [0-9.]*' "$1" | awk '{print $NF}'; }
+rate() { grep -o 'rank 0 steps [0-9]* samples_per_s [0-9.]*' "$1" | awk '{print $NF}' || true; }
 
 run_ref() {
   PATH=/usr/bin:$PATH "$anchors/torchrun" --standalone --nproc_per_node=2 \
-    "$anchors/ddp_reference.py" --steps "$steps" --data "$data" >"$1" 2>&1
+    "$anchors/ddp_reference.py" --steps "$steps" --data "$data" >"$1" 2>&1 ||
+    { echo "reference run failed:"; tail -5 "$1"; }
 }
 run_train2() {
   if [[ -x $ddprun ]]; then
