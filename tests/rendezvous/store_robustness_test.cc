@@ -295,3 +295,29 @@ TEST_CASE("a client that never reads its replies is closed; others are served") 
   CHECK(server.wait_for_state([](ServerThread& s) { return s.connections() == 0; }, 20s));
   still_serves(server);
 }
+
+TEST_CASE("requests pipelined behind a blocked get are answered in order after it") {
+  ServerThread server;
+  RawConn raw(server.port());
+  REQUIRE(raw.read_frame());
+  wire::Request get;
+  get.op = wire::Op::kGet;
+  get.keys = {"k"};
+  get.timeout_ms = 20000;
+  wire::Request ping;
+  ping.op = wire::Op::kPing;
+  wire::Bytes both = wire::encode_request(get);
+  wire::Bytes p = wire::encode_request(ping);
+  both.insert(both.end(), p.begin(), p.end());
+  raw.send(both);
+  REQUIRE(server.wait_for_state([](ServerThread& s) { return s.waiters() == 1; }));
+  Client(server.client_options()).set("k", B("value"));
+  auto first = raw.read_frame();
+  REQUIRE(first);
+  REQUIRE(first->size() == 1 + 4 + 5);
+  CHECK((*first)[0] == static_cast<uint8_t>(wire::Status::kOk));
+  CHECK(std::string(first->begin() + 5, first->end()) == "value");
+  auto second = raw.read_frame();
+  REQUIRE(second);
+  CHECK(*second == wire::Bytes{static_cast<uint8_t>(wire::Status::kOk)});
+}
