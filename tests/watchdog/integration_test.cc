@@ -94,6 +94,7 @@ TEST_CASE("a native worker that stops beating while alive: gdb stack, restart, c
   CHECK(r["kind"] == "heartbeat_timeout");
   CHECK(r["rank"] == 1);
   CHECK(r["stalled_ranks"] == json::array({1}));  // the healthy peer is not blamed
+  CHECK(r["suspect_ranks"] == json::array({1}));  // its step is behind rank 0's
   CHECK(r["workers"][1]["step"] == 2);
   REQUIRE(r["stacks"].size() == 1);
   if (gdb_installed()) {
@@ -204,4 +205,21 @@ TEST_CASE("an exit code listed in --no-restart-exit-codes stops the job at once"
   CHECK(ev.back()["event"] == "done");
   CHECK(ev.back()["rule"] == "no_restart_exit_code");
   CHECK(job.console().find("--no-restart-exit-codes") != std::string::npos);
+}
+
+TEST_CASE("attempts that never get past the same step stop on the no-progress rule") {
+  Job job;
+  job.run({"--nproc-per-node=2", "--max-restarts=5", "--max-no-progress-restarts=1",
+           "--heartbeat-timeout=0.5", "--heartbeat-grace=30", "--restart-backoff=0"},
+          {WATCHDOG_TEST_WORKER, "scenario", "stall"});
+  const std::string console = job.console();
+  CAPTURE(console);
+  CHECK(job.exit_code == 1);
+  CHECK(job.event_names() == std::vector<std::string>{"start", "rendezvous", "hang_detected",
+                                                      "restart", "rendezvous", "hang_detected",
+                                                      "done"});
+  const auto ev = job.events();
+  CHECK(ev.back()["rule"] == "no_progress");
+  CHECK(ev.back()["max_step"] == 5);
+  CHECK(console.find("--max-no-progress-restarts=1") != std::string::npos);
 }
