@@ -296,18 +296,23 @@ RoundResult Rendezvous::next_round() {
       const int64_t slot = store_->add(round_key(r, "joined"), 1);
       if (slot <= max) {
         store_->set(round_key(r, "node/" + std::to_string(slot)), to_bytes(encode_node(me)));
+      }
+      Bytes assignment;
+      try {
         if (slot == max) {
           close_round(r, slot);
-        } else if (slot >= options_.min_nodes) {
+        } else {
+          // Every node can close the round (the first to publish wins), so
+          // a node that dies during the last call cannot stall the others:
+          // wait for MIN nodes, then give the last call its window.
+          const std::string min_key = round_key(r, "node/" + std::to_string(options_.min_nodes));
+          store_->wait({min_key}, left(deadline));
           try {
             store_->wait({closed}, std::min(options_.last_call_timeout, left(deadline)));
           } catch (const TimeoutError&) {
             close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
           }
         }
-      }
-      Bytes assignment;
-      try {
         assignment = store_->get(closed, left(deadline));
       } catch (const TimeoutError&) {
         throw RendezvousError(join_error(r, "within join_timeout " +

@@ -279,3 +279,21 @@ TEST_CASE("without --local-addr, the master address is where the store connectio
   Rendezvous a(factory(server.port()), o);
   CHECK(a.next_round().master_addr == "127.0.0.1");
 }
+
+TEST_CASE("a node that vanishes during the last call does not stall the round") {
+  ServerThread server;
+  auto o = node(1, 2, 3);
+  o.join_timeout = 10s;
+  Rendezvous a(factory(server.port()), o);
+  auto formed = std::async(std::launch::async, [&] { return a.next_round(); });
+  // a takes slot 1 and waits for a second node
+  Client ghost(server.client_options());
+  ghost.wait({"rdzv/job/r0/node/1"}, 10s);
+  // the second node records itself and dies before closing the round
+  REQUIRE(ghost.add("rdzv/job/r0/joined", 1) == 2);
+  ghost.set("rdzv/job/r0/node/2", to_bytes(encode_node({"ghost", "10.0.0.9", 1, 2, 99})));
+  RoundResult r = formed.get();
+  CHECK(r.group_world_size == 2);
+  CHECK(r.nodes[0].node_id == "node1");  // first-join order
+  CHECK(r.nodes[1].node_id == "ghost");
+}
