@@ -1,0 +1,37 @@
+// The worker side of docs/CONTRACTS.md: DDPRUN_STORE_* to a store.
+#include <cstdlib>
+
+#include "rendezvous/client.h"
+
+namespace ddprun::rendezvous {
+
+std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw StoreError(what + "='" + text + "' is not host:port");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p <= 0 || p > 65535) {
+    throw StoreError(what + "='" + text + "': port '" + port + "' is not in 1..65535");
+  }
+  return {host, static_cast<uint16_t>(p)};
+}
+
+std::unique_ptr<Store> connect_from_env(Duration connect_timeout) {
+  const char* addr = std::getenv("DDPRUN_STORE_ADDR");
+  if (addr == nullptr || *addr == '\0') return nullptr;
+  ClientOptions o;
+  std::tie(o.host, o.port) = parse_host_port(addr, "DDPRUN_STORE_ADDR");
+  if (const char* token = std::getenv("DDPRUN_STORE_TOKEN")) o.token = token;
+  o.connect_timeout = connect_timeout;
+  auto client = std::make_unique<Client>(std::move(o));
+  const char* prefix = std::getenv("DDPRUN_STORE_PREFIX");
+  if (prefix == nullptr || *prefix == '\0') return client;
+  return std::make_unique<PrefixStore>(prefix, std::move(client));
+}
+
+}  // namespace ddprun::rendezvous
