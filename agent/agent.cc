@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <filesystem>
+#include <thread>
 
 #include "agent/exit_status.h"
 #include "agent/failure_summary.h"
@@ -84,6 +86,36 @@ void Agent::run_until(const std::function<bool()>& done) {
   while (!done()) io_.run_one();
 }
 
+RoundInfo Agent::next_round(int restart) {
+  if (options_.max_nodes <= 1) return rendezvous_->next_round(restart);
+  // A multi-node join blocks for up to join_timeout. It runs on a thread so
+  // the loop still sees the handled signals: Ctrl-C while waiting for other
+  // nodes exits at once (no worker is running, nothing else to stop).
+  RoundInfo round;
+  std::exception_ptr error;
+  bool done = false;
+  std::thread join([&] {
+    try {
+      round = rendezvous_->next_round(restart);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    boost::asio::post(io_, [&] { done = true; });
+  });
+  run_until([&] { return done || pending_signal_ != 0; });
+  if (!done) {
+    spdlog::warn("got {} while waiting for the other nodes; exiting", signal_name(pending_signal_));
+    if (!temp_root_.empty() && !keep_temp_root_) {
+      std::error_code ec;
+      std::filesystem::remove_all(temp_root_, ec);
+    }
+    _exit(128 + pending_signal_);  // the join thread is still blocked in the store
+  }
+  join.join();
+  if (error) std::rethrow_exception(error);
+  return round;
+}
+
 std::string Agent::make_run_dir() {
   std::string root = options_.log_dir;
   if (root.empty()) {
@@ -140,7 +172,7 @@ int Agent::run_job(Guardian& guardian) {
   for (int restart = 0;; ++restart) {
     if (pending_signal_) return 128 + pending_signal_;
     try {
-      setup.round = rendezvous_->next_round(restart);
+      setup.round = next_round(restart);
     } catch (const std::exception& e) {
       spdlog::error("rendezvous failed: {}", e.what());
       return pending_signal_ ? 128 + pending_signal_ : 1;

@@ -48,6 +48,7 @@ class Agent {
   void reap();
   void run_until(const std::function<bool()>& done);
   int run_job(Guardian& guardian);
+  RoundInfo next_round(int restart);
   std::string make_run_dir();
 
   Options options_;

@@ -199,12 +199,17 @@ RoundInfo ElasticRendezvous::next_round(int) {
     generation = ++generation_;
   }
   RoundInfo info;
+  spdlog::info("joining rendezvous '{}' at {} ({}..{} nodes, join_timeout {} s)", options_.run_id,
+               store_addr_, options_.min_nodes, options_.max_nodes,
+               rdzv_->options().join_timeout.count() / 1000.0);
   try {
     round_ = rdzv_->next_round();
     info.restart_count = static_cast<int>(rdzv_->restart_count());
     keep_alive_ = rdzv_->watch(
         [this, generation](const rdzv::RoundEnd& end) { on_round_end(generation, end); });
   } catch (const std::exception& e) {
+    round_.reset();
+    linger_after_failed_join();
     throw RendezvousError(e.what());
   }
   info.group_rank = round_->group_rank;
@@ -221,6 +226,28 @@ RoundInfo ElasticRendezvous::next_round(int) {
                round_->round, info.group_rank, info.group_world_size, info.rank_base,
                info.rank_base + info.local_world_size - 1, info.world_size, info.restart_count);
   return info;
+}
+
+void ElasticRendezvous::linger_after_failed_join() {
+  // The nodes of a round that never formed each time out on their own
+  // clock; the host keeps the store up (at most join_timeout) until each
+  // has said so, so they report the join failure rather than a lost store.
+  const std::string base = "rdzv/" + options_.run_id + "/";
+  try {
+    if (!host_) {
+      int64_t n = control_->add(base + "gave_up", 1);
+      control_->set(base + "gave_up/" + std::to_string(n), rdzv::to_bytes("1"));
+      return;
+    }
+    const std::string current = rdzv::to_string(control_->get(base + "current", Duration(0)));
+    int64_t joined = control_->add(base + "r" + current + "/joined", 0);
+    int64_t others = std::min<int64_t>(joined, options_.max_nodes) - 1;
+    std::vector<std::string> keys;
+    for (int64_t i = 1; i <= others; ++i) keys.push_back(base + "gave_up/" + std::to_string(i));
+    if (!keys.empty()) control_->wait(keys, rdzv_->options().join_timeout);
+  } catch (const std::exception& e) {
+    spdlog::debug("after the failed join: {}", e.what());
+  }
 }
 
 void ElasticRendezvous::on_round_end(uint64_t generation, const rdzv::RoundEnd& end) {

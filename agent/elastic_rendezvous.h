@@ -69,6 +69,7 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   void on_round_end(uint64_t generation, const rendezvous::RoundEnd& end);  // KeepAlive thread
   void apply_end(uint64_t generation);
   void signal_failure(const std::string& what, int exit_code);
+  void linger_after_failed_join();
   std::string me() const;
   // The reason and exit status a round end means for this node.
   FailRequest fail_request(const rendezvous::RoundEnd& end) const;

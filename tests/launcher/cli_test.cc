@@ -160,3 +160,29 @@ TEST_CASE("a bad flag exits 2 with one clear line; --help is grouped and exits 0
                             "Output:", "Exit status:", "--nproc-per-node,--nproc_per_node"})
     CHECK(r.out.find(group) != std::string::npos);
 }
+
+TEST_CASE("multi-node flags: backend, endpoint, token") {
+  unsetenv("DDPRUN_RDZV_TOKEN");
+  auto o = parse({"--nnodes=2:4", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400",
+                  "--rdzv-conf=join_timeout=5,token=s3cret", "--local-addr=10.0.0.2", "x"});
+  CHECK(o.min_nodes == 2);
+  CHECK(o.max_nodes == 4);
+  CHECK(o.rdzv_token == "s3cret");
+  CHECK(o.rdzv_conf.count("token") == 0);  // the secret travels apart from the conf
+  CHECK(o.rdzv_conf.at("join_timeout") == "5");
+  CHECK(o.local_addr == "10.0.0.2");
+  setenv("DDPRUN_RDZV_TOKEN", "from-env", 1);
+  CHECK(parse({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "x"}).rdzv_token ==
+        "from-env");
+  unsetenv("DDPRUN_RDZV_TOKEN");
+  // static: the store goes where torchrun's would, at --master-addr:--master-port.
+  auto s = parse({"--nnodes=2", "--master-addr=10.0.0.9", "--master-port=1234", "x"});
+  CHECK(s.rdzv_endpoint == "10.0.0.9:1234");
+  CHECK_FALSE(s.master_port.has_value());
+  CHECK(error_of({"--nnodes=1:2", "x"}).find("--rdzv-backend=static needs a fixed --nnodes") == 0);
+  CHECK(error_of({"--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint=h:1", "x"})
+            .find("--rdzv-backend=etcd: not supported") == 0);
+  CHECK(error_of({"--nnodes=1:2", "--rdzv-backend=c10d", "x"}).find("needs --rdzv-endpoint") !=
+        std::string::npos);
+  CHECK(error_of({"--rdzv-conf=token=", "x"}).find("token= is empty") != std::string::npos);
+}

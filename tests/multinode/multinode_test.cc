@@ -2,6 +2,7 @@
 // each, meeting at the store hosted by node 1's agent (10.77.0.1:29400).
 // Every wait is on files (inotify) or a process exit, with a deadline.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +18,9 @@ namespace {
 const std::string kEndpoint = "10.77.0.1:29400";
 const std::string kToken = "mn-secret-" + std::to_string(getpid());
 
-std::vector<std::string> agent_args(const std::string& extra_conf = "") {
-  return {"--nnodes=2:3", "--nproc-per-node=2", "--rdzv-backend=c10d",
+std::vector<std::string> agent_args(const std::string& extra_conf = "",
+                                    const std::string& nnodes = "2:3") {
+  return {"--nnodes=" + nnodes, "--nproc-per-node=2", "--rdzv-backend=c10d",
           "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=mnjob",
           "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1,"
           "join_timeout=20,close_timeout=10" + extra_conf,
@@ -244,6 +246,54 @@ TEST_CASE("multinode.failure") {
   std::set<int> counts;
   for (const auto& r : recs) counts.insert(r.num("TORCHELASTIC_RESTART_COUNT"));
   CHECK(counts == std::set<int>{0, 1});
+}
+
+TEST_CASE("multinode.hostdies") {
+  // The agent hosting the store is SIGKILLed: the others fail on their own,
+  // within their bounded reconnect window, naming the store's address.
+  Job job("hostdies");
+  for (int n = 1; n <= 3; ++n) job.start(n);
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 6)) >= 0;
+  }, kDeadline));
+  job.agents[1]->kill_now();
+  for (int n = 2; n <= 3; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 1);
+    CHECK(job.log(n).find("lost the rendezvous store at " + kEndpoint) != std::string::npos);
+  }
+}
+
+TEST_CASE("multinode.toofew") {
+  // Fewer than MIN nodes: wait join_timeout, then say how many came and
+  // from where.
+  Job job("toofew", 2);
+  auto args = agent_args(",join_timeout=2", "3:3");
+  for (int n = 1; n <= 2; ++n) job.start(n, {}, args);
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 1);
+    std::string log = job.log(n);
+    CHECK(log.find("2 of 3 required nodes joined") != std::string::npos);
+    CHECK(log.find("at " + Netns::addr(1)) != std::string::npos);
+    CHECK(log.find("at " + Netns::addr(2)) != std::string::npos);
+  }
+  CHECK(read_records(job.dir.path()).empty());
+}
+
+TEST_CASE("multinode.interrupt") {
+  // SIGINT while waiting for the other nodes: ddprun exits 128+2 at once
+  // instead of waiting out join_timeout.
+  Job job("interrupt", 1);
+  job.start(1, {}, agent_args(",join_timeout=60"));
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return job.log(1).find("joining rendezvous 'mnjob'") != std::string::npos;
+  }, kDeadline));
+  job.agents[1]->signal(SIGINT);
+  INFO("node 1:\n" << job.log(1));
+  CHECK(job.agents[1]->wait(kDeadline) == 130);
+  CHECK(job.log(1).find("got SIGINT while waiting for the other nodes") != std::string::npos);
 }
 
 }  // namespace ddprun::testing

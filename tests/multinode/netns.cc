@@ -182,6 +182,10 @@ void NodeAgent::kill_now() {
   pid_ = -1;
 }
 
+void NodeAgent::signal(int sig) {
+  if (pid_ > 0) kill(pid_, sig);
+}
+
 int NodeAgent::wait(Seconds deadline) {
   if (pid_ <= 0) return -1;
   int status = -1;
@@ -228,12 +232,16 @@ std::vector<Record> read_records(const std::string& dir) {
 
 bool wait_records(const std::string& dir,
                   const std::function<bool(const std::vector<Record>&)>& ready, Seconds deadline) {
+  return wait_in_dir(dir, [&] { return ready(read_records(dir)); }, deadline);
+}
+
+bool wait_in_dir(const std::string& dir, const std::function<bool()>& ready, Seconds deadline) {
   const auto until = Clock::now() + deadline;
   int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  inotify_add_watch(fd, dir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE);
+  inotify_add_watch(fd, dir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE | IN_MODIFY);
   bool ok = false;
   for (;;) {
-    if (ready(read_records(dir))) {
+    if (ready()) {
       ok = true;
       break;
     }

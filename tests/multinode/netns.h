@@ -57,6 +57,7 @@ class NodeAgent {
   NodeAgent& operator=(const NodeAgent&) = delete;
 
   void kill_now();  // SIGKILL and reap
+  void signal(int sig);
   // Exit status (exit code, or 128+signal); -1 when the deadline passed
   // (then it is SIGKILLed).
   int wait(Seconds deadline);
@@ -80,6 +81,10 @@ std::vector<Record> read_records(const std::string& dir);
 // deadline.
 bool wait_records(const std::string& dir, const std::function<bool(const std::vector<Record>&)>& ready,
                   Seconds deadline);
+
+// Waits, with inotify on `dir` (files created, written or renamed), until
+// `ready()` holds; false on the deadline.
+bool wait_in_dir(const std::string& dir, const std::function<bool()>& ready, Seconds deadline);
 
 // A fresh directory under $TMPDIR, removed with its contents at the end.
 class TempDir {
