@@ -125,3 +125,27 @@ TEST_CASE("beats from the Python client arrive; it is a no-op when the agent is 
                 {{"DDPRUN_HEARTBEAT_SOCKET", ""}, {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
   CHECK(WEXITSTATUS(outside.wait()) == 0);
 }
+
+TEST_CASE("clients never block when the agent stops reading: beats are dropped") {
+  TempDir dir;
+  boost::asio::io_context io;  // never run: the socket buffer fills up
+  std::size_t received = 0;
+  wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
+                             [&](const wd::Beat&) { ++received; });
+  const std::map<std::string, std::string> env = {{"DDPRUN_HEARTBEAT_SOCKET", server.path()},
+                                                  {"RANK", "0"},
+                                                  {"PYTHONPATH", WATCHDOG_PYTHON_DIR}};
+  // Far more beats than any socket buffer holds, with no pause between them.
+  Child native({WATCHDOG_TEST_WORKER, "beat", "200000", "0", "exit"}, env);
+  auto status = native.wait_for(std::chrono::seconds(60));
+  REQUIRE_MESSAGE(status.has_value(), "the C++ client blocked on a full socket");
+  CHECK(WEXITSTATUS(*status) == 0);
+  Child python({"/usr/bin/python3", "-c",
+                "import ddprun_heartbeat as h\nfor i in range(200000): h.beat(i)\n"},
+               env);
+  status = python.wait_for(std::chrono::seconds(60));
+  REQUIRE_MESSAGE(status.has_value(), "the Python client blocked on a full socket");
+  CHECK(WEXITSTATUS(*status) == 0);
+  // What did fit is still valid and arrives once the agent reads again.
+  CHECK(wd::test::run_until(io, [&] { return received > 0; }));
+}
