@@ -234,6 +234,9 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   if (f.heartbeat_timeout < 0) throw UsageError("--heartbeat-timeout must be >= 0");
   if (f.silence_timeout < 0) throw UsageError("--silence-timeout must be >= 0");
   if (f.heartbeat_grace < 0) throw UsageError("--heartbeat-grace must be >= 0");
+  // -1 is the "not given" default (then the heartbeat or silence timeout).
+  if (f.stuck_timeout < 0 && f.stuck_timeout != -1)
+    throw UsageError("--stuck-timeout must be >= 0");
   if (f.restart_backoff < 0) throw UsageError("--restart-backoff must be >= 0");
   if (f.max_no_progress_restarts < 0) throw UsageError("--max-no-progress-restarts must be >= 0");
   if (f.master_port != -1 && (f.master_port < 0 || f.master_port > 65535))
