@@ -228,6 +228,7 @@ void Attempt::record_failure(Failure failure) {
   if (result_.root) return;  // the first failure by monotonic time is the root cause
   result_.outcome = Outcome::kFailed;
   result_.root = std::move(failure);
+  for (auto* h : hooks_) h->attempt_failed(*result_.root);
 }
 
 void Attempt::interrupt(int sig) {
@@ -235,6 +236,7 @@ void Attempt::interrupt(int sig) {
   if (result_.outcome != Outcome::kInterrupted) {
     result_.outcome = Outcome::kInterrupted;
     result_.signal = sig;
+    for (auto* h : hooks_) h->attempt_interrupted(sig);
   }
   if (phase_ == Phase::kRunning || phase_ == Phase::kPreSignal) {
     begin_teardown(sig);

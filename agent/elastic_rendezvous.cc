@@ -311,20 +311,22 @@ void ElasticRendezvous::signal_failure(const std::string& what, int exit_code) {
   }
 }
 
-void ElasticRendezvous::worker_exited(const WorkerEnd& end) {
-  if (end.status.success()) return;
-  // The first local failure ends the round for every node at once, not
-  // after the local teardown's grace period.
-  signal_failure("worker rank " + std::to_string(end.worker.rank) + " ended with " + end.status.describe(),
-                 end.status.shell_code());
+void ElasticRendezvous::attempt_failed(const Failure& root) {
+  // The first local failure ends the round for every node at once, before
+  // the local teardown's grace period.
+  std::string what = root.reason;
+  if (what.empty() && root.status && root.local_rank)
+    what = "worker rank " + std::to_string(round_->rank_base + *root.local_rank) + " ended with " +
+           root.status->describe();
+  if (what.empty()) what = "its workers failed";
+  signal_failure(what, root.exit_code);
 }
 
-void ElasticRendezvous::attempt_ended(const AttemptResult& result) {
-  control_attempt_ = nullptr;
-  if (result.outcome == Outcome::kFailed && result.root)
-    signal_failure(result.root->reason.empty() ? "its workers failed" : result.root->reason,
-                   result.root->exit_code);
+void ElasticRendezvous::attempt_interrupted(int signal) {
+  signal_failure("its agent got " + signal_name(signal), 128 + signal);
 }
+
+void ElasticRendezvous::attempt_ended(const AttemptResult&) { control_attempt_ = nullptr; }
 
 GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   const std::string base = "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/";
@@ -336,7 +338,6 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   };
   if (outcome == GroupOutcome::kInterrupted) {
     keep_alive_.reset();
-    signal_failure("its agent was stopped by a signal", 1);
     record_failed();
     return {};
   }

@@ -57,7 +57,8 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
 
   // AgentHooks
   void workers_started(const AttemptInfo& attempt, AttemptControl& control) override;
-  void worker_exited(const WorkerEnd& end) override;
+  void attempt_failed(const Failure& root) override;
+  void attempt_interrupted(int signal) override;
   void attempt_ended(const AttemptResult& result) override;
 
   bool is_host() const { return host_ != nullptr; }

@@ -61,6 +61,11 @@ class AgentHooks {
     (void)local_rank, (void)stream, (void)data;
   }
   virtual void worker_exited(const WorkerEnd& end) { (void)end; }
+  // The attempt's root cause, once, as soon as it is known (before the
+  // teardown): a worker's failure, a hook's fail_attempt, a spawn error.
+  virtual void attempt_failed(const Failure& root) { (void)root; }
+  // ddprun got `signal` and is stopping the workers (once per attempt).
+  virtual void attempt_interrupted(int signal) { (void)signal; }
   // Every process of the attempt is gone.
   virtual void attempt_ended(const AttemptResult& result) { (void)result; }
 };
