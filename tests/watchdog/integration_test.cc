@@ -223,3 +223,18 @@ TEST_CASE("attempts that never get past the same step stop on the no-progress ru
   CHECK(ev.back()["max_step"] == 5);
   CHECK(console.find("--max-no-progress-restarts=1") != std::string::npos);
 }
+
+TEST_CASE("the teardown after a worker failure is not reported as a hang") {
+  Job job;
+  // Rank 1 exits 1; rank 0 ignores SIGTERM and stops beating, so it lives on
+  // for --term-timeout, well past --heartbeat-timeout.
+  job.run({"--nproc-per-node=2", "--max-restarts=0", "--heartbeat-timeout=0.3",
+           "--heartbeat-grace=30", "--term-timeout=2"},
+          {WATCHDOG_TEST_WORKER, "scenario", "crash"});
+  const std::string console = job.console();
+  CAPTURE(console);
+  CHECK(job.exit_code == 1);
+  CHECK(console.find("failed with exit code 1") != std::string::npos);
+  CHECK(console.find("Hang detected") == std::string::npos);
+  CHECK(job.event_names() == std::vector<std::string>{"start", "rendezvous", "done"});
+}

@@ -6,7 +6,7 @@
 //   watchdog_test_worker hang        (print "ready", block forever)
 //   watchdog_test_worker spin        (print "ready", burn CPU forever)
 //   watchdog_test_worker dstate      (print "ready", sit in state D forever)
-//   watchdog_test_worker scenario nobeat|stop|silent|stall   (under ddprun, below)
+//   watchdog_test_worker scenario nobeat|stop|silent|stall|crash   (under ddprun)
 // "ready\n" on stdout marks the moment the worker entered its final state.
 #include <signal.h>
 #include <unistd.h>
@@ -34,13 +34,19 @@ int scenario(const char* how) {
   // "stall": every attempt hangs the same way (rank 1 at step 2, rank 0 at
   // step 5), so no attempt gets further than the one before.
   const bool stall = std::strcmp(how, "stall") == 0;
-  const bool first = stall || rc == nullptr || std::strcmp(rc, "0") == 0;
+  const bool crash = std::strcmp(how, "crash") == 0;
+  const bool first = stall || crash || rc == nullptr || std::strcmp(rc, "0") == 0;
   const bool culprit = rank != nullptr && std::strcmp(rank, "1") == 0;
   for (int64_t step = 0;; ++step) {
     ddprun::watchdog::beat(step);
     std::printf("step %lld\n", static_cast<long long>(step));
     std::fflush(stdout);
     if (stall && !culprit && step == 5) ddprun_test_hang_here();
+    // "crash": rank 1 fails; rank 0 ignores SIGTERM and goes quiet, so the
+    // teardown has to wait for --term-timeout.
+    if (crash && culprit && step == 2) return 1;
+    if (crash && !culprit && step == 0) ::signal(SIGTERM, SIG_IGN);
+    if (crash && !culprit && step == 5) ddprun_test_hang_here();
     if (!first && step == 4) break;
     if (first && culprit && step == 2) {
       if (std::strcmp(how, "stop") == 0) ::raise(SIGSTOP);
