@@ -38,7 +38,9 @@
 namespace ddprun::watchdog {
 
 struct HookOptions {
+  // Detector timeouts (all off by default).
   WatchdogOptions detect;
+  // How native workers' stacks are captured (gdb, 10 s limit).
   StackCaptureOptions stacks;
   // Workers run a Python interpreter: set PYTHONFAULTHANDLER=1 (unless the
   // user set it) while any detector is on, so SIGABRT prints tracebacks.
