@@ -144,16 +144,22 @@ void WatchdogHook::output(int local_rank, agent::Stream, std::string_view) {
 }
 
 void WatchdogHook::worker_exited(const agent::WorkerEnd& end) {
-  if (dog_) {
-    dog_->on_worker_exit(end.worker.local_rank);
-    // A failed worker ends the attempt: the teardown that follows (up to
-    // --term-timeout) is not a hang, however quiet the others become.
-    if (!end.status.success() && !report_) dog_->stop();
-  }
+  if (dog_) dog_->on_worker_exit(end.worker.local_rank);
   if (events_) {
     events_->write("worker_exit", attempt_, {end.worker.rank}, end.status.describe(),
                    {{"pid", end.worker.pid}, {"exit_code", end.status.shell_code()}});
   }
+}
+
+void WatchdogHook::attempt_failed(const agent::Failure&) {
+  // The attempt is ending (a failed worker, a hang, another hook): the
+  // teardown that follows, up to --term-timeout, is not a hang, however
+  // quiet the workers become.
+  if (dog_) dog_->stop();
+}
+
+void WatchdogHook::attempt_interrupted(int) {
+  if (dog_) dog_->stop();
 }
 
 std::vector<int> WatchdogHook::all_ranks() const {

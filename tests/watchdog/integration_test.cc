@@ -238,3 +238,25 @@ TEST_CASE("the teardown after a worker failure is not reported as a hang") {
   CHECK(console.find("Hang detected") == std::string::npos);
   CHECK(job.event_names() == std::vector<std::string>{"start", "rendezvous", "done"});
 }
+
+TEST_CASE("the teardown after ctrl-c is not reported as a hang") {
+  TempDir dir;
+  Child ddprun({DDPRUN_BIN, "--rdzv-id=wd", "--log-dir=" + dir.path() + "/logs",
+                "--nproc-per-node=1", "--heartbeat-timeout=0.3", "--heartbeat-grace=30",
+                "--term-timeout=2", WATCHDOG_TEST_WORKER, "deaf"},
+               {}, /*capture_stdout=*/true, dir.path() + "/ddprun.stderr");
+  REQUIRE(ddprun.wait_for_output("ready"));
+  REQUIRE(::kill(ddprun.pid(), SIGINT) == 0);
+  auto status = ddprun.wait_for(kJobDeadline);
+  REQUIRE(status.has_value());
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 128 + SIGINT);
+  std::vector<std::string> names;
+  std::ifstream in(dir.path() + "/logs/wd/events.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto e = json::parse(line);
+    if (e["event"] != "worker_exit") names.push_back(e["event"]);
+  }
+  CAPTURE(slurp(dir.path() + "/ddprun.stderr"));
+  CHECK(names == std::vector<std::string>{"start", "rendezvous", "done"});
+}

@@ -6,6 +6,7 @@
 //   watchdog_test_worker hang        (print "ready", block forever)
 //   watchdog_test_worker spin        (print "ready", burn CPU forever)
 //   watchdog_test_worker dstate      (print "ready", sit in state D forever)
+//   watchdog_test_worker deaf        (beat until SIGINT, ignore SIGTERM)
 //   watchdog_test_worker scenario nobeat|stop|silent|stall|crash   (under ddprun)
 // "ready\n" on stdout marks the moment the worker entered its final state.
 #include <signal.h>
@@ -58,7 +59,23 @@ int scenario(const char* how) {
   return 0;
 }
 
+static volatile sig_atomic_t g_interrupted = 0;
+
+// Beats until SIGINT, then goes quiet; ignores SIGTERM, so only SIGKILL
+// (after ddprun's --term-timeout) ends it.
+int deaf() {
+  ::signal(SIGTERM, SIG_IGN);
+  ::signal(SIGINT, [](int) { g_interrupted = 1; });
+  std::printf("ready\n");
+  std::fflush(stdout);
+  for (int64_t step = 0;; ++step) {
+    if (!g_interrupted) ddprun::watchdog::beat(step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "deaf") == 0) return deaf();
   if (argc >= 2 && std::strcmp(argv[1], "hang") == 0) ddprun_test_hang_here();
   if (argc >= 3 && std::strcmp(argv[1], "scenario") == 0) return scenario(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "dstate") == 0) {
