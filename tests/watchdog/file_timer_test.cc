@@ -88,3 +88,34 @@ TEST_CASE("an expired torch FileTimerClient timer is reported as a hang of that 
   CHECK(hang->detail.find("train_step") != std::string::npos);
   CHECK(::kill(child.pid(), 0) == 0);  // we report; the agent tears down
 }
+
+TEST_CASE("like torchrun, an expired timer with no signal is dropped, not reported") {
+  TempDir dir;
+  boost::asio::io_context io;
+  std::vector<wd::FileTimerExpiry> expiries;
+  wd::FileTimerServer server(io, dir.path() + "/timer",
+                             [&](const wd::FileTimerExpiry& e) { expiries.push_back(e); });
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto send = [&](const std::string& line) {
+    const int fd = ::open(server.path().c_str(), O_WRONLY | O_NONBLOCK);
+    REQUIRE(fd >= 0);
+    CHECK(::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
+    ::close(fd);
+  };
+  // pid 111: no signal, due first; pid 222: SIGTERM, due later; pid 333:
+  // acquired then released, never due.
+  send(R"({"version": 1, "pid": 111, "scope_id": "a", "expiration_time": )" +
+       std::to_string(now + 0.05) + R"(, "signal": 0})" + "\n");
+  send(R"({"version": 1, "pid": 333, "scope_id": "c", "expiration_time": )" +
+       std::to_string(now + 0.1) + R"(, "signal": 9})" + "\n" +
+       R"({"version": 1, "pid": 333, "scope_id": "c", "expiration_time": -1, "signal": 0})" + "\n");
+  send(R"({"version": 1, "pid": 222, "scope_id": "b", "expiration_time": )" +
+       std::to_string(now + 0.2) + R"(, "signal": 15})" + "\n");
+  REQUIRE(run_until(io, [&] { return !expiries.empty(); }));
+  REQUIRE(expiries.size() == 1);
+  CHECK(expiries[0].pid == 222);
+  CHECK(expiries[0].signal == SIGTERM);
+  CHECK(server.requests_received() == 4);
+  CHECK(server.active_timers() == 0);
+}
