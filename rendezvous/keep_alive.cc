@@ -70,7 +70,10 @@ void KeepAlive::run() {
             if (silent < dead_after) continue;
             std::string reason = "node " + peers[i]->node_id + " at " + peers[i]->addr +
                                  " (group rank " + std::to_string(peer_rank[i]) +
-                                 ") missed heartbeats for " + std::to_string(silent.count()) + " ms";
+                                 ") missed heartbeats for " + std::to_string(silent.count()) +
+                                 " ms (seen by " + options_.node_id + ")";
+            // The reporter's id keeps `desired` unique: two watchers with the
+            // same text would both see their own value and both count a restart.
             Bytes desired = to_bytes("failed: " + reason);
             Bytes after = store_->compare_set(end_key, {}, desired);
             if (after == desired) {
