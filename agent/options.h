@@ -98,8 +98,8 @@ struct Options {
   // uninterruptible sleep (D); negative means the heartbeat timeout, else
   // the silence timeout; 0 disables.
   double stuck_timeout_s = -1.0;
-  // --restart-backoff: seconds before the first restart, doubling with each
-  // restart (capped at 30 s).
+  // --restart-backoff: seconds before the second restart (the first is
+  // immediate), doubling with each further restart (capped at 30 s).
   double restart_backoff_s = 0.1;
   // --max-no-progress-restarts: stop after this many attempts in a row whose
   // highest heartbeat step did not advance; 0 disables.

@@ -189,7 +189,7 @@ void define_flags(CLI::App& app, RawFlags& f) {
       "Seconds a worker may stay stopped (T) or in uninterruptible sleep (D); 0 off "
       "[--heartbeat-timeout, else --silence-timeout]");
   opt("--restart-backoff,--restart_backoff", f.restart_backoff, "PET_RESTART_BACKOFF", T,
-      "Seconds before the first restart, doubling per restart up to 30 [0.1]");
+      "Seconds before the second restart (the first is immediate), doubling per restart up to 30 [0.1]");
   opt("--max-no-progress-restarts,--max_no_progress_restarts", f.max_no_progress_restarts,
       "PET_MAX_NO_PROGRESS_RESTARTS", T,
       "Stop after N attempts in a row whose highest heartbeat step did not advance; 0 off [0]");

@@ -86,10 +86,14 @@ RestartDecision RestartPolicy::on_attempt_end(const AttemptOutcome& outcome) {
                            no_progress_streak_, best_step_, options_.max_no_progress_restarts);
     return d;
   }
-  // Doubling without overflow: stop doubling once at the cap.
-  auto delay = options_.backoff_initial;
-  for (int i = 0; i < restarts_ && delay < options_.backoff_max; ++i) delay *= 2;
-  d.delay = std::min(delay, options_.backoff_max);
+  // The first restart is immediate: a one-off crash should cost no more
+  // than the restart itself. Back-off starts with the second, for crash
+  // loops. Doubling without overflow: stop doubling once at the cap.
+  if (restarts_ > 0) {
+    auto delay = options_.backoff_initial;
+    for (int i = 1; i < restarts_ && delay < options_.backoff_max; ++i) delay *= 2;
+    d.delay = std::min(delay, options_.backoff_max);
+  }
   ++restarts_;
   d.restart = true;
   d.rule = StopRule::kRestart;

@@ -7,8 +7,9 @@
 //  3. no progress: the last max_no_progress_restarts attempts in a row did
 //     not raise the job's highest heartbeat step (attempts with no step at
 //     all count as "no progress" only once some attempt reported a step);
-// otherwise restart after an exponential back-off: backoff_initial,
-// doubling per restart, capped at backoff_max.
+// otherwise restart: the first restart at once, later ones after an
+// exponential back-off of backoff_initial, doubling per restart, capped at
+// backoff_max.
 //
 // Thread safety: none needed (plain value type, no I/O).
 #pragma once
@@ -24,7 +25,8 @@ namespace ddprun::watchdog {
 struct RestartPolicyOptions {
   // Restarts allowed after the first attempt (torchrun's --max-restarts).
   int max_restarts = 0;
-  // Delay before the first restart; each further restart doubles it.
+  // Delay before the second restart (the first is immediate); each further
+  // restart doubles it.
   std::chrono::milliseconds backoff_initial{100};
   // Upper bound of the delay.
   std::chrono::milliseconds backoff_max{30000};

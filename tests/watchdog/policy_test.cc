@@ -28,7 +28,7 @@ wd::AttemptOutcome failed(int64_t step, std::vector<int> codes = {1}, bool hang 
 
 }  // namespace
 
-TEST_CASE("back-off doubles per restart and is capped") {
+TEST_CASE("first restart is immediate, then back-off doubles and is capped") {
   wd::RestartPolicyOptions opt;
   opt.max_restarts = 6;
   opt.backoff_initial = 100ms;
@@ -40,7 +40,7 @@ TEST_CASE("back-off doubles per restart and is capped") {
     REQUIRE(d.restart);
     delays.push_back(d.delay.count());
   }
-  CHECK(delays == std::vector<long>{100, 200, 400, 500, 500, 500});
+  CHECK(delays == std::vector<long>{0, 100, 200, 400, 500, 500});
   auto last = p.on_attempt_end(failed(7));
   CHECK_FALSE(last.restart);
   CHECK(last.rule == wd::StopRule::kMaxRestarts);
