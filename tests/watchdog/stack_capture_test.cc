@@ -2,6 +2,7 @@
 // fallback, and faulthandler's traceback from a Python worker's log.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <fstream>
 
@@ -48,6 +49,10 @@ TEST_CASE("without gdb the kernel's view of the threads is saved") {
   Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
   REQUIRE(child.wait_for_output("ready"));
   REQUIRE(::kill(child.pid(), SIGSTOP) == 0);
+  // SIGSTOP is delivered asynchronously: wait for the stop itself (the child
+  // is ours; WNOWAIT leaves it for the Child owner to reap).
+  siginfo_t info{};
+  REQUIRE(::waitid(P_PID, child.pid(), &info, WSTOPPED | WNOWAIT) == 0);
   wd::StackCaptureOptions opt;
   opt.gdb = "/nonexistent/gdb";
   const auto c = wd::capture_native_stack(child.pid(), 0, dir.path(), opt);
