@@ -110,6 +110,12 @@ std::map<std::string, int> group_ranks(const std::vector<Record>& round) {
 
 const Seconds kDeadline(25);
 
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("multinode.form") {
@@ -294,6 +300,28 @@ TEST_CASE("multinode.interrupt") {
   INFO("node 1:\n" << job.log(1));
   CHECK(job.agents[1]->wait(kDeadline) == 130);
   CHECK(job.log(1).find("got SIGINT while waiting for the other nodes") != std::string::npos);
+}
+
+TEST_CASE("multinode.pytorch") {
+  // An unmodified PyTorch script (init_process_group("gloo"), env://) across
+  // two network stacks: MASTER_ADDR must be group rank 0's reachable address.
+  if (run_command({"/usr/bin/python3", "-c", "import torch.distributed"}) != 0) {
+    MESSAGE("skipped: /usr/bin/python3 has no torch (python3-torch)");
+    return;
+  }
+  Job job("pytorch", 2);
+  for (int n = 1; n <= 2; ++n)
+    job.start(n, {"DDPRUN_PYTHON=/usr/bin/python3", "GLOO_SOCKET_IFNAME=eth0"},
+              {"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+               "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=py", EXAMPLES_DIR "/hello_ddp.py"});
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(Seconds(60)) == 0);
+  }
+  std::string all = job.log(1) + job.log(2);
+  for (int rank = 0; rank < 4; ++rank)
+    CHECK(all.find("rank " + std::to_string(rank) + "/4 ") != std::string::npos);
+  CHECK(count_of(all, "sum of 1..4 = 10") == 4);
 }
 
 }  // namespace ddprun::testing
