@@ -253,6 +253,10 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
     o.rdzv_backend = "c10d";
     o.rdzv_endpoint = "localhost:0";
     o.run_id = random_run_id();
+  } else if (o.max_nodes == 1 && o.run_id == "none") {
+    // One node and no --rdzv-id: nothing to share it with, and a fresh id
+    // keeps each job's log folder and the trainer's checkpoints apart.
+    o.run_id = random_run_id();
   }
   for (const auto& kv : split(f.rdzv_conf, ',')) {
     auto eq = kv.find('=');

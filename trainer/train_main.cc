@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   app.add_flag("--check-params", o.check_params, "debug: verify parameters identical on every rank each step");
   app.add_option("--log-every", o.log_every, "rank 0 progress every N steps (0 = never)")->capture_default_str();
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "checkpoint folder")->capture_default_str();
-  app.add_option("--checkpoint-every", o.checkpoint_every, "checkpoint every N steps (0 = only on SIGTERM)")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "checkpoint folder [checkpoints/$TORCHELASTIC_RUN_ID]");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "checkpoint every N steps (0 = only on SIGTERM and at the end)")->capture_default_str();
   app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
   app.add_flag("!--no-resume", o.resume, "ignore existing checkpoints");
   app.add_option("--save-params", o.save_params, "rank 0 writes the final parameters (raw float32) here");
@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
                  "fault injection for tests: exit 17 after step N on the first attempt only")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // One folder per job: a restart of this job resumes from it, a new job
+  // (standalone run ids are fresh) starts clean; --rdzv-id resumes across jobs.
+  if (o.checkpoint_dir.empty()) o.checkpoint_dir = "checkpoints/" + env_str("TORCHELASTIC_RUN_ID", "default");
   o.backend = backend == "gloo" ? Backend::kGloo : backend == "nccl" ? Backend::kNccl
                                                    : backend == "shm"  ? Backend::kShm
                                                                        : Backend::kAuto;

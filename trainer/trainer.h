@@ -37,8 +37,8 @@ struct TrainOptions {
   double bucket_mb = 25.0;       // gradient bucket size
   bool check_params = false;     // verify identical parameters after every step
   int64_t log_every = 50;        // rank 0 progress cadence (0 = never)
-  std::string checkpoint_dir = "checkpoints";
-  int64_t checkpoint_every = 0;  // 0 = only on SIGTERM
+  std::string checkpoint_dir;     // empty: the caller picks (train: checkpoints/<run id>)
+  int64_t checkpoint_every = 100;  // 0 = only on SIGTERM
   int keep = 3;                  // checkpoints kept
   bool resume = true;            // resume from checkpoint_dir when one verifies
   std::string save_params;       // rank 0 writes final parameters here (raw float32)

@@ -42,7 +42,11 @@ TEST_CASE("torchrun's defaults") {
   CHECK(o.max_nodes == 1);
   CHECK(o.max_restarts == 0);
   CHECK(o.role == "default");
-  CHECK(o.run_id == "none");
+  // torchrun's "none" would make every single-node job share one id (log
+  // folder, checkpoints): without --rdzv-id each job gets a fresh one.
+  CHECK(o.run_id != "none");
+  CHECK(o.run_id.size() >= 8);
+  CHECK(parse({"train"}).run_id != o.run_id);
   CHECK(o.rdzv_backend == "static");
   CHECK(o.master_addr == "127.0.0.1");
   CHECK_FALSE(o.master_port.has_value());
