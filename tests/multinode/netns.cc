@@ -144,8 +144,8 @@ void Netns::cut(int node) { ip({"-n", ns(node), "link", "set", "eth0", "down"});
 NodeAgent::NodeAgent(const std::string& netns, const std::vector<std::string>& args,
                      const std::vector<std::string>& extra_env, std::string log)
     : log_(std::move(log)) {
-  int nsfd = open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
-  if (nsfd < 0) throw std::runtime_error("cannot open namespace " + netns);
+  int nsfd = netns.empty() ? -1 : open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+  if (!netns.empty() && nsfd < 0) throw std::runtime_error("cannot open namespace " + netns);
   int logfd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   std::vector<std::string> argv_s{DDPRUN_BIN};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -162,13 +162,13 @@ NodeAgent::NodeAgent(const std::string& netns, const std::vector<std::string>& a
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
-    if (setns(nsfd, CLONE_NEWNET) != 0) _exit(125);
+    if (nsfd >= 0 && setns(nsfd, CLONE_NEWNET) != 0) _exit(125);
     dup2(logfd, STDOUT_FILENO);
     dup2(logfd, STDERR_FILENO);
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
-  close(nsfd);
+  if (nsfd >= 0) close(nsfd);
   close(logfd);
   if (pid_ < 0) throw std::runtime_error("fork failed");
 }

@@ -45,7 +45,7 @@ void remove_stale_namespaces();
 // Empty when this process may create namespaces; otherwise why not.
 std::string netns_unavailable();
 
-// A ddprun agent inside a namespace; stdout+stderr go to `log`. The agent
+// A ddprun agent inside a namespace ("" = this one); stdout+stderr go to `log`. The agent
 // gets PR_SET_PDEATHSIG=SIGKILL, so a killed test leaves nothing behind;
 // the destructor SIGKILLs and reaps it (its workers die with it).
 class NodeAgent {
