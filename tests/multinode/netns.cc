@@ -214,8 +214,9 @@ std::vector<Record> read_records(const std::string& dir) {
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::string name = entry.path().filename();
     auto r = name.find(".r"), l = name.find(".l");
-    if (r == std::string::npos || l == std::string::npos || name.size() > 4 &&
-        name.compare(name.size() - 4, 4, ".tmp") == 0 || name.find(".log") != std::string::npos)
+    bool partial = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    if (r == std::string::npos || l == std::string::npos || partial ||
+        name.find(".log") != std::string::npos)
       continue;
     Record rec;
     rec.node = name.substr(0, r);
