@@ -98,6 +98,10 @@ struct Options {
   // uninterruptible sleep (D); negative means the heartbeat timeout, else
   // the silence timeout; 0 disables.
   double stuck_timeout_s = -1.0;
+  // --stack-capture: how a hung native worker's stacks are captured before
+  // the teardown: auto (eu-stack, else gdb, else /proc), eu-stack, gdb,
+  // proc, none. Python workers with faulthandler print their own.
+  std::string stack_capture = "auto";
   // --restart-backoff: seconds before the second restart (the first is
   // immediate), doubling with each further restart (capped at 30 s).
   double restart_backoff_s = 0.1;

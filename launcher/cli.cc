@@ -110,6 +110,7 @@ struct RawFlags {
   double silence_timeout = 0;
   double heartbeat_grace = 0;
   double stuck_timeout = -1;
+  std::string stack_capture = "auto";
   double restart_backoff = 0.1;
   int max_no_progress_restarts = 0;
   std::string no_restart_exit_codes;
@@ -188,6 +189,10 @@ void define_flags(CLI::App& app, RawFlags& f) {
   opt("--stuck-timeout,--stuck_timeout", f.stuck_timeout, "PET_STUCK_TIMEOUT", H,
       "Seconds a worker may stay stopped (T) or in uninterruptible sleep (D); 0 off "
       "[--heartbeat-timeout, else --silence-timeout]");
+  opt("--stack-capture,--stack_capture", f.stack_capture, "PET_STACK_CAPTURE", H,
+      "How a hung native worker's stacks are captured: auto (eu-stack, else gdb, else /proc), "
+      "eu-stack, gdb, proc or none [auto]")
+      ->check(CLI::IsMember({"auto", "eu-stack", "gdb", "proc", "none"}));
   opt("--restart-backoff,--restart_backoff", f.restart_backoff, "PET_RESTART_BACKOFF", T,
       "Seconds before the second restart (the first is immediate), doubling per restart up to 30 [0.1]");
   opt("--max-no-progress-restarts,--max_no_progress_restarts", f.max_no_progress_restarts,
@@ -299,6 +304,7 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   o.silence_timeout_s = f.silence_timeout;
   o.heartbeat_grace_s = f.heartbeat_grace;
   o.stuck_timeout_s = f.stuck_timeout;
+  o.stack_capture = f.stack_capture;
   o.restart_backoff_s = f.restart_backoff;
   o.max_no_progress_restarts = f.max_no_progress_restarts;
   for (const auto& c : split(f.no_restart_exit_codes, ','))

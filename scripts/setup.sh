@@ -11,7 +11,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   python3 python3-torch python3-numpy
   clang libclang-rt-14-dev
-  iproute2 gdb procps
+  iproute2 gdb elfutils procps
 )
 
 missing=()

@@ -45,6 +45,15 @@ HookOptions hook_options_from(const agent::Options& o) {
   h.detect.heartbeat_grace = to_ms(o.heartbeat_grace_s);
   h.detect.silence_timeout = to_ms(o.silence_timeout_s);
   if (o.stuck_timeout_s >= 0) h.detect.stuck_timeout = to_ms(o.stuck_timeout_s);
+  // --stack-capture (the launcher checked the value): a named tool only,
+  // /proc only, or no capture at all.
+  if (o.stack_capture == "eu-stack") h.stacks.gdb.clear();
+  if (o.stack_capture == "gdb") h.stacks.eu_stack.clear();
+  if (o.stack_capture == "proc") {
+    h.stacks.eu_stack.clear();
+    h.stacks.gdb.clear();
+  }
+  if (o.stack_capture == "none") h.max_native_captures = 0;
   h.is_python = o.is_python;
   // torchrun: the server runs only for the exact value "1".
   h.file_timer = base_env_value(o, kEnableFileTimerEnv) == "1";
@@ -176,7 +185,7 @@ void WatchdogHook::on_hang(const HangEvent& event) {
     if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
   }
   std::vector<int> abort_targets;  // local ranks that print their own traceback
-  int gdb_left = options_.max_gdb_captures;
+  int captures_left = options_.max_native_captures;
   for (int rank : ranks) {
     auto it = std::find_if(info_.workers.begin(), info_.workers.end(),
                            [&](const auto& w) { return w.rank == rank; });
@@ -190,7 +199,7 @@ void WatchdogHook::on_hang(const HangEvent& event) {
       if (c.path.empty()) c.note = "traceback printed to the console (no --log-dir)";
       report_->stacks.push_back(c);
       abort_targets.push_back(it->local_rank);
-    } else if (gdb_left-- > 0) {
+    } else if (captures_left-- > 0) {
       report_->stacks.push_back(capture_native_stack(it->pid, rank, attempt_dir_, options_.stacks));
     }
   }

@@ -5,7 +5,7 @@
 // torch's file timer when TORCHELASTIC_ENABLE_FILE_TIMER=1 (workers get
 // TORCHELASTIC_TIMER_FILE), runs a Watchdog over the workers, and on a hang:
 // captures stacks (SIGABRT to faulthandler-enabled Python workers through
-// fail_attempt's pre-signal, gdb or /proc for the others), writes
+// fail_attempt's pre-signal, eu-stack, gdb or /proc for the others), writes
 // hang_report.{json,txt} in the attempt's log directory, SIGCONTs stopped
 // workers so the teardown reaches them, and fails the attempt with a
 // one-paragraph reason that the failure summary shows.
@@ -40,7 +40,8 @@ namespace ddprun::watchdog {
 struct HookOptions {
   // Detector timeouts (all off by default).
   WatchdogOptions detect;
-  // How native workers' stacks are captured (gdb, 10 s limit).
+  // How native workers' stacks are captured (eu-stack, else gdb, else
+  // /proc; 10 s limit per tool).
   StackCaptureOptions stacks;
   // Workers run a Python interpreter: set PYTHONFAULTHANDLER=1 (unless the
   // user set it) while any detector is on, so SIGABRT prints tracebacks.
@@ -52,8 +53,9 @@ struct HookOptions {
   std::string timer_file;
   // How long SIGABRTed Python workers get to print before the teardown.
   std::chrono::milliseconds traceback_wait{5000};
-  // At most this many hung ranks get a gdb capture (each may take seconds).
-  int max_gdb_captures = 4;
+  // At most this many hung native ranks get a stack capture (a gdb one may
+  // take seconds); 0 captures none (--stack-capture=none).
+  int max_native_captures = 4;
   // False without --log-dir: the agent deletes its temporary log root at
   // exit, so the hang report is also printed to the console.
   bool logs_kept = true;

@@ -11,6 +11,7 @@
 
 using ddprun::watchdog::test::Child;
 using ddprun::watchdog::test::TempDir;
+using ddprun::watchdog::test::tool_installed;
 using nlohmann::json;
 
 namespace {
@@ -22,12 +23,6 @@ std::string slurp(const std::string& path) {
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
-}
-
-bool gdb_installed() {
-  Child probe({"sh", "-c", "command -v gdb >/dev/null"});
-  const int st = probe.wait();
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 struct Job {
@@ -84,7 +79,7 @@ void check_recovered(const Job& job, const std::string& done_log) {
 
 }  // namespace
 
-TEST_CASE("a native worker that stops beating while alive: gdb stack, restart, completion") {
+TEST_CASE("a native worker that stops beating while alive: its stack, restart, completion") {
   Job job;
   job.run({"--nproc-per-node=2", "--max-restarts=1", "--heartbeat-timeout=1",
            "--heartbeat-grace=30"},
@@ -97,8 +92,10 @@ TEST_CASE("a native worker that stops beating while alive: gdb stack, restart, c
   CHECK(r["suspect_ranks"] == json::array({1}));  // its step is behind rank 0's
   CHECK(r["workers"][1]["step"] == 2);
   REQUIRE(r["stacks"].size() == 1);
-  if (gdb_installed()) {
-    CHECK(r["stacks"][0]["method"] == "gdb");
+  // eu-stack first, gdb when elfutils is missing, /proc without either.
+  const bool eu_stack = tool_installed("eu-stack");
+  if (eu_stack || tool_installed("gdb")) {
+    CHECK(r["stacks"][0]["method"] == (eu_stack ? "eu-stack" : "gdb"));
     CHECK(r["stacks"][0]["text"].get<std::string>().find("ddprun_test_hang_here") !=
           std::string::npos);
   } else {
@@ -124,13 +121,17 @@ TEST_CASE("a SIGSTOPped worker is caught by its process state and the group rest
 
 TEST_CASE("a worker that goes silent is caught by the silence timeout and the group restarts") {
   Job job;
-  job.run({"--nproc-per-node=2", "--max-restarts=1", "--silence-timeout=1", "--stuck-timeout=0"},
+  // --stack-capture=proc: the kernel's view only, no debugger attached.
+  job.run({"--nproc-per-node=2", "--max-restarts=1", "--silence-timeout=1", "--stuck-timeout=0",
+           "--stack-capture=proc"},
           {WATCHDOG_TEST_WORKER, "scenario", "silent"});
   check_recovered(job, job.attempt(1) + "/1/stdout.log");
   const auto r = job.report();
   CHECK(r["kind"] == "silence_timeout");
   CHECK(r["rank"] == 1);
-  CHECK(r["stacks"].size() == 1);
+  REQUIRE(r["stacks"].size() == 1);
+  CHECK(r["stacks"][0]["method"] == "proc");
+  CHECK(r["stacks"][0]["text"].get<std::string>().find("watchdog_test_w") != std::string::npos);
 }
 
 TEST_CASE("a Python worker blocked forever in dist.barrier() after its peer exited") {
@@ -181,9 +182,11 @@ TEST_CASE("workers that beat on time are never killed, even with every core busy
 
 TEST_CASE("a hang with no restarts left ends the job with the hang as the root cause") {
   Job job;
+  // --stack-capture=none: the report is written without any stack.
   job.run({"--nproc-per-node=2", "--max-restarts=0", "--heartbeat-timeout=1",
-           "--heartbeat-grace=30"},
+           "--heartbeat-grace=30", "--stack-capture=none"},
           {WATCHDOG_TEST_WORKER, "scenario", "nobeat"});
+  CHECK(job.report()["stacks"].empty());
   const std::string console = job.console();
   CAPTURE(console);
   CHECK(job.exit_code == 1);

@@ -1,7 +1,9 @@
-// Stack capture of real hung processes: gdb on a native worker, the /proc
-// fallback, and faulthandler's traceback from a Python worker's log.
+// Stack capture of real hung processes: eu-stack and gdb on a native
+// worker, the fall-through between them, the /proc fallback, and
+// faulthandler's traceback from a Python worker's log.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 
 #include <fstream>
@@ -13,19 +15,79 @@
 namespace wd = ddprun::watchdog;
 using wd::test::Child;
 using wd::test::TempDir;
+using wd::test::tool_installed;
 
 namespace {
 
-bool have_gdb() {
-  Child probe({"sh", "-c", "command -v gdb >/dev/null"});
-  const int st = probe.wait();
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
 }  // namespace
 
+TEST_CASE("eu-stack captures the stack of a hung native worker") {
+  if (!tool_installed("eu-stack")) {
+    MESSAGE("eu-stack (elfutils) is not installed: skipping the eu-stack capture test");
+    return;
+  }
+  TempDir dir;
+  Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
+  REQUIRE(child.wait_for_output("ready"));
+  const auto c = wd::capture_native_stack(child.pid(), 2, dir.path());  // defaults
+  CAPTURE(c.note);
+  CHECK(c.method == wd::StackMethod::kEuStack);
+  CHECK(c.note.empty());
+  CHECK(c.path == dir.path() + "/stack_rank2.txt");
+  CHECK(c.text.find("ddprun_test_hang_here") != std::string::npos);
+  CHECK(slurp(c.path).find("ddprun_test_hang_here") != std::string::npos);
+  CHECK(::kill(child.pid(), 0) == 0);  // eu-stack detached; the worker lives on
+
+  // Source lines on request: the worker's file is named.
+  wd::StackCaptureOptions opt;
+  opt.source_lines = true;
+  const auto s = wd::capture_native_stack(child.pid(), 2, dir.path(), opt);
+  CHECK(s.method == wd::StackMethod::kEuStack);
+  CHECK(s.text.find("test_worker.cc:") != std::string::npos);
+}
+
+TEST_CASE("without eu-stack the capture falls back to gdb and says why") {
+  if (!tool_installed("gdb")) {
+    MESSAGE("gdb is not installed: skipping the eu-stack -> gdb fallback test");
+    return;
+  }
+  TempDir dir;
+  Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
+  REQUIRE(child.wait_for_output("ready"));
+  wd::StackCaptureOptions opt;
+  opt.eu_stack = "/nonexistent/eu-stack";
+  const auto c = wd::capture_native_stack(child.pid(), 1, dir.path(), opt);
+  CAPTURE(c.note);
+  CHECK(c.method == wd::StackMethod::kGdb);
+  CHECK(c.note.find("/nonexistent/eu-stack") != std::string::npos);
+  CHECK(c.text.find("ddprun_test_hang_here") != std::string::npos);
+  CHECK(slurp(c.path).find("ddprun_test_hang_here") != std::string::npos);
+}
+
+TEST_CASE("a worker that refuses ptrace gets the /proc view, with each tool's reason") {
+  TempDir dir;
+  Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
+  REQUIRE(child.wait_for_output("ready"));
+  // A process has one tracer: while this test holds it (SEIZE does not stop
+  // it), eu-stack's and gdb's attach are refused, as under a debugger.
+  REQUIRE(::ptrace(PTRACE_SEIZE, child.pid(), nullptr, nullptr) == 0);
+  const auto c = wd::capture_native_stack(child.pid(), 0, dir.path());
+  CAPTURE(c.note);
+  CHECK(c.method == wd::StackMethod::kProc);
+  if (tool_installed("eu-stack")) CHECK(c.note.find("eu-stack") != std::string::npos);
+  if (tool_installed("gdb")) CHECK(c.note.find("gdb") != std::string::npos);
+  CHECK(c.text.find("watchdog_test_w") != std::string::npos);  // comm, from /proc
+  CHECK(c.text.find("ddprun_test_hang_here") == std::string::npos);
+  CHECK(::kill(child.pid(), 0) == 0);
+}  // Child's SIGKILL ends the traced worker; we are its parent and tracer, so it is reaped.
+
 TEST_CASE("gdb captures the stack of a hung native worker") {
-  if (!have_gdb()) {
+  if (!tool_installed("gdb")) {
     MESSAGE("gdb is not installed: skipping the gdb capture test");
     return;
   }
@@ -33,9 +95,12 @@ TEST_CASE("gdb captures the stack of a hung native worker") {
   Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
   REQUIRE(child.wait_for_output("ready"));
   CHECK_FALSE(wd::python_faulthandler_enabled(child.pid()));
-  const auto c = wd::capture_native_stack(child.pid(), 3, dir.path());
+  wd::StackCaptureOptions opt;
+  opt.eu_stack = "";  // gdb only
+  const auto c = wd::capture_native_stack(child.pid(), 3, dir.path(), opt);
   CAPTURE(c.note);
   CHECK(c.method == wd::StackMethod::kGdb);
+  CHECK(c.note == "eu-stack disabled");
   CHECK(c.path == dir.path() + "/stack_rank3.txt");
   CHECK(c.text.find("ddprun_test_hang_here") != std::string::npos);
   std::ifstream saved(c.path);
@@ -44,7 +109,7 @@ TEST_CASE("gdb captures the stack of a hung native worker") {
   CHECK(::kill(child.pid(), 0) == 0);  // gdb detached; the worker lives on
 }
 
-TEST_CASE("without gdb the kernel's view of the threads is saved") {
+TEST_CASE("without eu-stack and gdb the kernel's view of the threads is saved") {
   TempDir dir;
   Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
   REQUIRE(child.wait_for_output("ready"));
@@ -54,9 +119,11 @@ TEST_CASE("without gdb the kernel's view of the threads is saved") {
   siginfo_t info{};
   REQUIRE(::waitid(P_PID, child.pid(), &info, WSTOPPED | WNOWAIT) == 0);
   wd::StackCaptureOptions opt;
+  opt.eu_stack = "/nonexistent/eu-stack";
   opt.gdb = "/nonexistent/gdb";
   const auto c = wd::capture_native_stack(child.pid(), 0, dir.path(), opt);
   CHECK(c.method == wd::StackMethod::kProc);
+  CHECK(c.note.find("/nonexistent/eu-stack") != std::string::npos);
   CHECK(c.note.find("/nonexistent/gdb") != std::string::npos);
   CHECK(c.text.find("state T") != std::string::npos);
   CHECK(c.text.find("watchdog_test_w") != std::string::npos);  // comm

@@ -152,6 +152,13 @@ class Child {
   std::string seen_;
 };
 
+// True when `tool` is found on PATH (command -v through sh).
+inline bool tool_installed(const std::string& tool) {
+  Child probe({"sh", "-c", "command -v \"$0\" >/dev/null", tool});
+  const int st = probe.wait();
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 // A fresh temporary directory, removed (recursively) on destruction.
 class TempDir {
  public:
