@@ -193,7 +193,7 @@ RoundInfo ElasticRendezvous::next_round(int) {
   local_end_.reset();
   drain_ = false;
   uint64_t generation;
-  {
+  {  // after the resets: whoever sees the new generation sees them too
     std::lock_guard<std::mutex> lock(mu_);
     remote_end_.reset();
     generation = ++generation_;
@@ -329,6 +329,15 @@ void ElasticRendezvous::attempt_interrupted(int signal) {
 void ElasticRendezvous::attempt_ended(const AttemptResult&) { control_attempt_ = nullptr; }
 
 GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
+  control_attempt_ = nullptr;
+  std::optional<rdzv::RoundEnd> end;
+  {
+    // Reports of this round still queued in the loop are now stale: the
+    // next join runs on another thread and must not race with them.
+    std::lock_guard<std::mutex> lock(mu_);
+    ++generation_;
+    end = remote_end_;
+  }
   const std::string base = "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/";
   auto record_failed = [&] {
     try {
@@ -366,11 +375,6 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   }
   // kFailed: stop heartbeating, tell nodes waiting in finish(), then decide.
   keep_alive_.reset();
-  std::optional<rdzv::RoundEnd> end;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    end = remote_end_;
-  }
   if (local_end_ && (!end || end->kind != rdzv::RoundEnd::kScaleUp)) end = local_end_;
   if (end && end->kind == rdzv::RoundEnd::kStoreLost)
     return {GroupVerdict::kExit, 1, fail_request(*end).reason};

@@ -18,8 +18,11 @@
 // without asking it. A job ends when every node's workers succeed (finish),
 // or when the policy stops on every node at the same count.
 //
-// All methods run on the agent's thread; only the KeepAlive callback runs
-// on KeepAlive's, and it only records and posts.
+// Threads: next_round() runs on the agent's join thread (Agent::next_round,
+// while the loop keeps handling signals), everything else on the agent's
+// thread; the KeepAlive callback runs on KeepAlive's and only records and
+// posts. The generation counter (under mu_) orders them: group_ended() and
+// next_round() bump it, and a report of an older generation does nothing.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
