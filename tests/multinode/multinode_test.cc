@@ -324,6 +324,26 @@ TEST_CASE("multinode.pytorch") {
   CHECK(count_of(all, "sum of 1..4 = 10") == 4);
 }
 
+TEST_CASE("multinode.external") {
+  // The store on a machine of its own (ddprun-store in node 1's namespace):
+  // no agent hosts it, nodes 2 and 3 meet there; MASTER_ADDR is node 2 or 3.
+  Job job("external");
+  NodeAgent store(job.net.ns(1), {"--host", "0.0.0.0", "--port", "29400"},
+                  {"DDPRUN_STORE_TOKEN=" + kToken}, job.dir.path() + "/store.log", STORE_BIN);
+  for (int n = 2; n <= 3; ++n) job.start(n, {}, agent_args("", "2"));
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 4)) >= 0;
+  }, kDeadline));
+  check_round(in_round(read_records(job.dir.path()), round), 4);
+  job.stop_workers();
+  for (int n = 2; n <= 3; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+    CHECK(job.log(n).find("hosting") == std::string::npos);
+  }
+}
+
 #ifdef TRAIN_BIN
 TEST_CASE("multinode.train") {
   // The trainer on two network stacks, one rank each, meeting through the

@@ -142,12 +142,13 @@ void Netns::ip(const std::vector<std::string>& args) {
 void Netns::cut(int node) { ip({"-n", ns(node), "link", "set", "eth0", "down"}); }
 
 NodeAgent::NodeAgent(const std::string& netns, const std::vector<std::string>& args,
-                     const std::vector<std::string>& extra_env, std::string log)
+                     const std::vector<std::string>& extra_env, std::string log,
+                     const std::string& program)
     : log_(std::move(log)) {
   int nsfd = netns.empty() ? -1 : open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
   if (!netns.empty() && nsfd < 0) throw std::runtime_error("cannot open namespace " + netns);
   int logfd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  std::vector<std::string> argv_s{DDPRUN_BIN};
+  std::vector<std::string> argv_s{program};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<std::string> env_s;
   for (char** e = environ; *e; ++e) env_s.emplace_back(*e);

@@ -51,7 +51,8 @@ std::string netns_unavailable();
 class NodeAgent {
  public:
   NodeAgent(const std::string& netns, const std::vector<std::string>& args,
-            const std::vector<std::string>& extra_env, std::string log);
+            const std::vector<std::string>& extra_env, std::string log,
+            const std::string& program = DDPRUN_BIN);
   ~NodeAgent();
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
