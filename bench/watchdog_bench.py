@@ -10,7 +10,7 @@ ddprun (--heartbeat-timeout=T --max-restarts=1):
   due        = rank 1's last beat + T
   detection  = hang_report.json's detected_monotonic_s - due
   restart    = last replacement worker's entry - detection time, of which
-               "stacks" is the capture (gdb for native, SIGABRT+faulthandler
+               "stacks" is the capture (eu-stack for native, SIGABRT+faulthandler
                is part of the teardown for Python) and the report
   recovered  = last replacement worker's entry - due
 torchrun (same workers, --max_restarts=1): never notices; the bench waits
