@@ -328,14 +328,57 @@ void ElasticRendezvous::attempt_interrupted(int signal) {
 
 void ElasticRendezvous::attempt_ended(const AttemptResult&) { control_attempt_ = nullptr; }
 
+bool ElasticRendezvous::exit_barrier(const std::string& base) {
+  // torchrun's exit barrier: wait (300 s, or close_timeout if longer) for
+  // every node's outcome, in slices, so that a peer found dead by KeepAlive
+  // or a lost store ends the wait at once instead of at the deadline.
+  using Clock = std::chrono::steady_clock;
+  const Duration limit = std::max(rdzv_->options().close_timeout, Duration(300000));
+  const auto deadline = Clock::now() + limit;
+  std::vector<std::string> keys;
+  for (const auto& n : round_->nodes) keys.push_back(base + "outcome/" + n.node_id);
+  control_->set(base + "outcome/" + rdzv_->node_id(), rdzv::to_bytes("ok"));
+  spdlog::info("local workers succeeded; waiting for the other nodes to finish");
+  for (;;) {
+    auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+    try {
+      auto values = control_->multi_get(keys, std::clamp(left, Duration(1), Duration(1000)));
+      return std::all_of(values.begin(), values.end(),
+                         [](const rdzv::Bytes& v) { return v == rdzv::to_bytes("ok"); });
+    } catch (const rdzv::TimeoutError&) {
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (remote_end_ && (remote_end_->kind == rdzv::RoundEnd::kPeerDead ||
+                          remote_end_->kind == rdzv::RoundEnd::kStoreLost))
+        throw RendezvousError("while waiting for the other nodes to finish: " +
+                              fail_request(*remote_end_).reason);
+    }
+    if (Clock::now() >= deadline) {
+      std::string missing;
+      for (size_t i = 0; i < keys.size(); ++i)
+        if (!control_->check({keys[i]}))
+          missing += " " + round_->nodes[i].node_id + " at " + round_->nodes[i].addr;
+      throw RendezvousError("no outcome within " + std::to_string(limit.count() / 1000) +
+                            " s from" + missing);
+    }
+  }
+}
+
 GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   control_attempt_ = nullptr;
+  // On the way out, reports of this round still queued in the loop become
+  // stale: the next join runs on another thread and must not race them.
+  struct Bump {
+    ElasticRendezvous* self;
+    ~Bump() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      ++self->generation_;
+    }
+  } bump{this};
   std::optional<rdzv::RoundEnd> end;
   {
-    // Reports of this round still queued in the loop are now stale: the
-    // next join runs on another thread and must not race with them.
     std::lock_guard<std::mutex> lock(mu_);
-    ++generation_;
     end = remote_end_;
   }
   const std::string base = "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/";
@@ -354,7 +397,7 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
     // Heartbeats go on while waiting for the other nodes' outcomes.
     bool all_ok = false;
     try {
-      all_ok = rdzv_->finish(true);
+      all_ok = exit_barrier(base);
     } catch (const std::exception& e) {
       keep_alive_.reset();
       throw RendezvousError(e.what());

@@ -15,8 +15,9 @@
 // ddprun's exit status carried in the reason so every agent exits alike.
 // TORCHELASTIC_RESTART_COUNT is the job-wide count kept in the store, so the
 // restart policy spends one budget for the whole job; a scale-up restarts
-// without asking it. A job ends when every node's workers succeed (finish),
-// or when the policy stops on every node at the same count.
+// without asking it. A job ends when every node's workers succeed (the exit
+// barrier: each waits, up to 300 s, for every node's outcome), or when the
+// policy stops on every node at the same count.
 //
 // Threads: next_round() runs on the agent's join thread (Agent::next_round,
 // while the loop keeps handling signals), everything else on the agent's
@@ -74,6 +75,8 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   void apply_end(uint64_t generation);
   void signal_failure(const std::string& what, int exit_code);
   void linger_after_failed_join();
+  // Records "ok" and waits for every node's outcome; true when all are ok.
+  bool exit_barrier(const std::string& base);
   std::string me() const;
   // The reason and exit status a round end means for this node.
   FailRequest fail_request(const rendezvous::RoundEnd& end) const;

@@ -1,7 +1,8 @@
 // The multi-node tests' worker: meets the other workers of its round through
 // ddprun's store (DDPRUN_STORE_*), writes what it was told to
 // $MN_OUT/<node>.r<round>.l<local_rank> (written whole, then renamed), and
-// waits for $MN_OUT/stop with inotify (deadline 60 s). With MN_FAIL_RANK=N,
+// waits for $MN_OUT/stop (or $MN_OUT/$MN_STOP_NAME) with inotify (deadline
+// 60 s). With MN_FAIL_RANK=N,
 // global rank N exits 7 right after writing its file.
 #include <poll.h>
 #include <sys/inotify.h>
@@ -59,7 +60,7 @@ int main() {
   std::rename((name + ".tmp").c_str(), name.c_str());
   if (env("MN_FAIL_RANK") == std::to_string(rank)) return 7;
 
-  const std::string stop = out + "/stop";
+  const std::string stop = out + "/" + (env("MN_STOP_NAME").empty() ? "stop" : env("MN_STOP_NAME"));
   int fd = inotify_init1(IN_CLOEXEC);
   inotify_add_watch(fd, out.c_str(), IN_CREATE | IN_MOVED_TO);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);

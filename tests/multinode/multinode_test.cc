@@ -344,6 +344,28 @@ TEST_CASE("multinode.external") {
   }
 }
 
+TEST_CASE("multinode.barrier") {
+  // Node 1's workers succeed; while it waits for node 2 to finish, node 2's
+  // agent is SIGKILLed: node 1 fails as soon as the heartbeats say so, not at
+  // the exit barrier's 300 s deadline.
+  Job job("barrier", 2);
+  job.start(1, {"MN_STOP_NAME=stop-n1"}, agent_args("", "2"));
+  job.start(2, {"MN_STOP_NAME=stop-n2"}, agent_args("", "2"));
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 4)) >= 0;
+  }, kDeadline));
+  std::ofstream(job.dir.path() + "/stop-n1") << "stop\n";
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return job.log(1).find("waiting for the other nodes to finish") != std::string::npos;
+  }, kDeadline));
+  job.agents[2]->kill_now();
+  INFO("node 1:\n" << job.log(1));
+  CHECK(job.agents[1]->wait(kDeadline) == 1);
+  CHECK(job.log(1).find("while waiting for the other nodes to finish: node ") != std::string::npos);
+  CHECK(job.log(1).find("missed heartbeats") != std::string::npos);
+}
+
 #ifdef TRAIN_BIN
 TEST_CASE("multinode.train") {
   // The trainer on two network stacks, one rank each, meeting through the
