@@ -33,6 +33,11 @@ std::vector<char*> to_cstrings(const std::vector<std::string>& in) {
   // The agent may have died between fork and prctl: then nobody would ever
   // send the death signal.
   if (getppid() != agent) _exit(125);
+  // Under Yama's ptrace_scope=1 only a tracee's ancestors may attach; the
+  // watchdog's stack capture (eu-stack, gdb) runs as the agent's child, a
+  // sibling. Naming the agent lets its descendants attach. EINVAL without
+  // Yama is expected and harmless.
+  (void)prctl(PR_SET_PTRACER, agent, 0, 0, 0);
   if (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0) goto fail;
   if (err_fd >= 0 && dup2(err_fd, STDERR_FILENO) < 0) goto fail;
   for (int sig = 1; sig < NSIG; ++sig) {
