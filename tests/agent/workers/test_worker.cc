@@ -40,6 +40,25 @@ void say(const std::string& line) {
   (void)n;
 }
 
+// Marks this rank as started in the attempt's log directory and, for the
+// rank about to crash, waits (at most 10 s) until every local rank has
+// marked itself: its crash must not tear down a peer before that peer's
+// start line is out. Polls: the workers share nothing else to wait on.
+void started_barrier(int local_rank, bool wait) {
+  const char* dir = std::getenv("DDPRUN_LOG_DIR");
+  int world = env_int("LOCAL_WORLD_SIZE");
+  if (!dir || world < 1) return;
+  std::string base = std::string(dir) + "/started.";
+  std::ofstream(base + std::to_string(local_rank)).put('1');
+  if (!wait) return;
+  for (int waited_ms = 0; waited_ms < 10000; ++waited_ms) {
+    int seen = 0;
+    for (int r = 0; r < world; ++r) seen += access((base + std::to_string(r)).c_str(), F_OK) == 0;
+    if (seen == world) return;
+    usleep(1000);
+  }
+}
+
 pid_t start_grandchild() {
   pid_t pid = fork();
   if (pid == 0) block_forever();
@@ -65,7 +84,9 @@ int main(int argc, char** argv) {
     say(start);
     bool crash = mode == "fail" || restart == 0;
     if (!crash) return 0;
-    if (rank == std::atoi(argv[2])) return std::atoi(argv[3]);
+    bool crasher = rank == std::atoi(argv[2]);
+    started_barrier(env_int("LOCAL_RANK"), crasher);
+    if (crasher) return std::atoi(argv[3]);
     block_forever();
   }
   if (mode == "block" || mode == "ignore-term") {
