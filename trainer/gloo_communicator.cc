@@ -1,6 +1,12 @@
 #include "trainer/gloo_communicator.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -17,6 +23,33 @@ class GlooHandle : public CollectiveHandle {
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
+// The local address the kernel would send from to reach `peer` (a UDP
+// connect sends nothing); empty when it cannot be found.
+std::string local_address_towards(const std::string& peer) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (peer.empty() || getaddrinfo(peer.c_str(), "9", &hints, &found) != 0) return "";
+  std::string result;
+  for (addrinfo* a = found; a != nullptr && result.empty(); a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* bytes = local.ss_family == AF_INET
+                              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (inet_ntop(local.ss_family, bytes, text, sizeof text) != nullptr) result = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return result;
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store,
@@ -28,6 +61,8 @@ GlooCommunicator::GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store,
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
   } else if (options.single_host) {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else if (std::string local = local_address_towards(options.peer_addr); !local.empty()) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
   } else {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }

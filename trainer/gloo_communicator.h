@@ -3,7 +3,9 @@
 // The ranks meet through a c10d::Store (our rendezvous store through
 // C10dStoreAdapter under ddprun, or c10d::TCPStore under torchrun). The
 // network device: GLOO_SOCKET_IFNAME when set (as in PyTorch), loopback when
-// every rank is on this host, otherwise the host name's address.
+// every rank is on this host, otherwise the local address that routes to
+// peer_addr (MASTER_ADDR). PyTorch uses the host name's address, which on
+// many hosts resolves to 127.0.1.1 and strands the other nodes.
 #pragma once
 
 #include <chrono>
@@ -27,6 +29,9 @@ struct GlooOptions {
   // Every rank runs on this host (LOCAL_WORLD_SIZE == WORLD_SIZE): bind to
   // 127.0.0.1 and skip host-name resolution.
   bool single_host = true;
+  // An address every rank can reach (MASTER_ADDR); across hosts, gloo binds
+  // to the local address the route to it leaves from.
+  std::string peer_addr;
   // Deadline of every collective; a dead peer fails the step after it.
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   // Gloo worker threads; async all-reduces run on them.

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   w.local_world_size = env_int("LOCAL_WORLD_SIZE", w.world_size);
   w.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
   w.under_ddprun = std::getenv("DDPRUN_STORE_ADDR") != nullptr;
+  w.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
   if (w.world_size < 1 || w.rank >= w.world_size) {
     std::fprintf(stderr, "train: RANK=%d is not below WORLD_SIZE=%d\n", w.rank, w.world_size);
     return 2;

@@ -70,6 +70,7 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
   go.rank = w.rank;
   go.world_size = w.world_size;
   go.single_host = w.local_world_size == w.world_size;
+  go.peer_addr = w.master_addr;
   return std::make_unique<GlooCommunicator>(store, go);
 }
 

@@ -57,6 +57,7 @@ struct WorkerInfo {
   int local_world_size = 1;
   int restart_count = 0;        // TORCHELASTIC_RESTART_COUNT
   bool under_ddprun = false;    // store is ours (DDPRUN_STORE_ADDR)
+  std::string master_addr;      // MASTER_ADDR: rank 0's node, reachable by every rank
 };
 
 struct TrainResult {
