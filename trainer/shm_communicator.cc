@@ -1,23 +1,17 @@
 #include "trainer/shm_communicator.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <linux/futex.h>
-#include <signal.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <functional>
-#include <future>
-#include <mutex>
 #include <random>
-#include <thread>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -29,34 +23,57 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kMaxRanks = 256;
-constexpr size_t kHeaderBytes = 4096;
+// Slot sets used round-robin: collective c writes set c % kSets, so a rank
+// may post collective c+1 while a slower peer still reads collective c.
+constexpr uint64_t kSets = 2;
 
+// Progress counters instead of a barrier: posted[r] = collectives whose data
+// rank r has written, consumed[r] = collectives rank r has finished reading.
 struct Header {
-  std::atomic<uint32_t> arrived;
-  std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> event;     // bumped after every counter update; the futex word
+  std::atomic<uint32_t> sleepers;  // ranks sleeping on `event` (wake only when > 0)
   std::atomic<int32_t> pids[kMaxRanks];
+  std::atomic<uint64_t> posted[kMaxRanks];
+  std::atomic<uint64_t> consumed[kMaxRanks];
 };
-static_assert(sizeof(Header) <= kHeaderBytes);
+constexpr size_t kHeaderBytes = (sizeof(Header) + 4095) / 4096 * 4096;
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 [[noreturn]] void throw_errno(const std::string& what) {
   throw TrainerError("shm communicator: " + what + ": " + std::strerror(errno));
 }
 
+template <typename T>
+void sum_slots(T* out, const uint8_t* const* slots, int n_slots, int64_t n) {
+  // Slot by slot, in rank order: the same bits as summing each element over
+  // ranks 0..W-1, on every rank, and each pass vectorizes.
+  const T* s0 = reinterpret_cast<const T*>(slots[0]);
+  const T* s1 = reinterpret_cast<const T*>(slots[1]);
+  for (int64_t i = 0; i < n; ++i) out[i] = s0[i] + s1[i];
+  for (int r = 2; r < n_slots; ++r) {
+    const T* s = reinterpret_cast<const T*>(slots[r]);
+    for (int64_t i = 0; i < n; ++i) out[i] += s[i];
+  }
+}
+
+class ShmCommunicator;
+
 class ShmHandle : public CollectiveHandle {
  public:
-  explicit ShmHandle(std::shared_future<void> done) : done_(std::move(done)) {}
-  void wait() override { done_.get(); }
+  ShmHandle(ShmCommunicator* comm, uint64_t seq) : comm_(comm), seq_(seq) {}
+  void wait() override;
 
  private:
-  std::shared_future<void> done_;
+  ShmCommunicator* comm_;
+  uint64_t seq_;
 };
 
 class ShmCommunicator : public Communicator {
  public:
   ShmCommunicator(c10d::Store& store, const ShmOptions& o) : o_(o) {
     if (o.world_size > kMaxRanks) throw TrainerError("shm communicator: more than 256 ranks");
-    bytes_ = kHeaderBytes + size_t(o.world_size) * size_t(o.slot_bytes);
+    bytes_ = kHeaderBytes + kSets * size_t(o.world_size) * size_t(o.slot_bytes);
     const std::string key = o.key_prefix + "shm_name";
     std::string name;
     if (o.rank == 0) {
@@ -80,7 +97,7 @@ class ShmCommunicator : public Communicator {
     base_ = static_cast<uint8_t*>(p);
     header_ = reinterpret_cast<Header*>(base_);  // zero-filled by ftruncate
     header_->pids[o.rank].store(::getpid());
-    barrier_now();  // every rank has mapped it: the name can go
+    barrier();  // every rank has mapped it: the name can go
     if (o.rank == 0) ::shm_unlink(name.c_str());
     // pidfds, not kill(pid, 0): a dead peer its parent has not reaped yet
     // still answers kill(), but its pidfd already polls readable.
@@ -88,17 +105,10 @@ class ShmCommunicator : public Communicator {
       const int fd = r == o.rank ? -1 : int(::syscall(SYS_pidfd_open, header_->pids[r].load(), 0));
       peer_fds_.push_back(fd);
     }
-    barrier_now();  // no rank leaves before every pidfd is open
-    worker_ = std::thread([this] { run(); });
+    barrier();  // no rank leaves before every pidfd is open
   }
 
   ~ShmCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
     for (int fd : peer_fds_) {
       if (fd >= 0) ::close(fd);
     }
@@ -110,147 +120,180 @@ class ShmCommunicator : public Communicator {
   int world_size() const override { return o_.world_size; }
   std::string backend() const override { return "shm"; }
 
+  // Fits one slot: post it now and return; the sum happens in wait() (or
+  // when a later collective needs the slot set), so backward goes on while
+  // the peers post theirs. Larger tensors go chunk by chunk, synchronously.
   std::unique_ptr<CollectiveHandle> allreduce_async(at::Tensor& t) override {
     check(t);
-    at::Tensor tensor = t;
-    return std::make_unique<ShmHandle>(enqueue([this, tensor] { allreduce_now(tensor); }));
+    const int64_t bytes = t.numel() * int64_t(t.element_size());
+    if (bytes <= o_.slot_bytes) {
+      const uint64_t seq = post(t.data_ptr(), bytes);
+      pending_.push_back(Pending{seq, t, 0, t.numel()});
+      return std::make_unique<ShmHandle>(this, seq);
+    }
+    complete_through(next_seq_);
+    const int64_t chunk = o_.slot_bytes / int64_t(t.element_size());
+    for (int64_t off = 0; off < t.numel(); off += chunk) {
+      const int64_t m = std::min(chunk, t.numel() - off);
+      const uint64_t seq = post(static_cast<uint8_t*>(t.data_ptr()) + off * t.element_size(),
+                                m * int64_t(t.element_size()));
+      pending_.push_back(Pending{seq, t, off, m});
+      complete_through(seq);
+    }
+    return std::make_unique<ShmHandle>(this, next_seq_ - 1);
   }
+
   void broadcast(at::Tensor& t, int root) override {
     check(t);
-    at::Tensor tensor = t;
-    enqueue([this, tensor, root] { broadcast_now(tensor, root); }).get();
+    complete_through(next_seq_);
+    const int64_t bytes = t.numel() * int64_t(t.element_size());
+    uint8_t* data = static_cast<uint8_t*>(t.data_ptr());
+    for (int64_t off = 0; off < bytes; off += o_.slot_bytes) {
+      const int64_t m = std::min<int64_t>(o_.slot_bytes, bytes - off);
+      const uint64_t seq = post(o_.rank == root ? data + off : nullptr, m);
+      wait_posted(seq);
+      if (o_.rank != root) std::memcpy(data + off, slot(seq, root), size_t(m));
+      mark_consumed(seq);
+    }
   }
+
+  // A collective without data: every rank posts, then waits for all posts.
   void barrier() override {
-    enqueue([this] { barrier_now(); }).get();
+    complete_through(next_seq_);
+    const uint64_t seq = post(nullptr, 0);
+    wait_posted(seq);
+    mark_consumed(seq);
+  }
+
+  // Completes every pending all-reduce up to and including `seq`, oldest
+  // first (consumed[] is a count, so completion must go in order).
+  void complete_through(uint64_t seq) {
+    while (!pending_.empty() && pending_.front().seq <= seq) {
+      Pending p = std::move(pending_.front());
+      pending_.pop_front();
+      wait_posted(p.seq);
+      const uint8_t* slots[kMaxRanks];
+      for (int r = 0; r < o_.world_size; ++r) slots[r] = slot(p.seq, r);
+      uint8_t* out = static_cast<uint8_t*>(p.tensor.data_ptr()) + p.offset * p.tensor.element_size();
+      if (o_.world_size == 1) {
+        // Own data is already in place.
+      } else if (p.tensor.scalar_type() == at::kFloat) {
+        sum_slots(reinterpret_cast<float*>(out), slots, o_.world_size, p.count);
+      } else if (p.tensor.scalar_type() == at::kDouble) {
+        sum_slots(reinterpret_cast<double*>(out), slots, o_.world_size, p.count);
+      } else if (p.tensor.scalar_type() == at::kLong) {
+        sum_slots(reinterpret_cast<int64_t*>(out), slots, o_.world_size, p.count);
+      } else if (p.tensor.scalar_type() == at::kInt) {
+        sum_slots(reinterpret_cast<int32_t*>(out), slots, o_.world_size, p.count);
+      } else {
+        throw TrainerError(std::string("shm communicator: cannot sum ") +
+                           c10::toString(p.tensor.scalar_type()));
+      }
+      mark_consumed(p.seq);
+    }
   }
 
  private:
+  struct Pending {
+    uint64_t seq;
+    at::Tensor tensor;  // keeps the storage alive until the sum is written
+    int64_t offset;     // elements
+    int64_t count;
+  };
+
   void check(const at::Tensor& t) const {
     if (!t.device().is_cpu() || !t.is_contiguous()) {
       throw TrainerError("shm communicator: tensors must be contiguous CPU tensors");
     }
   }
 
-  std::shared_future<void> enqueue(std::function<void()> op) {
-    auto task = std::make_shared<std::packaged_task<void()>>(std::move(op));
-    std::shared_future<void> f = task->get_future().share();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back([task] { (*task)(); });
-    }
-    cv_.notify_one();
-    return f;
+  uint8_t* slot(uint64_t seq, int r) const {
+    return base_ + kHeaderBytes +
+           (size_t(seq % kSets) * size_t(o_.world_size) + size_t(r)) * size_t(o_.slot_bytes);
   }
 
-  void run() {
+  // Writes this rank's part of collective next_seq_ into its slot. The slot
+  // set was last used kSets collectives ago: our own read of it is finished
+  // first, then every peer's.
+  uint64_t post(const void* data, int64_t bytes) {
+    const uint64_t seq = next_seq_++;
+    if (seq >= kSets) {
+      complete_through(seq - kSets);
+      const uint64_t need = seq - kSets + 1;
+      wait_until([&] { return all_at_least(header_->consumed, need); });
+    }
+    if (bytes > 0 && data != nullptr) std::memcpy(slot(seq, o_.rank), data, size_t(bytes));
+    header_->posted[o_.rank].store(seq + 1);
+    notify();
+    return seq;
+  }
+
+  void wait_posted(uint64_t seq) {
+    wait_until([&] { return all_at_least(header_->posted, seq + 1); });
+  }
+
+  void mark_consumed(uint64_t seq) {
+    header_->consumed[o_.rank].store(seq + 1);
+    notify();
+  }
+
+  bool all_at_least(const std::atomic<uint64_t>* counters, uint64_t need) const {
+    for (int r = 0; r < o_.world_size; ++r) {
+      if (counters[r].load() < need) return false;
+    }
+    return true;
+  }
+
+  void notify() {
+    header_->event.fetch_add(1);
+    if (header_->sleepers.load() > 0) {
+      ::syscall(SYS_futex, &header_->event, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    }
+  }
+
+  // Spins for o_.spin (a peer on the other core usually arrives within
+  // microseconds), then sleeps on the futex so a waiting rank leaves its core
+  // to others. Wakes every 100 ms to check the peers are alive and the
+  // deadline. (seq_cst atomics: a notify() either changes `event` before we
+  // sleep, so FUTEX_WAIT returns at once, or sees our sleepers count.)
+  template <typename Pred>
+  void wait_until(Pred ready) {
+    if (!error_.empty()) throw TrainerError(error_);  // broken: fail at once, not after the deadline
+    if (ready()) return;
+    const Clock::time_point start = Clock::now();
+    while (Clock::now() - start < o_.spin) {
+      for (int i = 0; i < 16; ++i) __builtin_ia32_pause();
+      if (ready()) return;
+    }
+    const Clock::time_point deadline = start + o_.timeout;
     for (;;) {
-      std::function<void()> op;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        op = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      op();  // exceptions land in the packaged_task's future
-    }
-  }
-
-  uint8_t* slot(int r) const { return base_ + kHeaderBytes + size_t(r) * size_t(o_.slot_bytes); }
-
-  // Central barrier with a generation counter; futex sleeps, deadline, and a
-  // liveness check of the peers every 100 ms.
-  void barrier_now() {
-    const uint32_t gen = header_->generation.load();
-    if (header_->arrived.fetch_add(1) + 1 == uint32_t(o_.world_size)) {
-      header_->arrived.store(0);
-      header_->generation.fetch_add(1);
-      ::syscall(SYS_futex, &header_->generation, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-      return;
-    }
-    const Clock::time_point deadline = Clock::now() + o_.timeout;
-    for (int spin = 0; header_->generation.load() == gen; ++spin) {
-      if (spin < 200) {
-        __builtin_ia32_pause();
-        continue;
+      header_->sleepers.fetch_add(1);
+      const uint32_t ev = header_->event.load();
+      if (ready()) {
+        header_->sleepers.fetch_sub(1);
+        return;
       }
       timespec ts{0, 100 * 1000 * 1000};
-      ::syscall(SYS_futex, &header_->generation, FUTEX_WAIT, gen, &ts, nullptr, 0);
-      if (header_->generation.load() != gen) break;
-      for (int r = 0; r < int(peer_fds_.size()); ++r) {
-        const int32_t pid = header_->pids[r].load();
-        pollfd p{peer_fds_[r], POLLIN, 0};
-        if (peer_fds_[r] >= 0 && ::poll(&p, 1, 0) > 0) {
-          throw TrainerError("shm communicator: rank " + std::to_string(r) + " (pid " +
-                             std::to_string(pid) + ") exited during a collective");
-        }
-      }
-      if (Clock::now() > deadline) {
-        throw TrainerError("shm communicator: rank " + std::to_string(o_.rank) +
-                           " waited " + std::to_string(o_.timeout.count()) +
-                           " ms for the other ranks");
-      }
+      ::syscall(SYS_futex, &header_->event, FUTEX_WAIT, ev, &ts, nullptr, 0);
+      header_->sleepers.fetch_sub(1);
+      if (ready()) return;
+      check_peers(deadline);
     }
   }
 
-  // Rank r sums portion r of the chunk over every slot, in rank order, so
-  // the result's bits do not depend on which rank summed them.
-  template <typename T>
-  void sum_portion(int64_t chunk_elems) {
-    const int64_t per = (chunk_elems + o_.world_size - 1) / o_.world_size;
-    const int64_t begin = std::min(chunk_elems, per * o_.rank);
-    const int64_t end = std::min(chunk_elems, begin + per);
-    T* out = reinterpret_cast<T*>(slot(o_.rank));
-    const T* s0 = reinterpret_cast<const T*>(slot(0));
-    for (int64_t i = begin; i < end; ++i) {
-      T acc = s0[i];
-      for (int r = 1; r < o_.world_size; ++r) acc += reinterpret_cast<const T*>(slot(r))[i];
-      out[i] = acc;
-    }
-  }
-
-  void allreduce_now(at::Tensor t) {
-    const int64_t esize = t.element_size();
-    const int64_t chunk_cap = o_.slot_bytes / esize;
-    const int64_t n = t.numel();
-    uint8_t* data = static_cast<uint8_t*>(t.data_ptr());
-    const int64_t w = o_.world_size;
-    for (int64_t off = 0; off < n; off += chunk_cap) {
-      const int64_t m = std::min(chunk_cap, n - off);
-      std::memcpy(slot(o_.rank), data + off * esize, size_t(m * esize));
-      barrier_now();
-      switch (t.scalar_type()) {
-        case at::kFloat: sum_portion<float>(m); break;
-        case at::kDouble: sum_portion<double>(m); break;
-        case at::kLong: sum_portion<int64_t>(m); break;
-        case at::kInt: sum_portion<int32_t>(m); break;
-        default:
-          throw TrainerError(std::string("shm communicator: cannot sum ") +
-                             c10::toString(t.scalar_type()));
+  void check_peers(Clock::time_point deadline) {
+    for (int r = 0; r < int(peer_fds_.size()); ++r) {
+      pollfd p{peer_fds_[r], POLLIN, 0};
+      if (peer_fds_[r] >= 0 && ::poll(&p, 1, 0) > 0) {
+        error_ = "shm communicator: rank " + std::to_string(r) + " (pid " +
+                 std::to_string(header_->pids[r].load()) + ") exited during a collective";
+        throw TrainerError(error_);
       }
-      barrier_now();
-      const int64_t per = (m + w - 1) / w;
-      for (int r = 0; r < w; ++r) {
-        const int64_t begin = std::min(m, per * r);
-        const int64_t end = std::min(m, begin + per);
-        if (end > begin) {
-          std::memcpy(data + (off + begin) * esize, slot(r) + begin * esize,
-                      size_t((end - begin) * esize));
-        }
-      }
-      barrier_now();  // slots are free again
     }
-  }
-
-  void broadcast_now(at::Tensor t, int root) {
-    const int64_t bytes = t.numel() * t.element_size();
-    uint8_t* data = static_cast<uint8_t*>(t.data_ptr());
-    for (int64_t off = 0; off < bytes; off += o_.slot_bytes) {
-      const int64_t m = std::min<int64_t>(o_.slot_bytes, bytes - off);
-      if (o_.rank == root) std::memcpy(slot(root), data + off, size_t(m));
-      barrier_now();
-      if (o_.rank != root) std::memcpy(data + off, slot(root), size_t(m));
-      barrier_now();
+    if (Clock::now() > deadline) {
+      error_ = "shm communicator: rank " + std::to_string(o_.rank) + " waited " +
+               std::to_string(o_.timeout.count()) + " ms for the other ranks";
+      throw TrainerError(error_);
     }
   }
 
@@ -260,13 +303,12 @@ class ShmCommunicator : public Communicator {
   uint8_t* base_ = nullptr;
   Header* header_ = nullptr;
   std::vector<int> peer_fds_;  // pidfd per peer rank, -1 for ourselves
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
-  std::thread worker_;
+  uint64_t next_seq_ = 0;      // collectives issued; the same on every rank
+  std::deque<Pending> pending_;  // posted all-reduces not yet summed, oldest first
+  std::string error_;            // set once a wait failed; later calls fail with it
 };
+
+void ShmHandle::wait() { comm_->complete_through(seq_); }
 
 }  // namespace
 

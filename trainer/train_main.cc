@@ -15,6 +15,7 @@
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
+#include "trainer/blas_setup.h"
 #include "trainer/error.h"
 #include "trainer/store_select.h"
 #include "trainer/trainer.h"
@@ -47,6 +48,7 @@ std::string env_str(const char* name, const std::string& fallback) {
 
 int main(int argc, char** argv) {
   using namespace ddprun::trainer;
+  reexec_if_openblas_misdetects(argv);  // first: it may restart the program
   TrainOptions o;
   o.data_dir = std::string(DDPRUN_SOURCE_DIR) + "/data/digits";
   std::string backend = "auto";

@@ -15,6 +15,7 @@
 #define DDPRUN_HAVE_HEARTBEAT 1
 #endif
 
+#include "trainer/blas_setup.h"
 #include "trainer/checkpoint.h"
 #include "trainer/ddp.h"
 #include "trainer/error.h"
@@ -170,8 +171,15 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
   if (o.batch <= 0 || o.steps < 0 || o.hidden <= 0) {
     throw TrainerError("--batch and --hidden must be positive, --steps not negative");
   }
-  // One BLAS thread a rank when ranks share the host: the cores are theirs.
-  if (w.local_world_size > 1) at::set_num_threads(1);
+  // One BLAS thread a rank in a multi-rank job: ranks sharing a host own its
+  // cores, and a fixed count keeps the bits independent of how ranks spread
+  // over hosts (OpenBLAS's threaded GEMM sums in another order), so a 2-node
+  // job ends bit-identical to a 1-node one. OpenBLAS has its own pool that
+  // at::set_num_threads does not reach.
+  if (w.world_size > 1) {
+    at::set_num_threads(1);
+    set_openblas_threads(1);
+  }
 
   at::Device device(at::kCPU);
   std::unique_ptr<Communicator> comm = make_communicator(o, w, store, &device);
