@@ -34,7 +34,12 @@ void reexec_if_openblas_misdetects(char** argv) {
                  "OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose yourself)\n",
                  better[0] == 'S' ? "AVX-512" : "AVX2", better);
   }
-  execv("/proc/self/exe", argv);
+  // The resolved path, not /proc/self/exe: the program keeps its name in ps.
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  execv(self, argv);
   // exec failed: carry on with the slow kernels.
 }
 

@@ -12,7 +12,7 @@ namespace ddprun::trainer {
 
 // When OpenBLAS chose Prescott kernels on a CPU (and OS) with AVX-512 or
 // AVX2+FMA and OPENBLAS_CORETYPE is unset: sets it (SkylakeX or Haswell) and
-// execv()s /proc/self/exe with the same argv. Returns otherwise (also when
+// execv()s this program (its path from /proc/self/exe) with the same argv. Returns otherwise (also when
 // the BLAS is not OpenBLAS or the exec fails).
 void reexec_if_openblas_misdetects(char** argv);
 

@@ -39,6 +39,11 @@ class Communicator {
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
 
+  // Averages `tensor` over all ranks, in place: the sum times 1/world_size
+  // (as float32 for float32 tensors, the bits of sum-then-mul_). By default
+  // wait() multiplies after the sum; a backend may scale while it sums.
+  virtual std::unique_ptr<CollectiveHandle> allreduce_mean_async(at::Tensor& tensor);
+
   void allreduce(at::Tensor& tensor) { allreduce_async(tensor)->wait(); }
 };
 

@@ -76,6 +76,7 @@ void DistributedDataParallel::broadcast_parameters(int root) {
 void DistributedDataParallel::begin_backward() {
   for (Bucket& b : buckets_) {
     b.pending = int(b.params.size());
+    b.launched = false;
     b.handle.reset();
   }
   std::fill(ready_.begin(), ready_.end(), 0);
@@ -93,7 +94,9 @@ void DistributedDataParallel::on_grad(size_t k, const at::Tensor& grad) {
 }
 
 void DistributedDataParallel::launch(Bucket& bucket) {
-  bucket.handle = comm_.allreduce_async(bucket.flat);
+  bucket.launched = true;
+  // One rank: the local gradient is the average, nothing to exchange.
+  if (comm_.world_size() > 1) bucket.handle = comm_.allreduce_mean_async(bucket.flat);
 }
 
 void DistributedDataParallel::finish_backward() {
@@ -110,17 +113,15 @@ void DistributedDataParallel::finish_backward() {
   // Buckets not yet launched (a parameter without gradient, or no hooks):
   // zero the holes and launch them now, in bucket order on every rank.
   for (Bucket& b : buckets_) {
-    if (b.handle) continue;
+    if (b.launched) continue;
     for (size_t k : b.params) {
       if (!ready_[k]) grad_views_[k].zero_();
     }
     launch(b);
   }
-  const double inv = 1.0 / comm_.world_size();
   for (Bucket& b : buckets_) {
-    b.handle->wait();
+    if (b.handle) b.handle->wait();  // averaged (the backend may scale as it sums)
     b.handle.reset();
-    if (comm_.world_size() > 1) b.flat.mul_(inv);
   }
 }
 

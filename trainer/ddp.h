@@ -6,8 +6,9 @@
 //   hook on each parameter copies its gradient into the bucket's flat buffer;
 //   when a bucket's last gradient arrives its all-reduce starts at once, so
 //   communication overlaps the rest of backward.
-// - finish_backward() waits for every bucket, divides by the world size and
-//   leaves the averaged gradient of parameter i in averaged_grad(i) (a view
+// - finish_backward() waits for every bucket's averaging all-reduce
+//   (Communicator::allreduce_mean_async: the sum over ranks divided by the
+//   world size) and leaves the averaged gradient of parameter i in averaged_grad(i) (a view
 //   into the bucket). The optimizer steps only after that.
 //
 // A parameter that received no gradient in a step contributes zeros (its
@@ -63,6 +64,7 @@ class DistributedDataParallel {
     at::Tensor flat;                 // concatenated gradients
     std::vector<size_t> params;      // parameter indices in this bucket
     int pending = 0;                 // gradients still missing this step
+    bool launched = false;           // all-reduce started this step (none for 1 rank)
     std::unique_ptr<CollectiveHandle> handle;
   };
 

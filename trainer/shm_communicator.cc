@@ -45,15 +45,25 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 }
 
 template <typename T>
-void sum_slots(T* out, const uint8_t* const* slots, int n_slots, int64_t n) {
+void sum_slots(T* out, const uint8_t* const* slots, int n_slots, int64_t n, T scale) {
   // Slot by slot, in rank order: the same bits as summing each element over
-  // ranks 0..W-1, on every rank, and each pass vectorizes.
+  // ranks 0..W-1, on every rank, and each pass vectorizes. The scale (for a
+  // mean) rides on the last pass: the bits of a separate mul_ by `scale`,
+  // without another pass over the tensor.
   const T* s0 = reinterpret_cast<const T*>(slots[0]);
   const T* s1 = reinterpret_cast<const T*>(slots[1]);
+  if (n_slots == 2 && scale != T(1)) {
+    for (int64_t i = 0; i < n; ++i) out[i] = (s0[i] + s1[i]) * scale;
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) out[i] = s0[i] + s1[i];
   for (int r = 2; r < n_slots; ++r) {
     const T* s = reinterpret_cast<const T*>(slots[r]);
-    for (int64_t i = 0; i < n; ++i) out[i] += s[i];
+    if (r + 1 == n_slots && scale != T(1)) {
+      for (int64_t i = 0; i < n; ++i) out[i] = (out[i] + s[i]) * scale;
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] += s[i];
+    }
   }
 }
 
@@ -124,11 +134,21 @@ class ShmCommunicator : public Communicator {
   // when a later collective needs the slot set), so backward goes on while
   // the peers post theirs. Larger tensors go chunk by chunk, synchronously.
   std::unique_ptr<CollectiveHandle> allreduce_async(at::Tensor& t) override {
+    return reduce(t, 1.0);
+  }
+  std::unique_ptr<CollectiveHandle> allreduce_mean_async(at::Tensor& t) override {
+    if (!at::isFloatingType(t.scalar_type())) {
+      throw TrainerError("shm communicator: cannot average an integer tensor");
+    }
+    return reduce(t, 1.0 / o_.world_size);
+  }
+
+  std::unique_ptr<CollectiveHandle> reduce(at::Tensor& t, double scale) {
     check(t);
     const int64_t bytes = t.numel() * int64_t(t.element_size());
     if (bytes <= o_.slot_bytes) {
       const uint64_t seq = post(t.data_ptr(), bytes);
-      pending_.push_back(Pending{seq, t, 0, t.numel()});
+      pending_.push_back(Pending{seq, t, 0, t.numel(), scale});
       return std::make_unique<ShmHandle>(this, seq);
     }
     complete_through(next_seq_);
@@ -137,7 +157,7 @@ class ShmCommunicator : public Communicator {
       const int64_t m = std::min(chunk, t.numel() - off);
       const uint64_t seq = post(static_cast<uint8_t*>(t.data_ptr()) + off * t.element_size(),
                                 m * int64_t(t.element_size()));
-      pending_.push_back(Pending{seq, t, off, m});
+      pending_.push_back(Pending{seq, t, off, m, scale});
       complete_through(seq);
     }
     return std::make_unique<ShmHandle>(this, next_seq_ - 1);
@@ -175,16 +195,17 @@ class ShmCommunicator : public Communicator {
       const uint8_t* slots[kMaxRanks];
       for (int r = 0; r < o_.world_size; ++r) slots[r] = slot(p.seq, r);
       uint8_t* out = static_cast<uint8_t*>(p.tensor.data_ptr()) + p.offset * p.tensor.element_size();
-      if (o_.world_size == 1) {
-        // Own data is already in place.
+      const int w = o_.world_size;
+      if (w == 1) {
+        // Own data is already in place, and the mean of one is itself.
       } else if (p.tensor.scalar_type() == at::kFloat) {
-        sum_slots(reinterpret_cast<float*>(out), slots, o_.world_size, p.count);
+        sum_slots(reinterpret_cast<float*>(out), slots, w, p.count, float(p.scale));
       } else if (p.tensor.scalar_type() == at::kDouble) {
-        sum_slots(reinterpret_cast<double*>(out), slots, o_.world_size, p.count);
+        sum_slots(reinterpret_cast<double*>(out), slots, w, p.count, p.scale);
       } else if (p.tensor.scalar_type() == at::kLong) {
-        sum_slots(reinterpret_cast<int64_t*>(out), slots, o_.world_size, p.count);
+        sum_slots(reinterpret_cast<int64_t*>(out), slots, w, p.count, int64_t(1));
       } else if (p.tensor.scalar_type() == at::kInt) {
-        sum_slots(reinterpret_cast<int32_t*>(out), slots, o_.world_size, p.count);
+        sum_slots(reinterpret_cast<int32_t*>(out), slots, w, p.count, int32_t(1));
       } else {
         throw TrainerError(std::string("shm communicator: cannot sum ") +
                            c10::toString(p.tensor.scalar_type()));
@@ -199,6 +220,7 @@ class ShmCommunicator : public Communicator {
     at::Tensor tensor;  // keeps the storage alive until the sum is written
     int64_t offset;     // elements
     int64_t count;
+    double scale;       // 1 for a sum, 1/world_size for a mean
   };
 
   void check(const at::Tensor& t) const {
