@@ -179,6 +179,7 @@ int Agent::run_job(Guardian& guardian) {
     }
     // A multi-node handler keeps the count job-wide (a scale-up spends none).
     setup.restart_count = setup.round.restart_count >= 0 ? setup.round.restart_count : restart;
+    setup.attempt_index = restart;
     Attempt attempt(io_, options_, setup, hooks_, guardian);
     current_ = &attempt;
     bool spawned = true;

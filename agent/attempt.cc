@@ -66,7 +66,7 @@ Attempt::Attempt(boost::asio::io_context& io, const Options& options, AttemptSet
       timer_(io) {
   info_.restart_count = setup_.restart_count;
   info_.round = setup_.round;
-  info_.log_dir = setup_.run_dir + "/attempt_" + std::to_string(setup_.restart_count);
+  info_.log_dir = setup_.run_dir + "/attempt_" + std::to_string(setup_.attempt_index);
   result_.restart_count = setup_.restart_count;
 }
 

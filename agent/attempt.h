@@ -28,6 +28,11 @@ namespace ddprun::agent {
 
 struct AttemptSetup {
   int restart_count = 0;
+  // This agent's attempt number (0, 1, ...): names the attempt_<n> log
+  // folder. Equals restart_count on one node; runs ahead of it across nodes
+  // after a scale-up, which starts a round without spending a restart, so
+  // that round's logs do not overwrite the previous one's.
+  int attempt_index = 0;
   RoundInfo round;
   std::string run_id;
   // <log root>/<run_id>: attempt_<n>/<local_rank>/ go below it.

@@ -164,7 +164,10 @@ TEST_CASE("multinode.kill") {
 
 TEST_CASE("multinode.scaleup") {
   Job job("scaleup");
-  job.start(1);
+  // Node 1 keeps logs: the scale-up round must get a folder of its own.
+  auto logged = agent_args();
+  logged.insert(logged.begin(), {"--log-dir", job.dir.path() + "/logs1"});
+  job.start(1, {}, logged);
   job.start(2);
   int small = -1;
   REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
@@ -191,6 +194,12 @@ TEST_CASE("multinode.scaleup") {
     CHECK(job.agents[n]->wait(kDeadline) == 0);
   }
   CHECK(job.log(1).find("scale-up") != std::string::npos);
+  // Same restart count, two rounds: attempt_0 and attempt_1, both kept.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::string out = job.dir.path() + "/logs1/mnjob/attempt_" + std::to_string(attempt) + "/0/stdout.log";
+    CAPTURE(out);
+    CHECK(std::ifstream(out).good());
+  }
 }
 
 TEST_CASE("multinode.linkcut") {
