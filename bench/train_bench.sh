@@ -7,6 +7,13 @@
 #
 # Prints each run's final lines and a summary with the samples/s ratios
 # (median of REPEATS runs each, interleaved so load drifts hit all alike).
+#
+# train runs with --checkpoint-every 0 (the reference does not checkpoint;
+# train's default writes and fsyncs one every 100 steps). train re-executes
+# itself with OPENBLAS_CORETYPE=SkylakeX when OpenBLAS misdetects the CPU as
+# Prescott (see trainer/blas_setup.h); a fourth row runs the reference with
+# OPENBLAS_CORETYPE=$REF_CORETYPE (default SkylakeX; empty skips it) to show
+# how much of the gap is that kernel choice.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -15,6 +22,7 @@ ddprun=$build/bin/ddprun
 steps=${STEPS:-1000}
 repeats=${REPEATS:-3}
 anchors=${ANCHORS:-/work/shared/anchors}
+ref_coretype=${REF_CORETYPE-SkylakeX}
 data=$root/data/digits
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -26,19 +34,19 @@ port=$((29700 + RANDOM % 200))
 rate() { grep -o 'rank 0 steps [0-9]* samples_per_s [0-9.]*' "$1" | awk '{print $NF}' || true; }
 
 run_ref() {
-  PATH=/usr/bin:$PATH "$anchors/torchrun" --standalone --nproc_per_node=2 \
+  env PATH=/usr/bin:$PATH ${2:+OPENBLAS_CORETYPE=$2} "$anchors/torchrun" --standalone --nproc_per_node=2 \
     "$anchors/ddp_reference.py" --steps "$steps" --data "$data" >"$1" 2>&1 ||
     { echo "reference run failed:"; tail -5 "$1"; }
 }
 run_train2() {
   if [[ -x $ddprun ]]; then
     "$ddprun" --standalone --nproc-per-node=2 --no-python "$train" --steps "$steps" \
-      --log-every 0 --no-resume --checkpoint-dir "$work/ckpt" >"$1" 2>&1
+      --log-every 0 --no-resume --checkpoint-every 0 --checkpoint-dir "$work/ckpt" >"$1" 2>&1
   else
     for r in 0 1; do
       RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port "$train" --steps "$steps" --log-every 0 --no-resume \
-        --checkpoint-dir "$work/ckpt" >"$1.$r" 2>&1 &
+        --checkpoint-every 0 --checkpoint-dir "$work/ckpt" >"$1.$r" 2>&1 &
     done
     wait
     cat "$1.0" "$1.1" >"$1"
@@ -47,17 +55,21 @@ run_train2() {
 }
 run_train1() {
   RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$train" --steps "$steps" \
-    --log-every 0 --no-resume --checkpoint-dir "$work/ckpt" >"$1" 2>&1
+    --log-every 0 --no-resume --checkpoint-every 0 --checkpoint-dir "$work/ckpt" >"$1" 2>&1
   port=$((port + 1))
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-: >"$work/ref" ; : >"$work/t2" ; : >"$work/t1"
+: >"$work/ref" ; : >"$work/t2" ; : >"$work/t1" ; : >"$work/refk"
 for i in $(seq "$repeats"); do
   run_ref "$work/ref.$i";    grep '^rank\|\]:rank' "$work/ref.$i" | sed 's/^/reference: /'; rate "$work/ref.$i" >>"$work/ref"
   run_train2 "$work/t2.$i";  grep 'rank [01] steps' "$work/t2.$i" | sed 's/^/train x2:  /'; rate "$work/t2.$i" >>"$work/t2"
   run_train1 "$work/t1.$i";  grep 'rank 0 steps' "$work/t1.$i" | sed 's/^/train x1:  /'; rate "$work/t1.$i" >>"$work/t1"
+  if [[ -n $ref_coretype ]]; then
+    run_ref "$work/refk.$i" "$ref_coretype"
+    grep '^rank\|\]:rank' "$work/refk.$i" | sed "s/^/reference $ref_coretype: /"; rate "$work/refk.$i" >>"$work/refk"
+  fi
 done
 ref=$(median <"$work/ref"); t2=$(median <"$work/t2"); t1=$(median <"$work/t1")
 echo
@@ -65,3 +77,8 @@ echo "steps $steps, batch 32/rank, median of $repeats runs, $(nproc --all) cores
 printf 'reference DDP, 2 ranks : %10.1f samples/s\n' "$ref"
 printf 'train,         2 ranks : %10.1f samples/s  (%.2fx reference)\n' "$t2" "$(echo "$t2 / $ref" | bc -l)"
 printf 'train,         1 rank  : %10.1f samples/s  (2 ranks / 1 rank = %.2fx)\n' "$t1" "$(echo "$t2 / $t1" | bc -l)"
+if [[ -n $ref_coretype ]]; then
+  refk=$(median <"$work/refk")
+  printf 'reference DDP, 2 ranks, OPENBLAS_CORETYPE=%s : %10.1f samples/s  (train 2 ranks = %.2fx this)\n' \
+    "$ref_coretype" "$refk" "$(echo "$t2 / $refk" | bc -l)"
+fi
