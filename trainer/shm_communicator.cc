@@ -9,9 +9,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <random>
+#include <string>
+
+#include <dirent.h>
+#include <signal.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -79,6 +84,22 @@ class ShmHandle : public CollectiveHandle {
   uint64_t seq_;
 };
 
+// The segment's name is unlinked once every rank has mapped it, but a rank 0
+// killed before that (SIGKILL while waiting for its peers) leaves it in
+// /dev/shm. Each new rank 0 removes those whose creator is gone.
+void remove_orphaned_segments() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const std::string prefix = "ddprun-train-";
+  while (dirent* e = ::readdir(dir)) {
+    std::string n = e->d_name;
+    if (n.compare(0, prefix.size(), prefix) != 0) continue;
+    const long pid = std::strtol(n.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) ::shm_unlink(("/" + n).c_str());
+  }
+  ::closedir(dir);
+}
+
 class ShmCommunicator : public Communicator {
  public:
   ShmCommunicator(c10d::Store& store, const ShmOptions& o) : o_(o) {
@@ -87,6 +108,7 @@ class ShmCommunicator : public Communicator {
     const std::string key = o.key_prefix + "shm_name";
     std::string name;
     if (o.rank == 0) {
+      remove_orphaned_segments();
       std::random_device rd;
       name = "/ddprun-train-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
       fd_ = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -3,6 +3,8 @@
 // through ddprun. Every run has a deadline; process.h kills what it starts.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -86,6 +88,22 @@ static void train_digits_2_ranks(const std::string& backend) {
 TEST_CASE("2 ranks train the digits past 90% test accuracy: gloo") { train_digits_2_ranks("gloo"); }
 
 TEST_CASE("2 ranks train the digits past 90% test accuracy: shm") { train_digits_2_ranks("shm"); }
+
+TEST_CASE("shm: a segment left by a killed rank 0 is removed by the next job") {
+  // A pid that is certainly gone: a child we have reaped.
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  REQUIRE(dead > 0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  const std::string orphan = "/dev/shm/ddprun-train-" + std::to_string(dead) + "-1";
+  { std::ofstream(orphan) << "left by a SIGKILLed rank 0"; }
+  REQUIRE(std::ifstream(orphan).good());
+  TempDir tmp;
+  RankRun run = run_ranks({kTrain, "--backend", "shm", "--steps", "5", "--checkpoint-dir",
+                           tmp.file("ckpt")}, 2, tmp.file("train"), 120s);
+  for (int r = 0; r < 2; ++r) CHECK(run.codes[r] == 0);
+  CHECK_FALSE(std::ifstream(orphan).good());
+}
 
 TEST_CASE("SIGTERM: rank 0 checkpoints the last completed step and every rank exits 0") {
   TempDir tmp;
