@@ -7,11 +7,13 @@
 #include <map>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
 namespace fs = std::filesystem;
 
 namespace {
+
 
 std::map<std::string, std::string> read_env(const std::string& path) {
   std::map<std::string, std::string> env;
@@ -24,29 +26,20 @@ std::map<std::string, std::string> read_env(const std::string& path) {
   return env;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = fs::temp_directory_path().string() + "/ddprun_test_XXXXXX";
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 }  // namespace
 
 TEST_CASE("every worker gets torchrun's variables with the right values") {
   TempDir dir;
-  std::string logs = dir.path + "/logs";
+  std::string logs = dir.path() + "/logs";
   auto r = run_ddprun({"--nproc-per-node=3", "--max_restarts=2", "--rdzv-id=job7", "--log-dir",
-                       logs, TEST_WORKER, "env", dir.path + "/env"},
+                       logs, TEST_WORKER, "env", dir.path() + "/env"},
                       {"OMP_NUM_THREADS=", "NCCL_ASYNC_ERROR_HANDLING=0"});
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.status == 0);
   std::string port;
   for (int rank = 0; rank < 3; ++rank) {
-    auto env = read_env(dir.path + "/env." + std::to_string(rank));
+    auto env = read_env(dir.path() + "/env." + std::to_string(rank));
     CAPTURE(rank);
     CHECK(env["RANK"] == std::to_string(rank));
     CHECK(env["LOCAL_RANK"] == std::to_string(rank));
@@ -80,26 +73,26 @@ TEST_CASE("OMP_NUM_THREADS is 1 with several workers and untouched with one") {
   TempDir dir;
   std::vector<std::string> no_omp;
   if (getenv("OMP_NUM_THREADS")) unsetenv("OMP_NUM_THREADS");
-  auto r = run_ddprun({"--nproc-per-node=2", TEST_WORKER, "env", dir.path + "/two"});
+  auto r = run_ddprun({"--nproc-per-node=2", TEST_WORKER, "env", dir.path() + "/two"});
   REQUIRE(r.status == 0);
-  CHECK(read_env(dir.path + "/two.0")["OMP_NUM_THREADS"] == "1");
+  CHECK(read_env(dir.path() + "/two.0")["OMP_NUM_THREADS"] == "1");
   CHECK(count_of(r.err, "OMP_NUM_THREADS=1") == 1);  // one short notice
-  r = run_ddprun({"--nproc-per-node=1", TEST_WORKER, "env", dir.path + "/one"});
+  r = run_ddprun({"--nproc-per-node=1", TEST_WORKER, "env", dir.path() + "/one"});
   REQUIRE(r.status == 0);
-  CHECK(read_env(dir.path + "/one.0").count("OMP_NUM_THREADS") == 0);
+  CHECK(read_env(dir.path() + "/one.0").count("OMP_NUM_THREADS") == 0);
   // Without --log-dir the error file lives in a private temp dir that is
   // removed at exit.
-  std::string error_file = read_env(dir.path + "/one.0")["TORCHELASTIC_ERROR_FILE"];
+  std::string error_file = read_env(dir.path() + "/one.0")["TORCHELASTIC_ERROR_FILE"];
   CHECK(error_file.find("/ddprun_") != std::string::npos);
   CHECK_FALSE(fs::exists(fs::path(error_file).parent_path()));
 }
 
 TEST_CASE("PET_ variables stand in for flags and the program's arguments pass untouched") {
   TempDir dir;
-  auto r = run_ddprun({TEST_WORKER, "env", dir.path + "/pet"},
+  auto r = run_ddprun({TEST_WORKER, "env", dir.path() + "/pet"},
                       {"PET_NPROC_PER_NODE=2", "PET_ROLE=trainer", "PET_MASTER_PORT=29877"});
   REQUIRE(r.status == 0);
-  auto env = read_env(dir.path + "/pet.1");
+  auto env = read_env(dir.path() + "/pet.1");
   CHECK(env["WORLD_SIZE"] == "2");
   CHECK(env["ROLE_NAME"] == "trainer");
   CHECK(env["MASTER_PORT"] == "29877");

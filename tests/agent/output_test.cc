@@ -7,11 +7,13 @@
 #include <sstream>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
 namespace fs = std::filesystem;
 
 namespace {
+
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -20,15 +22,6 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = fs::temp_directory_path().string() + "/ddprun_test_XXXXXX";
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 }  // namespace
 
@@ -66,10 +59,10 @@ TEST_CASE("50,000 lines from 4 workers come out whole and prefixed") {
 TEST_CASE("--log-dir writes per attempt and rank files; -r keeps a stream off the console") {
   TempDir dir;
   auto r = run_ddprun({"--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=logs", "--log-dir",
-                       dir.path, "-r", "0:1", TEST_WORKER, "crash-first", "1", "3"});
+                       dir.path(), "-r", "0:1", TEST_WORKER, "crash-first", "1", "3"});
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.status == 0);
-  std::string run = dir.path + "/logs";
+  std::string run = dir.path() + "/logs";
   for (int attempt = 0; attempt < 2; ++attempt)
     for (int rank = 0; rank < 2; ++rank) {
       std::string d = run + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(rank);

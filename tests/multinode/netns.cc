@@ -257,16 +257,4 @@ bool wait_in_dir(const std::string& dir, const std::function<bool()>& ready, Sec
   return ok;
 }
 
-TempDir::TempDir() {
-  const char* tmp = getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun_mn_XXXXXX";
-  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 }  // namespace ddprun::testing

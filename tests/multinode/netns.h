@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/temp_dir.h"
+
 namespace ddprun::testing {
 
 using Seconds = std::chrono::seconds;
@@ -86,16 +88,5 @@ bool wait_records(const std::string& dir, const std::function<bool(const std::ve
 // Waits, with inotify on `dir` (files created, written or renamed), until
 // `ready()` holds; false on the deadline.
 bool wait_in_dir(const std::string& dir, const std::function<bool()>& ready, Seconds deadline);
-
-// A fresh directory under $TMPDIR, removed with its contents at the end.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 }  // namespace ddprun::testing

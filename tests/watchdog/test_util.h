@@ -22,6 +22,8 @@
 
 extern char** environ;
 
+#include "tests/common/temp_dir.h"
+
 namespace ddprun::watchdog::test {
 
 // Runs `io` until `done()` or `timeout`; returns done().
@@ -159,27 +161,6 @@ inline bool tool_installed(const std::string& tool) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-// A fresh temporary directory, removed (recursively) on destruction.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ddprun-wdtest-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    const std::string cmd_path = path_;
-    pid_t pid = 0;
-    const char* argv[] = {"rm", "-rf", cmd_path.c_str(), nullptr};
-    if (::posix_spawnp(&pid, "rm", nullptr, nullptr, const_cast<char**>(argv), environ) == 0) {
-      int st;
-      ::waitpid(pid, &st, 0);
-    }
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ddprun::testing::TempDir;
 
 }  // namespace ddprun::watchdog::test
