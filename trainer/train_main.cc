@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
   app.add_option("--fail-at-step", o.fail_at_step,
                  "fault injection for tests: exit 17 after step N on the first attempt only")
       ->capture_default_str();
+  app.add_option("--hang-at-step", o.hang_at_step,
+                 "fault injection for tests: the last rank hangs after step N on the first attempt only")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   // One folder per job: a restart of this job resumes from it, a new job
   // (standalone run ids are fresh) starts clean; --rdzv-id resumes across jobs.

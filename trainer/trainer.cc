@@ -1,5 +1,7 @@
 #include "trainer/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -305,6 +307,11 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
         spdlog::warn("--fail-at-step {}: injected failure (exit {})", step, kFaultExitCode);
         std::fflush(nullptr);
         std::_Exit(kFaultExitCode);
+      }
+      if (step == o.hang_at_step && w.restart_count == 0 && w.rank == w.world_size - 1) {
+        spdlog::warn("--hang-at-step {}: rank {} hangs here (injected)", step, w.rank);
+        std::fflush(nullptr);
+        for (;;) ::pause();  // SIGTERM only sets a flag: the agent must SIGKILL us
       }
     }
   } catch (const std::exception& e) {

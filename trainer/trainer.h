@@ -45,6 +45,10 @@ struct TrainOptions {
   // Fault injection for tests: exit with kFaultExitCode just after this step
   // completes, only on the first attempt (restart_count == 0). -1 = off.
   int64_t fail_at_step = -1;
+  // Fault injection for tests: the last rank stops for good (alive, no more
+  // heartbeats, its peers stuck in the next collective) just after this
+  // step, only on the first attempt. -1 = off.
+  int64_t hang_at_step = -1;
 };
 
 inline constexpr int kFaultExitCode = 17;

@@ -153,8 +153,13 @@ std::string HangReport::to_text() const {
 std::string HangReport::summary(const std::string& report_dir) const {
   std::string s = fmt::format("Hang detected in attempt {}: rank {} (pid {}) {}: {}.", attempt,
                               event.global_rank, event.pid, to_string(event.kind), event.detail);
-  if (!suspects.empty() && !(suspects.size() == 1 && suspects[0] == event.global_rank)) {
+  // suspects() falls back to the stalled ranks when no rank is behind.
+  const bool someone_behind = suspects != stalled;
+  if (someone_behind && !(suspects.size() == 1 && suspects[0] == event.global_rank)) {
     s += fmt::format(" Suspect rank(s) behind their peers: {}.", rank_list(suspects));
+  } else if (!someone_behind && stalled.size() > 1) {
+    s += fmt::format(" Ranks {} stalled at the same step (none is behind): compare their stacks.",
+                     rank_list(stalled));
   }
   if (!stacks.empty()) {
     s += " Stacks:";

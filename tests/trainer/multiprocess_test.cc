@@ -211,6 +211,29 @@ TEST_CASE("killed mid-run and resumed: bit-identical to an uninterrupted run") {
   INFO("ddprun output:\n", out);
   REQUIRE(code == 0);
   CHECK(out.find("injected failure") != std::string::npos);
+
+  // A hang instead of a crash: the last rank stops at step 120 while staying
+  // alive. The watchdog notices the missing heartbeats, captures its stack,
+  // kills the group (the stuck ranks ignore SIGTERM inside the collective)
+  // and restarts it; the restart resumes from step 100 and ends bit-identical.
+  const std::vector<std::string> watched = {DDPRUN_BIN, "--rdzv-id=hang", "--nproc-per-node=2",
+                                            "--max-restarts=1", "--heartbeat-timeout=1",
+                                            "--heartbeat-grace=60", "--term-timeout=1",
+                                            "--log-dir", tmp.file("logs"), "--no-python", kTrain};
+  Process hung(with(watched, {"--checkpoint-dir", tmp.file("c"), "--save-params",
+                              tmp.file("c.params"), "--hang-at-step", "120"}),
+               {}, tmp.file("c.log"));
+  const int hung_code = hung.wait_for(std::chrono::steady_clock::now() + 240s);
+  const std::string hung_out = hung.output();
+  {
+    INFO("ddprun output:\n", hung_out);
+    REQUIRE(hung_code == 0);
+    CHECK(hung_out.find("hangs here (injected)") != std::string::npos);
+    CHECK(hung_out.find("resuming from") != std::string::npos);
+    std::ifstream report(tmp.file("logs") + "/hang/attempt_0/hang_report.json");
+    CHECK(report.good());
+    CHECK(slurp(tmp.file("c.params")) == slurp(tmp.file("a.params")));
+  }
 #else
   // No launcher in this build: restart by hand as an agent would.
   MESSAGE("ddprun not built: restarting the ranks by hand instead of through ddprun");
