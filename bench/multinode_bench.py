@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from launch_bench import vm_hwm_kib  # same folder: the script's own
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TAG = f"ddmb-{os.getpid()}"
@@ -61,17 +63,6 @@ def make_net():
 def drop_net():
     for name in [f"{TAG}-hub"] + [ns(i) for i in range(1, NODES + 1)]:
         subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
-
-
-def vm_hwm_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def starts(ts):
@@ -111,7 +102,7 @@ def wait_all(procs, tmp, deadline_s=120, sample=None):
     hwm = 0
     while any(p.poll() is None for p in procs):  # sampling RSS: polling is the measurement
         if sample is not None:
-            hwm = max(hwm, vm_hwm_kib(sample.pid))
+            hwm = max(hwm, vm_hwm_kib(sample.pid) or 0)
         if time.monotonic() > deadline:
             for p in procs:
                 p.kill()
