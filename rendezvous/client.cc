@@ -290,9 +290,16 @@ std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::
         // A request that cannot be repeated must not go out on a dead
         // connection: collect the acks owed first, then anything readable
         // is an EOF (server restarted, or closed us after a bad frame).
-        read_acks(deadline, ack_error);
-        pollfd p{fd_, POLLIN, 0};
-        if (::poll(&p, 1, 0) > 0) reconnect(deadline);
+        try {
+          read_acks(deadline, ack_error);
+          pollfd p{fd_, POLLIN, 0};
+          if (::poll(&p, 1, 0) > 0) reconnect(deadline);
+        } catch (const ConnectionLost&) {
+          // The connection died before the acks came (the server restarted
+          // before reading those sets). This request has not gone out yet:
+          // reconnect, which repeats the unacknowledged sets, and send it there.
+          reconnect(deadline);
+        }
       }
       // Pipelined: the request goes out before the acks of earlier sets are
       // read, so a set and the next call share one round trip.

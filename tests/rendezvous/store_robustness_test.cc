@@ -232,6 +232,7 @@ TEST_CASE("the client reconnects after the server restarts on the same port") {
   uint16_t port = server->port();
   Client c(server->client_options());
   c.set("before", B("1"));
+  REQUIRE(c.get("before", 1s) == B("1"));  // acknowledged: never sent again
   server.reset();  // closes every connection
   ServerOptions o;
   o.port = port;
@@ -264,6 +265,19 @@ TEST_CASE("sets whose acks were lost with the server are sent again after a rest
   c.set("k", B("v"));  // goes into the dead connection first
   CHECK(c.get("k", 1s) == B("v"));
   CHECK(Client(opts).get("k", 1s) == B("v"));
+}
+
+TEST_CASE("an add after a set whose ack died with the server goes to the new server") {
+  auto server = std::make_unique<ServerThread>();
+  uint16_t port = server->port();
+  Client c(server->client_options());
+  c.set("unacked", B("1"));  // the old server may or may not have read it
+  server.reset();
+  ServerOptions o;
+  o.port = port;
+  server = std::make_unique<ServerThread>(o);
+  CHECK(c.add("after", 2) == 2);  // not retry-safe, yet never sent to the dead connection
+  CHECK(c.get("after", 1s) == B("2"));
 }
 
 TEST_CASE("a client that only sets is bounded by its unacknowledged window") {
