@@ -21,5 +21,6 @@ done
 if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Recommends included: a fresh machine then matches the one this was tested on.
+  apt-get install -y -qq "${missing[@]}"
 fi
