@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
 
   StoreChoice sc;
   sc.ddprun_store = w.under_ddprun;
-  sc.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
+  sc.master_addr = w.master_addr;
   sc.master_port = env_int("MASTER_PORT", 29500);
   sc.agent_hosts_store = env_str("TORCHELASTIC_USE_AGENT_STORE", "") == "True";
   sc.rank = w.rank;
