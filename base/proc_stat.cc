@@ -1,0 +1,62 @@
+#include "base/proc_stat.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/scoped_fd.h"
+
+namespace ddprun::base {
+
+std::optional<ProcStat> parse_proc_stat(std::string_view line) {
+  auto open = line.find('(');
+  auto close = line.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open)
+    return std::nullopt;
+  ProcStat st;
+  st.pid = static_cast<pid_t>(std::atoi(std::string(line.substr(0, open)).c_str()));
+  st.comm = std::string(line.substr(open + 1, close - open - 1));
+  // After ") ": field 3 state, 4 ppid, 5 pgrp, 6 session, ... 22 starttime.
+  std::string rest(line.substr(close + 1));
+  char state = 0;
+  int ppid = 0, pgrp = 0, session = 0;
+  if (std::sscanf(rest.c_str(), " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4)
+    return std::nullopt;
+  st.state = state;
+  st.ppid = ppid;
+  st.pgrp = pgrp;
+  st.session = session;
+  // Skip fields 7..21 (15 of them) to reach field 22.
+  const char* p = rest.c_str();
+  int field = 2;  // rest starts right after field 2 (comm)
+  while (*p && field < 21) {
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+    ++field;
+  }
+  if (field == 21) st.start_time = std::strtoull(p, nullptr, 10);
+  return st;
+}
+
+std::optional<ProcStat> read_proc_stat(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  ScopedFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  char buf[1024];
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf + len, sizeof buf - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += static_cast<size_t>(n);
+    if (len == sizeof buf) break;
+  }
+  if (len == 0) return std::nullopt;
+  return parse_proc_stat(std::string_view(buf, len));
+}
+
+}  // namespace ddprun::base

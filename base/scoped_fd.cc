@@ -1,0 +1,28 @@
+#include "base/scoped_fd.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+#include <system_error>
+
+namespace ddprun::base {
+
+Pipe make_pipe(int flags) {
+  int fds[2];
+  if (::pipe2(fds, flags) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  return Pipe{ScopedFd(fds[0]), ScopedFd(fds[1])};
+}
+
+bool write_fully(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace ddprun::base

@@ -1,0 +1,134 @@
+// base/: the fd owner, the /proc/<pid>/stat reader and the pidfd wait, on
+// real descriptors and real processes.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <system_error>
+
+#include "base/pidfd.h"
+#include "base/proc_stat.h"
+#include "base/scoped_fd.h"
+
+using namespace ddprun::base;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+bool fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+// A child that blocks reading `p.read` until the test closes its write end.
+pid_t child_waiting_on(Pipe& p) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    p.write.reset();
+    char c;
+    (void)!read(p.read.get(), &c, 1);
+    _exit(7);
+  }
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("ScopedFd closes on destruction and on reset, not after release") {
+  Pipe p = make_pipe();
+  int r = p.read.get(), w = p.write.get();
+  CHECK(fd_open(r));
+  CHECK((fcntl(r, F_GETFD) & FD_CLOEXEC) != 0);
+  { ScopedFd gone = std::move(p.read); }
+  CHECK_FALSE(fd_open(r));
+  CHECK_FALSE(p.read.valid());
+  int kept = p.write.release();
+  CHECK(kept == w);
+  CHECK(fd_open(w));
+  ScopedFd again(kept);
+  again.reset();
+  CHECK_FALSE(fd_open(w));
+}
+
+TEST_CASE("ScopedFd move assignment closes the descriptor it held") {
+  Pipe a = make_pipe();
+  Pipe b = make_pipe();
+  int old = a.read.get(), moved = b.read.get();
+  a.read = std::move(b.read);
+  CHECK_FALSE(fd_open(old));
+  CHECK(a.read.get() == moved);
+  CHECK(fd_open(moved));
+}
+
+TEST_CASE("make_pipe names pipe2 when the fd limit is reached") {
+  // Fill the table up to a tiny soft limit in a child, so the test's own
+  // limit is untouched.
+  pid_t pid = fork();
+  if (pid == 0) {
+    rlimit lim{16, 16};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(2);
+    try {
+      for (int i = 0; i < 32; ++i) (void)make_pipe().read.release();
+    } catch (const std::system_error& e) {
+      _exit(e.code().value() == EMFILE && std::string(e.what()).find("pipe2") == 0 ? 0 : 3);
+    }
+    _exit(4);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("read_proc_stat reads this process and its parent, group and session") {
+  auto st = read_proc_stat(getpid());
+  REQUIRE(st);
+  CHECK(st->pid == getpid());
+  CHECK(st->ppid == getppid());
+  CHECK(st->pgrp == getpgrp());
+  CHECK(st->session == getsid(0));
+  CHECK(st->state == 'R');
+  CHECK(st->start_time > 0);
+  CHECK_FALSE(read_proc_stat(-5));
+}
+
+TEST_CASE("parse_proc_stat reads past a comm holding spaces and parentheses") {
+  auto st = parse_proc_stat(
+      "42 (a) b (c)) S 7 8 9 34816 8 4194560 1 0 0 0 0 0 0 0 20 0 1 0 123456 0 0");
+  REQUIRE(st);
+  CHECK(st->pid == 42);
+  CHECK(st->comm == "a) b (c)");
+  CHECK(st->state == 'S');
+  CHECK(st->ppid == 7);
+  CHECK(st->pgrp == 8);
+  CHECK(st->session == 9);
+  CHECK(st->start_time == 123456);
+  CHECK_FALSE(parse_proc_stat("garbage"));
+}
+
+TEST_CASE("wait_exited times out on a live process and returns once it exits") {
+  Pipe p = make_pipe();
+  pid_t pid = child_waiting_on(p);
+  REQUIRE(pid > 0);
+  p.read.reset();
+  CHECK_FALSE(wait_exited(pid, Clock::now()));  // still blocked in read
+  auto st = read_proc_stat(pid);
+  REQUIRE(st);
+  CHECK(st->ppid == getpid());
+  p.write.reset();  // EOF: the child exits
+  CHECK(wait_exited(pid, Clock::now() + std::chrono::seconds(30)));
+  // Exited but not reaped: a zombie that the wait left for its parent.
+  st = read_proc_stat(pid);
+  REQUIRE(st);
+  CHECK(st->state == 'Z');
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WEXITSTATUS(status) == 7);
+  // Reaped: the pid no longer exists, which counts as exited.
+  CHECK(wait_exited(pid, Clock::now()));
+}
