@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 
+#include "base/scoped_fd.h"
 #include "rendezvous/client.h"
 
 namespace ddprun::agent {
@@ -30,10 +31,9 @@ bool is_local_address(const std::string& host) {
   if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
   bool local = false;
   for (addrinfo* a = res; a && !local; a = a->ai_next) {
-    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    local = bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0: never collides
-    close(fd);
+    base::ScopedFd fd(socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) continue;
+    local = bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0;  // port 0: never collides
   }
   freeaddrinfo(res);
   return local;

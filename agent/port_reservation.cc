@@ -25,39 +25,29 @@ PortReservation::PortReservation(const std::string& addr) {
     throw std::runtime_error("cannot resolve master address '" + addr + "': " + gai_strerror(rc));
   std::string last_error = "no address";
   for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
+    base::ScopedFd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd) {
       last_error = strerror(errno);
       continue;
     }
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_storage bound{};
     socklen_t len = sizeof bound;
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
-      fd_ = fd;
+    if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
+      fd_ = std::move(fd);
       port_ = ntohs(bound.ss_family == AF_INET6
                         ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
       break;
     }
     last_error = strerror(errno);
-    close(fd);
   }
   freeaddrinfo(res);
-  if (fd_ < 0)
+  if (!fd_)
     throw std::runtime_error("cannot reserve a port on master address '" + addr +
                              "': " + last_error);
-}
-
-PortReservation::PortReservation(PortReservation&& other) noexcept
-    : fd_(other.fd_), port_(other.port_) {
-  other.fd_ = -1;
-}
-
-PortReservation::~PortReservation() {
-  if (fd_ >= 0) close(fd_);
 }
 
 }  // namespace ddprun::agent

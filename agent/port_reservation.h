@@ -12,6 +12,8 @@
 
 #include <string>
 
+#include "base/scoped_fd.h"
+
 namespace ddprun::agent {
 
 class PortReservation {
@@ -19,8 +21,7 @@ class PortReservation {
   // Binds `addr` (IPv4 or IPv6 literal; a host name is resolved) port 0.
   // Throws std::runtime_error naming the address on failure.
   explicit PortReservation(const std::string& addr);
-  ~PortReservation();
-  PortReservation(PortReservation&& other) noexcept;
+  PortReservation(PortReservation&& other) noexcept = default;
   PortReservation& operator=(PortReservation&&) = delete;
   PortReservation(const PortReservation&) = delete;
   PortReservation& operator=(const PortReservation&) = delete;
@@ -28,7 +29,7 @@ class PortReservation {
   int port() const { return port_; }
 
  private:
-  int fd_ = -1;
+  base::ScopedFd fd_;
   int port_ = 0;
 };
 

@@ -2,37 +2,18 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <string>
+
+#include "base/pidfd.h"
+#include "base/proc_stat.h"
 
 namespace ddprun::agent {
 namespace {
-
-// Parent pid from /proc/<pid>/stat; -1 when the process is gone. The comm
-// field may hold spaces and parentheses, so parse after the last ')'.
-pid_t parent_of(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE* f = std::fopen(path, "re");
-  if (!f) return -1;
-  char buf[512];
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  std::string s(buf);
-  auto close = s.rfind(')');
-  if (close == std::string::npos || close + 4 >= s.size()) return -1;
-  // ") S 1234 ..." : state, then ppid.
-  return static_cast<pid_t>(std::atoi(s.c_str() + close + 4));
-}
 
 void reap_if_child(pid_t pid) {
   int status;
@@ -50,8 +31,8 @@ std::vector<pid_t> descendants_of(pid_t root) {
     char* end;
     long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 0) continue;
-    pid_t ppid = parent_of(static_cast<pid_t>(pid));
-    if (ppid > 0) children.emplace(ppid, static_cast<pid_t>(pid));
+    auto st = base::read_proc_stat(static_cast<pid_t>(pid));
+    if (st && st->ppid > 0) children.emplace(st->ppid, static_cast<pid_t>(pid));
   }
   closedir(dir);
   std::vector<pid_t> out;
@@ -69,21 +50,7 @@ std::vector<pid_t> descendants_of(pid_t root) {
 }
 
 bool wait_gone(pid_t pid, Clock::time_point deadline) {
-  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) {
-    reap_if_child(pid);
-    return errno == ESRCH;
-  }
-  bool gone = false;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{fd, POLLIN, 0};
-    int r = poll(&p, 1, left.count() > 0 ? static_cast<int>(left.count()) : 0);
-    if (r < 0 && errno == EINTR) continue;
-    gone = r > 0;
-    break;
-  }
-  close(fd);
+  bool gone = base::wait_exited(pid, deadline);
   if (gone) reap_if_child(pid);
   return gone;
 }

@@ -31,17 +31,14 @@ std::string now_iso8601() {
 }  // namespace
 
 EventLog::EventLog(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw sys_error("open", path_, errno);
+  fd_.reset(::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd_) throw sys_error("open", path_, errno);
 }
 
-EventLog::~EventLog() {
-  if (fd_ >= 0) ::close(fd_);
-}
+EventLog::~EventLog() = default;
 
-EventLog::EventLog(EventLog&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_) {
-  other.fd_ = -1;
-}
+EventLog::EventLog(EventLog&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::move(other.fd_)) {}
 
 void EventLog::write(const std::string& event, int attempt, const std::vector<int>& ranks,
                      const std::string& reason, const nlohmann::json& extra) {
@@ -59,7 +56,7 @@ void EventLog::write(const std::string& event, int attempt, const std::vector<in
   std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::size_t done = 0;
   while (done < line.size()) {
-    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    const ssize_t n = ::write(fd_.get(), line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       spdlog::warn("event log {}: write failed: {}", path_, std::strerror(errno));

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "base/scoped_fd.h"
+
 namespace ddprun::watchdog {
 
 class EventLog {
@@ -36,7 +38,7 @@ class EventLog {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  base::ScopedFd fd_;
 };
 
 }  // namespace ddprun::watchdog

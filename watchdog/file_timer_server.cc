@@ -39,20 +39,19 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, ExpiryH
   ::unlink(path_.c_str());
   if (::mkfifo(path_.c_str(), 0600) != 0) throw sys_error("mkfifo", path_, errno);
   // Non-blocking read end first (a blocking open would wait for a writer).
-  const int rfd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (rfd < 0) {
+  base::ScopedFd rfd(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!rfd) {
     const int err = errno;
     ::unlink(path_.c_str());
     throw sys_error("open", path_, err);
   }
-  keepalive_writer_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-  if (keepalive_writer_ < 0) {
+  keepalive_writer_.reset(::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!keepalive_writer_) {
     const int err = errno;
-    ::close(rfd);
     ::unlink(path_.c_str());
     throw sys_error("open", path_, err);
   }
-  reader_.assign(rfd);
+  reader_.assign(rfd.release());
   read();
 }
 
@@ -61,7 +60,7 @@ FileTimerServer::~FileTimerServer() {
   boost::system::error_code ec;
   timer_.cancel();
   reader_.close(ec);
-  if (keepalive_writer_ >= 0) ::close(keepalive_writer_);
+  keepalive_writer_.reset();
   ::unlink(path_.c_str());
 }
 

@@ -37,6 +37,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/scoped_fd.h"
+
 namespace ddprun::watchdog {
 
 // Environment names, as torchrun spells them.
@@ -93,7 +95,7 @@ class FileTimerServer {
   boost::asio::posix::stream_descriptor reader_;
   // Held open so the FIFO never reports EOF between clients (which would
   // make the reader readable forever: a busy loop).
-  int keepalive_writer_ = -1;
+  base::ScopedFd keepalive_writer_;
   boost::asio::steady_timer timer_;
   char buf_[4096];
   std::string partial_;

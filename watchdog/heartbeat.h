@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/scoped_fd.h"
 #include "watchdog/heartbeat_wire.h"
 
 namespace ddprun::watchdog {
@@ -47,22 +48,19 @@ class HeartbeatClient {
     addr_.sun_family = AF_UNIX;
     std::memcpy(addr_.sun_path, path, len + 1);
     addr_len_ = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len + 1);
-    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  }
-  ~HeartbeatClient() {
-    if (fd_ >= 0) ::close(fd_);
+    fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   }
   HeartbeatClient(const HeartbeatClient&) = delete;
   HeartbeatClient& operator=(const HeartbeatClient&) = delete;
 
   // True when beats are actually sent (running under ddprun).
-  bool enabled() const noexcept { return fd_ >= 0; }
+  bool enabled() const noexcept { return fd_.valid(); }
   int64_t rank() const noexcept { return rank_; }
 
   // Sends "hb <rank> <step>\n". step < 0 means "no step". Drops the beat on
   // any error (EAGAIN: buffer full; ECONNREFUSED/ENOENT: agent gone).
   void beat(int64_t step = wire::kNoStep) noexcept {
-    if (fd_ < 0) return;
+    if (!fd_) return;
     if (step < 0) step = wire::kNoStep;
     char buf[wire::kMaxDatagramBytes];
     const int n = std::snprintf(buf, sizeof(buf), "%s%" PRId64 " %" PRId64 "\n",
@@ -70,14 +68,14 @@ class HeartbeatClient {
     if (n <= 0 || static_cast<std::size_t>(n) >= sizeof(buf)) return;
     ssize_t rc;
     do {
-      rc = ::sendto(fd_, buf, static_cast<std::size_t>(n), MSG_DONTWAIT | MSG_NOSIGNAL,
+      rc = ::sendto(fd_.get(), buf, static_cast<std::size_t>(n), MSG_DONTWAIT | MSG_NOSIGNAL,
                     reinterpret_cast<const sockaddr*>(&addr_), addr_len_);
     } while (rc < 0 && errno == EINTR);
     // Any other failure drops this beat; the next one tries again.
   }
 
  private:
-  int fd_ = -1;
+  base::ScopedFd fd_;
   int64_t rank_ = 0;
   sockaddr_un addr_{};
   socklen_t addr_len_ = 0;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/proc_stat.h"
 #include "watchdog/error.h"
 
 namespace ddprun::watchdog {
@@ -32,29 +33,11 @@ std::string trim(std::string s) {
 
 }  // namespace
 
-std::optional<ProcStat> read_proc_stat(pid_t pid) {
-  auto text = read_small_file("/proc/" + std::to_string(pid) + "/stat");
-  if (!text) return std::nullopt;
-  // "pid (comm) S ppid ..." where comm may itself contain ") ": the state is
-  // after the LAST ')'.
-  const auto open = text->find('(');
-  const auto close = text->rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close + 4 > text->size()) {
-    return std::nullopt;
-  }
-  ProcStat st;
-  st.comm = text->substr(open + 1, close - open - 1);
-  st.state = (*text)[close + 2];
-  std::istringstream rest(text->substr(close + 3));
-  rest >> st.ppid;
-  return st;
-}
-
 bool is_same_or_descendant(pid_t pid, pid_t ancestor) {
   // Bounded walk: pid 1 ends it, and so does a cycle-proof step limit.
   for (int i = 0; i < 64 && pid > 1; ++i) {
     if (pid == ancestor) return true;
-    auto st = read_proc_stat(pid);
+    auto st = base::read_proc_stat(pid);
     if (!st) return false;
     pid = st->ppid;
   }
@@ -70,7 +53,7 @@ bool is_python_process(pid_t pid) {
     name.assign(buf, static_cast<size_t>(n));
     const auto slash = name.rfind('/');
     if (slash != std::string::npos) name = name.substr(slash + 1);
-  } else if (auto st = read_proc_stat(pid)) {
+  } else if (auto st = base::read_proc_stat(pid)) {
     name = st->comm;
   }
   return name.rfind("python", 0) == 0;
@@ -88,7 +71,7 @@ std::string proc_stack_summary(pid_t pid) {
   while (dirent* e = ::readdir(dir)) {
     if (e->d_name[0] == '.') continue;
     const std::string task = base + "/task/" + e->d_name;
-    auto st = read_proc_stat(static_cast<pid_t>(std::atoi(e->d_name)));
+    auto st = base::read_proc_stat(static_cast<pid_t>(std::atoi(e->d_name)));
     out << "thread " << e->d_name;
     if (st) out << " (" << st->comm << ") state " << st->state;
     if (auto wchan = read_small_file(task + "/wchan")) out << " wchan " << trim(*wchan);

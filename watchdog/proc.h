@@ -1,25 +1,14 @@
-// Small readers of /proc for the watchdog: a process's scheduler state,
-// parent, executable name, and its kernel-side stack state (the fallback
-// when gdb is not installed). All functions are safe on a pid that has
-// already exited: they return nullopt or an explanatory string.
+// Small readers of /proc for the watchdog: ancestry, whether a process runs
+// Python, and its kernel-side stack state (the fallback when gdb is not
+// installed). The stat line itself is read by base/proc_stat.h. All
+// functions are safe on a pid that has already exited.
 #pragma once
 
 #include <sys/types.h>
 
-#include <optional>
 #include <string>
 
 namespace ddprun::watchdog {
-
-struct ProcStat {
-  // Scheduler state letter from /proc/PID/stat: R, S, D, T, t, Z, ...
-  char state = '?';
-  pid_t ppid = 0;
-  // Executable name from the stat line (comm, at most 15 characters).
-  std::string comm;
-};
-
-std::optional<ProcStat> read_proc_stat(pid_t pid);
 
 // True when `pid` is `ancestor` or one of its descendants (walks ppid).
 bool is_same_or_descendant(pid_t pid, pid_t ancestor);

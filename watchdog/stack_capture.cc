@@ -1,11 +1,9 @@
 #include "watchdog/stack_capture.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +13,8 @@
 #include <sstream>
 #include <vector>
 
+#include "base/pidfd.h"
+#include "base/scoped_fd.h"
 #include "watchdog/proc.h"
 
 extern char** environ;
@@ -58,25 +58,8 @@ std::vector<std::string> read_nul_list(const std::string& path) {
 // when the deadline passes. Always reaps. Returns true when it exited in
 // time, with its wait status in `status`.
 bool wait_bounded(pid_t child, std::chrono::milliseconds timeout, int& status) {
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
-  bool in_time = false;
-  if (pidfd >= 0) {
-    pollfd p{pidfd, POLLIN, 0};
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      const int rc = ::poll(&p, 1, static_cast<int>(left.count()));
-      if (rc > 0) {
-        in_time = true;
-        break;
-      }
-      if (rc < 0 && errno != EINTR) break;
-      if (rc == 0) break;
-    }
-    ::close(pidfd);
-  }
+  const bool in_time =
+      base::wait_exited(child, std::chrono::steady_clock::now() + timeout);
   if (!in_time) ::kill(-child, SIGKILL);
   status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
@@ -103,16 +86,16 @@ std::string reason_line(const std::string& name, const std::string& text) {
 bool run_tool(const std::string& name, std::vector<std::string> argv_s, const std::string& path,
               std::chrono::milliseconds timeout, std::string& text, std::string& why) {
   text.clear();
-  const int out = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (out < 0) {
+  base::ScopedFd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!out) {
     why = "cannot write " + path + ": " + std::strerror(errno);
     return false;
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out, 1);
-  posix_spawn_file_actions_adddup2(&fa, out, 2);
+  posix_spawn_file_actions_adddup2(&fa, out.get(), 1);
+  posix_spawn_file_actions_adddup2(&fa, out.get(), 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Own process group, so a deadline kill takes the tool and anything it ran.
@@ -125,7 +108,7 @@ bool run_tool(const std::string& name, std::vector<std::string> argv_s, const st
   const int rc = ::posix_spawnp(&child, argv_s[0].c_str(), &fa, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
-  ::close(out);
+  out.reset();
   if (rc != 0) {
     why = "cannot run " + argv_s[0] + ": " + std::strerror(rc);
     return false;

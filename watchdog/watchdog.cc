@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "base/proc_stat.h"
 #include "watchdog/proc.h"
 
 namespace ddprun::watchdog {
@@ -234,7 +235,7 @@ void Watchdog::poll_proc() {
   const auto limit = options_.effective_stuck_timeout();
   for (auto& w : workers_) {
     if (w.exited) continue;
-    auto st = read_proc_stat(w.pid);
+    auto st = base::read_proc_stat(w.pid);
     if (!st) continue;  // exiting; the agent will report the exit
     w.proc_state = st->state;
     const bool stuck = st->state == 'T' || st->state == 't' || st->state == 'D';
