@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,8 +24,13 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
+// errno -> error, in one place: no room is its own type (the caller prunes
+// and retries), everything else a TrainerError naming the file.
 [[noreturn]] void throw_errno(const std::string& what, const std::string& path) {
-  throw TrainerError(path + ": " + what + ": " + std::strerror(errno));
+  const int e = errno;
+  const std::string msg = path + ": " + what + ": " + std::strerror(e);
+  if (e == ENOSPC || e == EDQUOT) throw CheckpointNoSpace(msg);
+  throw TrainerError(msg);
 }
 
 void fsync_path(const std::string& path, int flags) {
@@ -37,35 +43,37 @@ void fsync_path(const std::string& path, int flags) {
   if (rc != 0) throw_errno("fsync", path);
 }
 
-// tmp file in the same folder, write, fsync, rename, fsync the folder.
+// tmp file in the same folder, write, fsync, rename, fsync the folder. On
+// failure the tmp file is removed (a full disk must not keep filling up).
 void write_atomically(const std::string& dir, const std::string& path,
                       const uint8_t* data, size_t size) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw_errno("create", tmp);
+  auto fail = [&](const char* what, bool open) {
+    const int saved = errno;
+    if (open) ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = saved;
+    throw_errno(what, tmp);
+  };
   size_t done = 0;
   while (done < size) {
     const ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int saved = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = saved;
-      throw_errno("write", tmp);
-    }
+    if (n < 0) fail("write", true);
     done += size_t(n);
   }
-  if (::fsync(fd) != 0) {
-    const int saved = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    errno = saved;
-    throw_errno("fsync", tmp);
-  }
-  if (::close(fd) != 0) throw_errno("close", tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename into place", path);
+  if (::fsync(fd) != 0) fail("fsync", true);
+  if (::close(fd) != 0) fail("close", false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into place", false);
   fsync_path(dir, O_RDONLY | O_DIRECTORY);
+}
+
+void unlink_logged(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    spdlog::warn("cannot remove {}: {}", path, std::strerror(errno));
+  }
 }
 
 bool read_whole(const std::string& path, std::vector<uint8_t>* out) {
@@ -149,25 +157,92 @@ std::string CheckpointDir::write(const Checkpoint& ckpt) {
       {"payload_sha256", sha256_hex(payload.data(), payload.size())},
       {"blobs", table},
   };
-  write_atomically(options_.dir, payload_path(ckpt.step), payload.data(), payload.size());
+  if (std::isfinite(ckpt.loss)) manifest["loss"] = ckpt.loss;
   const std::string text = manifest.dump(1) + "\n";
-  const std::string mpath = manifest_path(ckpt.step);
-  write_atomically(options_.dir, mpath, reinterpret_cast<const uint8_t*>(text.data()),
-                   text.size());
+  try {
+    write_files(ckpt.step, payload, text);
+  } catch (const CheckpointNoSpace& e) {
+    // The folder may be sized for `keep` checkpoints: make room for this one
+    // from what is no longer needed, never from the newest that verifies.
+    spdlog::warn("{}; pruning older checkpoints and retrying once", e.what());
+    prune(std::max(1, options_.keep - 1), -1);
+    write_files(ckpt.step, payload, text);
+  }
+  verified_.insert(ckpt.step);
+  prune(size_t(options_.keep), ckpt.step);
+  return manifest_path(ckpt.step);
+}
 
-  // Prune: manifest first, so a half-pruned checkpoint is never "found".
-  std::vector<int64_t> steps = list_steps();
-  if (steps.size() > size_t(options_.keep)) {
-    for (size_t i = 0; i + options_.keep < steps.size(); ++i) {
-      if (::unlink(manifest_path(steps[i]).c_str()) != 0 && errno != ENOENT) {
-        spdlog::warn("cannot remove old checkpoint {}: {}", manifest_path(steps[i]),
-                     std::strerror(errno));
-        continue;
-      }
-      ::unlink(payload_path(steps[i]).c_str());
+void CheckpointDir::write_files(int64_t step, const std::vector<uint8_t>& payload,
+                                const std::string& manifest) {
+  write_atomically(options_.dir, payload_path(step), payload.data(), payload.size());
+  try {
+    write_atomically(options_.dir, manifest_path(step),
+                     reinterpret_cast<const uint8_t*>(manifest.data()), manifest.size());
+  } catch (const TrainerError&) {
+    unlink_logged(payload_path(step));  // no manifest: the payload would be an orphan
+    throw;
+  }
+}
+
+bool CheckpointDir::verifies(int64_t step) {
+  if (verified_.count(step) != 0) return true;
+  try {
+    load_step(step);
+    verified_.insert(step);
+    return true;
+  } catch (const TrainerError& e) {
+    spdlog::warn("checkpoint {} does not verify, removing it: {}", manifest_path(step), e.what());
+    return false;
+  }
+}
+
+void CheckpointDir::prune(size_t keep_verified, int64_t keep_step) {
+  const std::vector<int64_t> steps = list_steps();
+  size_t kept = 0;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const bool good = verifies(*it);
+    if (*it == keep_step || (good && kept < keep_verified)) {
+      if (good) ++kept;
+      continue;
+    }
+    // Manifest first, so a half-pruned checkpoint is never "found".
+    if (::unlink(manifest_path(*it).c_str()) != 0 && errno != ENOENT) {
+      spdlog::warn("cannot remove checkpoint {}: {}", manifest_path(*it), std::strerror(errno));
+      continue;
+    }
+    verified_.erase(*it);
+    unlink_logged(payload_path(*it));
+  }
+}
+
+std::vector<std::string> CheckpointDir::remove_leftovers() {
+  std::vector<std::string> removed;
+  DIR* d = ::opendir(options_.dir.c_str());
+  if (d == nullptr) return removed;
+  const std::vector<int64_t> steps = list_steps();
+  std::vector<std::string> doomed;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("step-", 0) != 0) continue;  // not ours
+    long long step = -1;
+    char tail[8] = {0};
+    const bool tmp = name.find(".tmp.") != std::string::npos;
+    const bool orphan = !tmp && std::sscanf(name.c_str(), "step-%lld.%4s", &step, tail) == 2 &&
+                        std::strcmp(tail, "bin") == 0 &&
+                        name == payload_path(step).substr(options_.dir.size() + 1) &&
+                        !std::binary_search(steps.begin(), steps.end(), int64_t(step));
+    if (tmp || orphan) doomed.push_back(options_.dir + "/" + name);
+  }
+  ::closedir(d);
+  for (const std::string& path : doomed) {
+    if (::unlink(path.c_str()) == 0) {
+      removed.push_back(path);
+    } else if (errno != ENOENT) {
+      spdlog::warn("cannot remove leftover {}: {}", path, std::strerror(errno));
     }
   }
-  return mpath;
+  return removed;
 }
 
 std::vector<int64_t> CheckpointDir::list_steps() const {
@@ -207,6 +282,7 @@ Checkpoint CheckpointDir::load_step(int64_t step) {
     ckpt.samples_consumed = m.at("samples_consumed").get<int64_t>();
     ckpt.world_size = m.at("world_size").get<int>();
     ckpt.seed = m.at("seed").get<uint64_t>();
+    if (m.contains("loss") && m["loss"].is_number()) ckpt.loss = m["loss"].get<double>();
     if (ckpt.step != step) {
       throw TrainerError(mpath + ": manifest says step " + std::to_string(ckpt.step));
     }
@@ -244,7 +320,9 @@ std::optional<Checkpoint> CheckpointDir::load_newest() {
   std::vector<int64_t> steps = list_steps();
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     try {
-      return load_step(*it);
+      Checkpoint c = load_step(*it);
+      verified_.insert(*it);
+      return c;
     } catch (const TrainerError& e) {
       spdlog::warn("skipping checkpoint {}: {}", manifest_path(*it), e.what());
     }

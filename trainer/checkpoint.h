@@ -6,7 +6,16 @@
 // is written to a temporary name in the same folder, fsynced, renamed into
 // place, and the folder fsynced; the manifest goes last, so it is the commit
 // point: a crash at any moment leaves either no manifest or a complete
-// checkpoint. Only the last `keep` checkpoints are kept.
+// checkpoint. A SIGKILL mid-write can leave "step-*.tmp.<pid>" files or a
+// payload without its manifest; remove_leftovers() clears them at start-up.
+//
+// Pruning never trusts the step number alone: the newest `keep` checkpoints
+// that verify are kept, older verified ones and corrupt ones (any step) are
+// removed. So corrupt files with high step numbers never push a new, good
+// checkpoint out, and the newest checkpoint that verifies is never deleted.
+// A write that fails for space (ENOSPC, EDQUOT) prunes first, keeping the
+// newest `keep - 1` verified ones (at least one), and retries once; a folder
+// sized for `keep` checkpoints therefore keeps working.
 //
 // Loading verifies the manifest parses, the payload has the recorded size
 // and SHA-256 and the blob table fits; a checkpoint that fails is skipped
@@ -16,9 +25,13 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "trainer/error.h"
 
 namespace ddprun::trainer {
 
@@ -34,6 +47,9 @@ struct Checkpoint {
   int64_t samples_consumed = 0;  // global sampler position
   int world_size = 0;            // of the run that wrote it
   uint64_t seed = 0;
+  // Loss of the last step before it was written; NaN when unknown (older
+  // checkpoints). A run resumed at or past its last step reports this one.
+  double loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<Blob> blobs;
 
   const Blob* find(const std::string& name) const;
@@ -44,13 +60,27 @@ struct CheckpointOptions {
   int keep = 3;                     // checkpoints kept after each write (>= 1)
 };
 
+// The folder's file system is full (ENOSPC or EDQUOT), even after pruning:
+// the checkpoint was not written and nothing it started is left behind.
+class CheckpointNoSpace : public TrainerError {
+ public:
+  using TrainerError::TrainerError;
+};
+
 class CheckpointDir {
  public:
   explicit CheckpointDir(CheckpointOptions options);
 
-  // Writes `ckpt` atomically, then removes all but the newest `keep`.
-  // Returns the manifest's path. Throws TrainerError on any I/O failure.
+  // Writes `ckpt` atomically, then prunes (see above). Returns the
+  // manifest's path. Throws CheckpointNoSpace when there is no room even
+  // after pruning, TrainerError on any other I/O failure; a failed write
+  // leaves no file of its own behind.
   std::string write(const Checkpoint& ckpt);
+
+  // Removes what a writer killed mid-write leaves: "step-*.tmp.*" files and
+  // payloads without a manifest. Call before anything writes to the folder
+  // (only one process writes checkpoints). Returns the paths removed.
+  std::vector<std::string> remove_leftovers();
 
   // The newest checkpoint that verifies, or nullopt when none does.
   // Every skipped one is logged (spdlog warning) with its file name.
@@ -66,7 +96,14 @@ class CheckpointDir {
   std::string payload_path(int64_t step) const;
 
  private:
+  // Removes corrupt checkpoints and all but the newest `keep_verified`
+  // verified ones; `keep_step` (just written) is never removed.
+  void prune(size_t keep_verified, int64_t keep_step);
+  bool verifies(int64_t step);
+  void write_files(int64_t step, const std::vector<uint8_t>& payload, const std::string& manifest);
+
   CheckpointOptions options_;
+  std::set<int64_t> verified_;  // steps this object wrote or loaded (not re-hashed)
 };
 
 // Lower-case hex SHA-256 of `data` (OpenSSL).

@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -91,6 +94,7 @@ void broadcast_host(Communicator& comm, at::Tensor& host, const at::Device& devi
 struct Resume {
   int64_t step = 0;
   int64_t position = 0;
+  double loss = std::numeric_limits<double>::quiet_NaN();  // the checkpoint's
 };
 
 // Rank 0 picks the newest checkpoint that verifies and loads it; the step,
@@ -98,9 +102,14 @@ struct Resume {
 // resume from the same checkpoint even without a shared folder.
 Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Communicator& comm,
                               CheckpointDir& dir, TrainState& state, const at::Device& device) {
-  // meta: status (0 none, 1 resumed, 2 failed), step, position.
-  at::Tensor meta = at::zeros({3}, at::kLong);
+  // meta: status (0 none, 1 resumed, 2 failed), step, position, loss bits.
+  at::Tensor meta = at::zeros({4}, at::kLong);
   std::string error;
+  if (w.rank == 0) {
+    for (const std::string& path : dir.remove_leftovers()) {
+      spdlog::warn("removed {}, left by a checkpoint write that did not finish", path);
+    }
+  }
   if (w.rank == 0 && o.resume) {
     try {
       if (std::optional<Checkpoint> ckpt = dir.load_newest()) {
@@ -108,6 +117,9 @@ Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Commun
         meta[0] = 1;
         meta[1] = ckpt->step;
         meta[2] = ckpt->samples_consumed;
+        int64_t bits = 0;
+        std::memcpy(&bits, &ckpt->loss, sizeof bits);
+        meta[3] = bits;
         spdlog::info("resuming from {} (step {}, {} samples consumed, written by {} ranks)",
                      dir.manifest_path(ckpt->step), ckpt->step, ckpt->samples_consumed,
                      ckpt->world_size);
@@ -136,19 +148,31 @@ Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Commun
     gen.set_state(rng);
   }
   for (at::Tensor& m : state.momentum) comm.broadcast(m, 0);
-  return {meta[1].item<int64_t>(), meta[2].item<int64_t>()};
+  Resume r{meta[1].item<int64_t>(), meta[2].item<int64_t>()};
+  const int64_t bits = meta[3].item<int64_t>();
+  std::memcpy(&r.loss, &bits, sizeof bits);
+  return r;
 }
 
+// A full disk does not end the run: the newest checkpoint that verifies is
+// still there, and failing would only spend the agent's restarts on writes
+// that fail again. Every other I/O error fails the worker.
 void write_checkpoint(CheckpointDir& dir, const TrainOptions& o, const WorkerInfo& w,
-                      const TrainState& state, int64_t step, int64_t position) {
+                      const TrainState& state, int64_t step, int64_t position, double loss) {
   Checkpoint ckpt;
   ckpt.step = step;
   ckpt.samples_consumed = position;
   ckpt.world_size = w.world_size;
   ckpt.seed = o.seed;
+  ckpt.loss = loss;
   save_state(state, &ckpt);
-  const std::string path = dir.write(ckpt);
-  spdlog::info("checkpoint {} (step {})", path, step);
+  try {
+    const std::string path = dir.write(ckpt);
+    spdlog::info("checkpoint {} (step {})", path, step);
+  } catch (const CheckpointNoSpace& e) {
+    spdlog::error("checkpoint of step {} not written, training goes on from the older ones: {}",
+                  step, e.what());
+  }
 }
 
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
@@ -233,12 +257,12 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
 
   TrainResult result;
   result.rank = w.rank;
-  result.steps = o.steps;
   int64_t step = resume.step;
   int64_t position = resume.position;
   int64_t last_checkpoint = resume.step;
   const int64_t per_step = o.batch * w.world_size;
-  const int64_t timed_from = std::min(o.steps, step + kWarmupSteps);
+  // Nothing is timed when this run starts at or past its last step.
+  const int64_t timed_from = step >= o.steps ? step : std::min(o.steps, step + kWarmupSteps);
   Clock::time_point t0 = Clock::now();
   Clock::time_point last_log = t0;
   int64_t last_log_step = step;
@@ -247,7 +271,8 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
   auto stop_now = [&] { return stop_requested != nullptr && *stop_requested != 0; };
   auto checkpoint_if_new = [&] {
     if (w.rank == 0 && step > last_checkpoint) {
-      write_checkpoint(dir, o, w, state, step, position);
+      write_checkpoint(dir, o, w, state, step, position,
+                       loss.defined() ? loss.item<double>() : resume.loss);
       last_checkpoint = step;
     }
   };
@@ -330,7 +355,18 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   const int64_t timed_steps = step - timed_from;
   result.samples_per_s = dt > 0 && timed_steps > 0 ? double(timed_steps * per_step) / dt : 0;
-  result.final_loss = loss.defined() ? loss.item<double>() : 0.0;
+  if (loss.defined()) {
+    result.final_loss = loss.item<double>();
+  } else {
+    // Resumed at or past the last step: the figures are the checkpoint's.
+    result.final_loss = resume.loss;
+    if (w.rank == 0) {
+      spdlog::warn("resumed at step {} of {}: nothing left to train; reporting the "
+                   "checkpoint's step and loss{}",
+                   step, o.steps, std::isnan(resume.loss) ? " (not recorded in it: nan)" : "");
+    }
+  }
+  result.steps = step;
   result.test_acc = model.accuracy(test.x, test.y);
   if (w.rank == 0) {
     if (o.checkpoint_every > 0) checkpoint_if_new();

@@ -66,7 +66,7 @@ struct WorkerInfo {
 
 struct TrainResult {
   int rank = 0;
-  int64_t steps = 0;
+  int64_t steps = 0;               // completed steps (the checkpoint's when resumed past --steps)
   double samples_per_s = 0;
   double final_loss = 0;
   double test_acc = 0;

@@ -1,7 +1,15 @@
 #include <doctest/doctest.h>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -102,4 +110,160 @@ TEST_CASE("checkpoint: bad options and unwritable folders are clear errors") {
   std::ofstream(tmp.file("file")) << "x";
   CheckpointDir dir(CheckpointOptions{tmp.file("file/sub"), 1});
   CHECK_THROWS_AS(dir.write(make(1)), TrainerError);
+}
+
+namespace {
+
+// A checkpoint whose manifest is there but whose payload no longer matches:
+// what a bad disk, or a copy cut short, leaves behind.
+void write_corrupt(const std::string& folder, const std::vector<int64_t>& steps) {
+  CheckpointDir other(CheckpointOptions{folder, 100});
+  for (int64_t step : steps) other.write(make(step));
+  for (int64_t step : steps) flip_byte(other.payload_path(step), 3);
+}
+
+std::vector<std::string> names_in(const std::string& folder) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: corrupt newest ones never push a new good one out") {
+  TempDir tmp;
+  {
+    CheckpointDir earlier(CheckpointOptions{tmp.path(), 2});
+    earlier.write(make(100));
+    earlier.write(make(200));
+  }
+  write_corrupt(tmp.path(), {900, 1000});
+  // A new run (a new object: nothing cached) resumes from the newest that
+  // verifies and writes on from there.
+  CheckpointDir dir(CheckpointOptions{tmp.path(), 2});
+  std::optional<Checkpoint> c = dir.load_newest();
+  REQUIRE(c.has_value());
+  CHECK(c->step == 200);
+  dir.write(make(300));
+  CHECK(dir.list_steps() == std::vector<int64_t>{200, 300});
+  dir.write(make(400));
+  CHECK(dir.list_steps() == std::vector<int64_t>{300, 400});
+  CHECK(dir.load_newest()->step == 400);
+}
+
+TEST_CASE("checkpoint: all-corrupt newest and --keep 1: the new checkpoint stays") {
+  for (int keep : {1, 2}) {
+    CAPTURE(keep);
+    TempDir tmp;
+    write_corrupt(tmp.path(), {50, 60});
+    CheckpointDir dir(CheckpointOptions{tmp.path(), keep});
+    CHECK_FALSE(dir.load_newest().has_value());  // a fresh start
+    dir.write(make(10));
+    CHECK(dir.list_steps() == std::vector<int64_t>{10});
+    CHECK(dir.load_newest()->step == 10);
+    dir.write(make(20));
+    CHECK(dir.list_steps() == (keep == 1 ? std::vector<int64_t>{20} : std::vector<int64_t>{10, 20}));
+    CHECK(names_in(tmp.path()).size() == 2 * dir.list_steps().size());
+  }
+}
+
+TEST_CASE("checkpoint: the loss is recorded and read back; absent means NaN") {
+  TempDir tmp;
+  CheckpointDir dir(CheckpointOptions{tmp.path(), 3});
+  Checkpoint with = make(7);
+  with.loss = 0.125;
+  dir.write(with);
+  CHECK(dir.load_step(7).loss == 0.125);
+  dir.write(make(8));
+  CHECK(std::isnan(dir.load_step(8).loss));
+}
+
+TEST_CASE("checkpoint: leftovers of an unfinished write are removed at start-up, nothing else") {
+  TempDir tmp;
+  CheckpointDir dir(CheckpointOptions{tmp.path(), 3});
+  dir.write(make(1));
+  dir.write(make(2));
+  // What a SIGKILL at each point of write() leaves: a half-written payload,
+  // a payload renamed into place without its manifest, a half manifest.
+  std::ofstream(tmp.file("step-0000000003.bin.tmp.4242")) << "half";
+  std::ofstream(dir.payload_path(4)) << "no manifest follows";
+  std::ofstream(tmp.file("step-0000000005.json.tmp.77")) << "{\"format\"";
+  std::ofstream(tmp.file("notes.bin")) << "not ours";
+  std::ofstream(tmp.file("other.tmp.1")) << "not ours";
+  std::vector<std::string> removed = dir.remove_leftovers();
+  std::sort(removed.begin(), removed.end());
+  CHECK(removed == std::vector<std::string>{tmp.file("step-0000000003.bin.tmp.4242"),
+                                            dir.payload_path(4),
+                                            tmp.file("step-0000000005.json.tmp.77")});
+  CHECK(names_in(tmp.path()) ==
+        std::vector<std::string>{"notes.bin", "other.tmp.1", "step-0000000001.bin",
+                                 "step-0000000001.json", "step-0000000002.bin",
+                                 "step-0000000002.json"});
+  CHECK(dir.load_newest()->step == 2);
+}
+
+TEST_CASE("checkpoint: SIGKILL mid-write, then start-up clean-up leaves only whole checkpoints") {
+  TempDir tmp;
+  const std::string folder = tmp.file("ckpt");
+  CheckpointDir dir(CheckpointOptions{folder, 2});
+  std::filesystem::create_directories(folder);
+  const int watch = ::inotify_init1(IN_CLOEXEC);
+  REQUIRE(watch >= 0);
+  REQUIRE(::inotify_add_watch(watch, folder.c_str(), IN_CREATE | IN_MOVED_TO) >= 0);
+  // A writer with a large payload spends nearly all its time inside write():
+  // the kill lands mid-write (after the first whole checkpoint exists).
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    CheckpointDir writer(CheckpointOptions{folder, 2});
+    Checkpoint big = make(0);
+    big.blobs[0].bytes.assign(32u << 20, 7);
+    for (int64_t step = 1;; ++step) {
+      big.step = step;
+      writer.write(big);
+    }
+  }
+  // inotify tells when step 1 is complete and the next write has begun.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  bool first_done = false, mid_write = false;
+  while (!mid_write && std::chrono::steady_clock::now() < deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{watch, POLLIN, 0};
+    if (::poll(&p, 1, int(std::max<long long>(1, left.count()))) <= 0) continue;
+    alignas(inotify_event) char buf[4096];
+    const ssize_t n = ::read(watch, buf, sizeof(buf));
+    for (ssize_t off = 0; off < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
+      const std::string name = ev->len > 0 ? ev->name : "";
+      if ((ev->mask & IN_MOVED_TO) && name == "step-0000000001.json") first_done = true;
+      if ((ev->mask & IN_CREATE) && first_done && name.find(".tmp.") != std::string::npos) {
+        mid_write = true;
+      }
+      off += ssize_t(sizeof(inotify_event) + ev->len);
+    }
+  }
+  ::close(watch);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(mid_write);
+  CHECK(WIFSIGNALED(status));
+  // The next run's start-up.
+  CheckpointDir next(CheckpointOptions{folder, 2});
+  next.remove_leftovers();
+  for (const std::string& name : names_in(folder)) {
+    CAPTURE(name);
+    CHECK(name.find(".tmp.") == std::string::npos);
+    const std::string manifest = name.substr(0, name.size() - 4) + ".json";
+    if (name.size() > 4 && name.substr(name.size() - 4) == ".bin") {
+      CHECK(std::filesystem::exists(folder + "/" + manifest));
+    }
+  }
+  const std::vector<int64_t> steps = next.list_steps();
+  REQUIRE_FALSE(steps.empty());
+  for (int64_t step : steps) CHECK_NOTHROW(next.load_step(step));
 }

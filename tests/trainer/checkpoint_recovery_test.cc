@@ -1,0 +1,197 @@
+// Real `train` processes against damaged and full checkpoint folders: corrupt
+// newest checkpoints, --keep 1, a tmpfs sized for --keep checkpoints, and a
+// run resumed at its last step. Ranks are started directly with torchrun's
+// environment (a restart is a second run with TORCHELASTIC_RESTART_COUNT=1,
+// as the agent would start it); every run has a deadline.
+//
+// The tmpfs case mounts in a private mount namespace (CAP_SYS_ADMIN); ctest
+// runs it alone (-tc) and it exits 77, reported skipped, where it cannot.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <sched.h>
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "tests/trainer/process.h"
+#include "tests/trainer/temp_dir.h"
+#include "trainer/checkpoint.h"
+
+using namespace ddprun::trainer;
+using namespace ddprun::trainer::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kTrain = TRAIN_BIN;
+
+struct Final {
+  long long steps = -1;
+  double samples_per_s = -1;
+  std::string loss, acc;  // as printed: compared exactly
+};
+
+Final final_of(const std::string& out) {
+  std::smatch m;
+  static const std::regex re(
+      R"(rank 0 steps (\d+) samples_per_s ([0-9.e+]+) final_loss (\S+) test_acc (\S+))");
+  Final f;
+  if (std::regex_search(out, m, re)) f = {std::stoll(m[1]), std::stod(m[2]), m[3], m[4]};
+  return f;
+}
+
+// Checkpoints with higher steps whose payloads no longer match their manifests.
+void write_corrupt(const std::string& folder, int count) {
+  CheckpointDir other(CheckpointOptions{folder, 100});
+  for (int i = 0; i < count; ++i) {
+    Checkpoint c;
+    c.step = 900 + i;
+    c.blobs.push_back(Blob{"param.0", "float32", {4}, std::vector<uint8_t>(16, 1)});
+    other.write(c);
+  }
+  for (int i = 0; i < count; ++i) {
+    std::ofstream(other.payload_path(900 + i), std::ios::binary | std::ios::in) << "rot";
+  }
+}
+
+std::vector<std::string> sorted_names(const std::string& folder) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::string> single(std::vector<std::string> argv, const std::string& dir) {
+  argv.insert(argv.begin(), kTrain);
+  for (std::string a : {"--backend", "gloo", "--log-every", "0", "--checkpoint-dir"}) {
+    argv.push_back(a);
+  }
+  argv.push_back(dir);
+  return argv;
+}
+
+}  // namespace
+
+TEST_CASE("corrupt newest checkpoints: a crash resumes from the last good one, not step 0") {
+  // keep 2 with two corrupt newer files, keep 1 with one: before the fix each
+  // new checkpoint was pruned as soon as it was written.
+  for (int keep : {2, 1}) {
+    CAPTURE(keep);
+    TempDir tmp;
+    const std::string dir = tmp.file("ckpt");
+    write_corrupt(dir, keep);
+    const std::vector<std::string> argv =
+        single({"--steps", "60", "--checkpoint-every", "20", "--fail-at-step", "50", "--keep",
+                std::to_string(keep)}, dir);
+    RankRun first = run_ranks(argv, 1, tmp.file("first"), 180s);
+    INFO("first attempt:\n", first.outputs[0]);
+    REQUIRE(first.codes[0] == 17);
+    CHECK(first.outputs[0].find("does not verify, removing it") != std::string::npos);
+    CheckpointDir check(CheckpointOptions{dir, keep});
+    CHECK(check.list_steps() == (keep == 1 ? std::vector<int64_t>{40} : std::vector<int64_t>{20, 40}));
+    RankRun second = run_ranks(argv, 1, tmp.file("second"), 180s,
+                               {{"TORCHELASTIC_RESTART_COUNT", "1"}});
+    INFO("restart:\n", second.outputs[0]);
+    REQUIRE(second.codes[0] == 0);
+    CHECK(second.outputs[0].find("resuming from " + check.manifest_path(40)) != std::string::npos);
+    CHECK(final_of(second.outputs[0]).steps == 60);
+  }
+}
+
+TEST_CASE("resumed at or past the last step: the checkpoint's step and loss, honestly") {
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  RankRun done = run_ranks(single({"--steps", "30", "--checkpoint-every", "10"}, dir), 1,
+                           tmp.file("done"), 180s);
+  INFO("first run:\n", done.outputs[0]);
+  REQUIRE(done.codes[0] == 0);
+  const Final ran = final_of(done.outputs[0]);
+  REQUIRE(ran.steps == 30);
+  CHECK(ran.samples_per_s > 0);
+  for (const char* steps : {"30", "20"}) {
+    CAPTURE(steps);
+    RankRun again = run_ranks(single({"--steps", steps, "--checkpoint-every", "10"}, dir), 1,
+                              tmp.file(std::string("again") + steps), 180s);
+    INFO("resumed run:\n", again.outputs[0]);
+    REQUIRE(again.codes[0] == 0);
+    CHECK(again.outputs[0].find("nothing left to train") != std::string::npos);
+    const Final f = final_of(again.outputs[0]);
+    CHECK(f.steps == 30);              // where the checkpoint is, not --steps
+    CHECK(f.loss == ran.loss);         // the loss it was written with, not 0.0000
+    CHECK(f.acc == ran.acc);           // the same parameters
+    CHECK(f.samples_per_s == 0);       // nothing was timed (was 1e10)
+  }
+}
+
+namespace {
+
+// A tmpfs mounted in this process's own mount namespace: it disappears with
+// the process, whatever happens to the test.
+struct Tmpfs {
+  Tmpfs(const std::string& path, size_t bytes) : path_(path) {
+    std::filesystem::create_directories(path);
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+                ("size=" + std::to_string(bytes)).c_str()) != 0) {
+      std::printf("SKIP: cannot mount a tmpfs (%s): needs CAP_SYS_ADMIN\n", std::strerror(errno));
+      std::fflush(stdout);
+      std::_Exit(77);
+    }
+  }
+  ~Tmpfs() { ::umount2(path_.c_str(), MNT_DETACH); }
+  std::string path_;
+};
+
+size_t bytes_of(const std::string& folder) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) n += e.file_size();
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a tmpfs sized for --keep checkpoints: pruning makes room, training never fails") {
+  TempDir tmp;
+  // One checkpoint's size, measured from a real one.
+  RankRun probe = run_ranks(single({"--steps", "1", "--checkpoint-every", "1"}, tmp.file("probe")),
+                            1, tmp.file("probe"), 180s);
+  REQUIRE(probe.codes[0] == 0);
+  const size_t one = bytes_of(tmp.file("probe"));
+  REQUIRE(one > 1000000);
+  for (int keep : {2, 1}) {
+    CAPTURE(keep);
+    // Room for `keep` checkpoints and half of one more.
+    const std::string dir = tmp.file("full" + std::to_string(keep));
+    Tmpfs fs(dir, size_t(keep) * one + one / 2);
+    RankRun run = run_ranks(single({"--steps", "40", "--checkpoint-every", "5", "--keep",
+                                    std::to_string(keep)}, dir),
+                            1, tmp.file("run" + std::to_string(keep)), 180s);
+    INFO("train output:\n", run.outputs[0]);
+    REQUIRE(run.codes[0] == 0);
+    CHECK(final_of(run.outputs[0]).steps == 40);
+    CHECK(run.outputs[0].find("pruning older checkpoints and retrying once") != std::string::npos);
+    CheckpointDir check(CheckpointOptions{dir, keep});
+    for (const std::string& name : sorted_names(dir)) {
+      CAPTURE(name);
+      CHECK(name.find(".tmp.") == std::string::npos);
+    }
+    if (keep == 2) {
+      // Every write succeeded after pruning: the last two remain.
+      CHECK(check.list_steps() == std::vector<int64_t>{35, 40});
+      CHECK(run.outputs[0].find("not written") == std::string::npos);
+    } else {
+      // No room for a second checkpoint beside the only good one: that one
+      // (step 5) is kept, the later ones are reported not written.
+      CHECK(check.list_steps() == std::vector<int64_t>{5});
+      CHECK(run.outputs[0].find("checkpoint of step 40 not written") != std::string::npos);
+    }
+    CHECK_NOTHROW(check.load_step(check.list_steps().back()));
+  }
+}
