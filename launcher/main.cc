@@ -7,6 +7,7 @@
 
 #include "agent/agent.h"
 #include "agent/elastic_rendezvous.h"
+#include "introspect/cli.h"
 #include "launcher/cli.h"
 #include "watchdog/agent_hook.h"
 
@@ -15,6 +16,11 @@ int main(int argc, char** argv) {
   logger->set_pattern("ddprun: %v");
   spdlog::set_default_logger(logger);
 
+  // `ddprun status|stacks|attach|doctor ...` (introspect/cli.h); a program
+  // of that name runs as ./status.
+  if (argc > 1 && ddprun::introspect::is_subcommand(argv[1])) {
+    return ddprun::introspect::run_subcommand(argc - 1, argv + 1);
+  }
   ddprun::launcher::ParseResult parsed;
   try {
     parsed = ddprun::launcher::parse_command_line(argc, argv);
