@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "agent/exit_status.h"
@@ -74,6 +75,7 @@ void Agent::watch_signals() {
   stop_signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     if (!pending_signal_) pending_signal_ = sig;
+    ++signals_seen_;
     if (current_) {
       spdlog::info("got {}; stopping the workers", signal_name(sig));
       current_->interrupt(sig);
@@ -86,34 +88,42 @@ void Agent::run_until(const std::function<bool()>& done) {
   while (!done()) io_.run_one();
 }
 
-RoundInfo Agent::next_round(int restart) {
-  if (options_.max_nodes <= 1) return rendezvous_->next_round(restart);
-  // A multi-node join blocks for up to join_timeout. It runs on a thread so
-  // the loop still sees the handled signals: Ctrl-C while waiting for other
-  // nodes exits at once (no worker is running, nothing else to stop).
-  RoundInfo round;
+template <class T>
+T Agent::off_loop(const std::function<T()>& call) {
+  // The call blocks on other nodes (a join, the exit barrier): a thread of
+  // its own, while the loop goes on serving signals, children and output.
+  // A stop signal that arrives meanwhile abandons it (the handler cancels
+  // its store connections), so it returns within milliseconds.
+  std::optional<T> value;
   std::exception_ptr error;
   bool done = false;
-  std::thread join([&] {
+  const int signals_before = signals_seen_;
+  std::thread thread([&] {
     try {
-      round = rendezvous_->next_round(restart);
+      value.emplace(call());
     } catch (...) {
       error = std::current_exception();
     }
     boost::asio::post(io_, [&] { done = true; });
   });
-  run_until([&] { return done || pending_signal_ != 0; });
+  run_until([&] { return done || signals_seen_ != signals_before; });
   if (!done) {
-    spdlog::warn("got {} while waiting for the other nodes; exiting", signal_name(pending_signal_));
-    if (!temp_root_.empty() && !keep_temp_root_) {
-      std::error_code ec;
-      std::filesystem::remove_all(temp_root_, ec);
-    }
-    _exit(128 + pending_signal_);  // the join thread is still blocked in the store
+    rendezvous_->abandon(pending_signal_);
+    run_until([&] { return done; });
   }
-  join.join();
+  thread.join();
   if (error) std::rethrow_exception(error);
-  return round;
+  return std::move(*value);
+}
+
+RoundInfo Agent::next_round(int restart) {
+  if (options_.max_nodes <= 1) return rendezvous_->next_round(restart);
+  return off_loop<RoundInfo>([&] { return rendezvous_->next_round(restart); });
+}
+
+GroupVerdict Agent::group_ended(GroupOutcome outcome) {
+  if (options_.max_nodes <= 1) return rendezvous_->group_ended(outcome);
+  return off_loop<GroupVerdict>([&] { return rendezvous_->group_ended(outcome); });
 }
 
 std::string Agent::make_run_dir() {
@@ -174,9 +184,15 @@ int Agent::run_job(Guardian& guardian) {
     try {
       setup.round = next_round(restart);
     } catch (const std::exception& e) {
+      if (pending_signal_) {
+        spdlog::warn("got {} while waiting for the other nodes; exiting",
+                     signal_name(pending_signal_));
+        return 128 + pending_signal_;
+      }
       spdlog::error("rendezvous failed: {}", e.what());
-      return pending_signal_ ? 128 + pending_signal_ : 1;
+      return 1;
     }
+    if (pending_signal_) return 128 + pending_signal_;
     // A multi-node handler keeps the count job-wide (a scale-up spends none).
     setup.restart_count = setup.round.restart_count >= 0 ? setup.round.restart_count : restart;
     setup.attempt_index = restart;
@@ -198,13 +214,23 @@ int Agent::run_job(Guardian& guardian) {
                       : result.outcome == Outcome::kFailed    ? GroupOutcome::kFailed
                                                               : GroupOutcome::kInterrupted;
     GroupVerdict verdict;
+    const bool interrupted = result.outcome == Outcome::kInterrupted;
     try {
-      verdict = rendezvous_->group_ended(go);
+      verdict = group_ended(go);
     } catch (const std::exception& e) {
-      spdlog::error("rendezvous failed: {}", e.what());
-      return 1;
+      if (!pending_signal_) {
+        spdlog::error("rendezvous failed: {}", e.what());
+        return 1;
+      }
     }
-    if (result.outcome == Outcome::kInterrupted) return 128 + result.signal;
+    if (interrupted) return 128 + result.signal;
+    if (pending_signal_) {
+      // A signal during the exit barrier (or a failed round's hand-shake)
+      // ends the job at once, whatever the other nodes do.
+      spdlog::warn("got {} while waiting for the other nodes to finish; exiting",
+                   signal_name(pending_signal_));
+      return 128 + pending_signal_;
+    }
     if (verdict.action == GroupVerdict::kExit) {
       if (verdict.exit_code != 0) {
         if (result.outcome == Outcome::kFailed)

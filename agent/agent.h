@@ -48,7 +48,10 @@ class Agent {
   void reap();
   void run_until(const std::function<bool()>& done);
   int run_job(Guardian& guardian);
+  template <class T>
+  T off_loop(const std::function<T()>& call);
   RoundInfo next_round(int restart);
+  GroupVerdict group_ended(GroupOutcome outcome);
   std::string make_run_dir();
 
   Options options_;
@@ -59,7 +62,8 @@ class Agent {
   std::unique_ptr<RestartPolicy> policy_;
   std::vector<AgentHooks*> hooks_;
   Attempt* current_ = nullptr;
-  int pending_signal_ = 0;
+  int pending_signal_ = 0;  // the first stop signal
+  int signals_seen_ = 0;    // stop signals so far
   pid_t guardian_pid_ = -1;
   std::string temp_root_;  // private log root when no --log-dir; removed at exit
   bool keep_temp_root_ = false;

@@ -80,11 +80,7 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
   ro.local_world_size = options_.nproc_per_node;
   auto conf = options_.rdzv_conf;
   conf.erase("token");
-  try {
-    rdzv::apply_rdzv_conf(conf, ro);
-  } catch (const rdzv::RendezvousError& e) {
-    throw RendezvousError(e.what());
-  }
+  rdzv::apply_rdzv_conf(conf, ro);
   keep_alive_window_ = ro.keep_alive_interval * ro.keep_alive_max_attempt;
 
   // Host the store here? An explicit is_host decides; otherwise the agent
@@ -143,7 +139,9 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
 }
 
 ElasticRendezvous::~ElasticRendezvous() {
+  if (notifier_.joinable()) notifier_.join();
   keep_alive_.reset();
+  if (canceller_->cancelled()) farewell();
   // The exit hand-shake: the host keeps the store up until every node of a
   // finished round has read its outcome (bounded), so none sees it vanish.
   if (round_ && control_) {
@@ -168,8 +166,41 @@ ElasticRendezvous::~ElasticRendezvous() {
   host_.reset();
 }
 
+void ElasticRendezvous::abandon(int signal) {
+  stop_signal_ = signal;
+  canceller_->cancel();
+}
+
+void ElasticRendezvous::farewell() {
+  // Stopped by a signal in the middle of a join or an exit barrier: the
+  // cancelled connections are spent, so a fresh one with short deadlines
+  // tells the other nodes of a running round that this node is gone, rather
+  // than leaving them to find out from its missing heartbeats.
+  if (!round_ || round_over_) return;
+  round_over_ = true;
+  try {
+    rdzv::ClientOptions co;
+    co.host = host_name_;
+    co.port = port_;
+    co.token = token_;
+    co.connect_timeout = Duration(500);
+    co.op_timeout = Duration(500);
+    rdzv::Client store(co);
+    const std::string base = "rdzv/" + options_.run_id + "/";
+    const std::string reason = "failed: " + me() + ": its agent was stopped by a signal" +
+                               kExitTag + std::to_string(128 + stop_signal_) + ")";
+    const rdzv::Bytes desired = rdzv::to_bytes(reason);
+    if (store.compare_set(base + "r" + std::to_string(round_->round) + "/end", {}, desired) ==
+        desired)
+      store.add(base + "restarts", 1);
+  } catch (const std::exception& e) {
+    spdlog::debug("could not tell the other nodes that this one stops: {}", e.what());
+  }
+}
+
 std::unique_ptr<rdzv::Store> ElasticRendezvous::connect(Duration connect_timeout) {
   rdzv::ClientOptions co;
+  co.canceller = canceller_;
   co.host = host_name_;
   co.port = port_;
   co.token = token_;
@@ -187,6 +218,7 @@ std::string ElasticRendezvous::me() const {
 }
 
 RoundInfo ElasticRendezvous::next_round(int) {
+  if (notifier_.joinable()) notifier_.join();
   keep_alive_.reset();
   control_attempt_ = nullptr;
   round_over_ = false;
@@ -304,11 +336,17 @@ void ElasticRendezvous::signal_failure(const std::string& what, int exit_code) {
   round_over_ = true;
   std::string reason = me() + ": " + what + kExitTag + std::to_string(exit_code) + ")";
   local_end_ = rdzv::RoundEnd{rdzv::RoundEnd::kFailed, "failed: " + reason};
-  try {
-    rdzv_->signal_failure(reason);
-  } catch (const std::exception& e) {
-    spdlog::warn("could not tell the other nodes that {}: {}", what, e.what());
-  }
+  // Hooks must not block: the store call runs on a thread of its own, and
+  // group_ended (off the loop) waits for it before using the store again.
+  // Nothing else uses rdzv_ while an attempt runs.
+  if (notifier_.joinable()) notifier_.join();
+  notifier_ = std::thread([this, what, reason] {
+    try {
+      rdzv_->signal_failure(reason);
+    } catch (const std::exception& e) {
+      spdlog::warn("could not tell the other nodes that {}: {}", what, e.what());
+    }
+  });
 }
 
 void ElasticRendezvous::attempt_failed(const Failure& root) {
@@ -366,6 +404,7 @@ bool ElasticRendezvous::exit_barrier(const std::string& base) {
 }
 
 GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
+  if (notifier_.joinable()) notifier_.join();
   control_attempt_ = nullptr;
   // On the way out, reports of this round still queued in the loop become
   // stale: the next join runs on another thread and must not race them.

@@ -19,24 +19,31 @@
 // barrier: each waits, up to 300 s, for every node's outcome), or when the
 // policy stops on every node at the same count.
 //
-// Threads: next_round() runs on the agent's join thread (Agent::next_round,
-// while the loop keeps handling signals), everything else on the agent's
-// thread; the KeepAlive callback runs on KeepAlive's and only records and
-// posts. The generation counter (under mu_) orders them: group_ended() and
-// next_round() bump it, and a report of an older generation does nothing.
+// Threads: next_round() and group_ended() (joins, the exit barrier) run on
+// a thread of the agent's (Agent::off_loop, while the loop keeps handling
+// signals), the hooks on the agent's loop thread; a failure the hooks
+// report goes to the store from a notifier thread, which group_ended() and
+// next_round() wait for. The KeepAlive callback runs on KeepAlive's thread
+// and only records and posts. The generation counter (under mu_) orders
+// them: group_ended() and next_round() bump it, and a report of an older
+// generation does nothing. abandon() (a stop signal) cancels every store
+// connection at once; the destructor then tells the round's other nodes.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "agent/hooks.h"
 #include "agent/options.h"
 #include "agent/port_reservation.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/store_host.h"
+#include "rendezvous/canceller.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::agent {
@@ -58,6 +65,7 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   RoundInfo next_round(int restart_count) override;
   GroupVerdict group_ended(GroupOutcome outcome) override;
   std::string run_id() const override { return options_.run_id; }
+  void abandon(int signal) override;
 
   // AgentHooks
   void workers_started(const AttemptInfo& attempt, AttemptControl& control) override;
@@ -75,6 +83,8 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   void apply_end(uint64_t generation);
   void signal_failure(const std::string& what, int exit_code);
   void linger_after_failed_join();
+  // After abandon(): ends the running round for the other nodes (bounded).
+  void farewell();
   // Records "ok" and waits for every node's outcome; true when all are ok.
   bool exit_barrier(const std::string& base);
   std::string me() const;
@@ -92,6 +102,10 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   std::unique_ptr<rendezvous::Rendezvous> rdzv_;
   std::unique_ptr<rendezvous::Store> control_;  // exit hand-shake
   std::unique_ptr<rendezvous::KeepAlive> keep_alive_;
+  // Shared by every store connection of this node: abandon() cancels them.
+  std::shared_ptr<rendezvous::Canceller> canceller_ = std::make_shared<rendezvous::Canceller>();
+  std::thread notifier_;  // signal_failure's store call
+  std::atomic<int> stop_signal_{0};  // the signal that abandoned a call
   std::optional<rendezvous::RoundResult> round_;
   boost::asio::io_context* io_ = nullptr;
   AttemptControl* control_attempt_ = nullptr;

@@ -8,8 +8,9 @@
 // (hooks.h) and call AttemptControl::fail_attempt.
 #pragma once
 
-#include <stdexcept>
 #include <string>
+
+#include "rendezvous/rendezvous_error.h"
 
 namespace ddprun::agent {
 
@@ -45,19 +46,24 @@ struct GroupVerdict {
 };
 
 // Thrown when a round cannot be formed; the agent prints it and exits 1.
-class RendezvousError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// One type for the whole job: the rendezvous layer's.
+using rendezvous::RendezvousError;
 
 class RendezvousHandler {
  public:
   virtual ~RendezvousHandler() = default;
   // Blocks (with the handler's own deadline) until the round is formed.
-  // `restart_count` is 0 for the first attempt.
+  // `restart_count` is 0 for the first attempt. A multi-node agent calls it
+  // on a thread of its own, so the loop goes on handling signals.
   virtual RoundInfo next_round(int restart_count) = 0;
-  // The local group of the round just run has ended.
+  // The local group of the round just run has ended (may block, e.g. the
+  // exit barrier; called like next_round).
   virtual GroupVerdict group_ended(GroupOutcome outcome) = 0;
+  // Called from the agent's loop thread while next_round or group_ended
+  // blocks on another: ddprun got stop signal `signal`. Must not block; the
+  // blocked call then returns (or throws) within milliseconds, and the
+  // handler is only used to end the job afterwards.
+  virtual void abandon(int signal) { (void)signal; }
   // TORCHELASTIC_RUN_ID.
   virtual std::string run_id() const = 0;
 };

@@ -69,10 +69,20 @@ Client::~Client() {
 }
 
 void Client::disconnect() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) close_fd(fd_);
   fd_ = -1;
   rbuf_.clear();
   rpos_ = 0;
+}
+
+void Client::close_fd(int fd) {
+  if (options_.canceller) options_.canceller->remove(fd);
+  ::close(fd);
+}
+
+void Client::throw_if_cancelled(const std::string& what) const {
+  if (options_.canceller && options_.canceller->cancelled())
+    throw CancelledError("store at " + address_ + ": " + what + " abandoned (ddprun is stopping)");
 }
 
 [[noreturn]] void Client::timeout(const std::string& what, Duration after) {
@@ -86,6 +96,7 @@ void Client::connect() {
   auto backoff = std::chrono::milliseconds(10);
   for (;;) {
     disconnect();
+    throw_if_cancelled("connect");
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -100,6 +111,8 @@ void Client::connect() {
           last_error = std::string("socket: ") + std::strerror(errno);
           continue;
         }
+        // Registered before connecting: a cancel wakes the poll below.
+        if (options_.canceller) options_.canceller->add(fd);
         int err = 0;
         if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
           err = errno;
@@ -113,7 +126,7 @@ void Client::connect() {
         }
         if (err != 0) {
           last_error = std::string("connect: ") + std::strerror(err);
-          ::close(fd);
+          close_fd(fd);
           continue;
         }
         int one = 1;
@@ -123,7 +136,7 @@ void Client::connect() {
         int flags = fcntl(fd, F_GETFL);
         if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
           last_error = std::string("fcntl: ") + std::strerror(errno);
-          ::close(fd);
+          close_fd(fd);
           continue;
         }
         fd_ = fd;
@@ -161,10 +174,12 @@ void Client::connect() {
         disconnect();
       } catch (const TimeoutError&) {
         disconnect();
+        throw_if_cancelled("connect");
         throw TimeoutError("store at " + address_ + ": no greeting within " +
                            std::to_string(options_.connect_timeout.count()) + " ms");
       }
     }
+    throw_if_cancelled("connect");
     if (Clock::now() + backoff >= deadline) {
       throw StoreError("cannot connect to store at " + address_ + " within " +
                        std::to_string(options_.connect_timeout.count()) + " ms: " + last_error);
@@ -284,6 +299,7 @@ std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::
   const auto deadline = Clock::now() + waited;
   std::string ack_error;
   for (int attempt = 0;; ++attempt) {
+    throw_if_cancelled(what);
     try {
       if (fd_ < 0) reconnect(deadline);
       if (!retry_safe) {
@@ -313,8 +329,10 @@ std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::
       throw StoreError("store at " + address_ + ": " + what + ": " + error_message(reply));
     } catch (const ConnectionLost& e) {
       disconnect();
+      throw_if_cancelled(what);
       if (!retry_safe || attempt > 0) throw StoreError(e.what());
     } catch (const TimeoutError&) {
+      throw_if_cancelled(what);
       no_answer(what, waited);
     }
   }
@@ -360,6 +378,7 @@ void Client::set(const std::string& key, const Bytes& value) {
     }
     Unacked u{key, wire::encode_request(make(Op::kSet, {key}, {value}))};
     for (int attempt = 0;; ++attempt) {
+      throw_if_cancelled(what);
       try {
         if (fd_ < 0) reconnect(deadline);
         send_all(u.frame, deadline, what);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "rendezvous/canceller.h"
 #include "rendezvous/hash_store.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store.h"
@@ -38,6 +39,9 @@ struct ClientOptions {
   // Blocking calls (get, wait, multi_get) give the server this much beyond
   // their own timeout to answer before the client gives up on it.
   Duration reply_grace{2000};
+  // When set, Canceller::cancel() from another thread ends a blocked call
+  // at once (CancelledError), and every later call too.
+  std::shared_ptr<Canceller> canceller;
 };
 
 class Client : public Store {
@@ -72,6 +76,8 @@ class Client : public Store {
   using Clock = std::chrono::steady_clock;
   void connect();
   void disconnect();
+  void close_fd(int fd);
+  void throw_if_cancelled(const std::string& what) const;
   // One round trip; returns the response payload after the status byte, or
   // nullopt for a kTimeout status. Throws StoreError on kError.
   std::optional<Bytes> call(const wire::Request& request, bool retry_safe, const std::string& what);

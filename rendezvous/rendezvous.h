@@ -25,16 +25,10 @@
 #include <thread>
 #include <vector>
 
+#include "rendezvous/rendezvous_error.h"
 #include "rendezvous/store.h"
 
 namespace ddprun::rendezvous {
-
-// The rendezvous layer's one error type: the message says how many nodes
-// came and from where, or which store address failed.
-class RendezvousError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct RendezvousOptions {
   // --rdzv-id: separates jobs sharing one store.

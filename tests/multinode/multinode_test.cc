@@ -375,6 +375,36 @@ TEST_CASE("multinode.barrier") {
   CHECK(job.log(1).find("missed heartbeats") != std::string::npos);
 }
 
+TEST_CASE("multinode.barrierint") {
+  // Node 1's workers succeed; while it waits in the exit barrier for node 2,
+  // whose workers still run, node 1's agent gets SIGINT: it exits 130 at
+  // once (the barrier runs off the agent's loop and is abandoned), and tells
+  // node 2, which stops its workers instead of waiting on heartbeats.
+  Job job("barrierint", 2);
+  job.start(1, {"MN_STOP_NAME=stop-n1"}, agent_args("", "2"));
+  job.start(2, {"MN_STOP_NAME=stop-n2"}, agent_args("", "2"));
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 4)) >= 0;
+  }, kDeadline));
+  std::ofstream(job.dir.path() + "/stop-n1") << "stop\n";
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return job.log(1).find("waiting for the other nodes to finish") != std::string::npos;
+  }, kDeadline));
+  const auto sent = std::chrono::steady_clock::now();
+  job.agents[1]->signal(SIGINT);
+  const int status = job.agents[1]->wait(kDeadline);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  MESSAGE("node 1 exited " << status << " " << took << " s after SIGINT");
+  INFO("node 1:\n" << job.log(1));
+  CHECK(status == 130);
+  CHECK(job.log(1).find("got SIGINT while waiting for the other nodes to finish") !=
+        std::string::npos);
+  INFO("node 2:\n" << job.log(2));
+  CHECK(job.agents[2]->wait(kDeadline) != 0);
+  CHECK(job.log(2).find("its agent was stopped by a signal") != std::string::npos);
+}
+
 #ifdef TRAIN_BIN
 TEST_CASE("multinode.train") {
   // The trainer on two network stacks, one rank each, meeting through the
