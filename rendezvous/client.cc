@@ -476,6 +476,20 @@ void Client::multi_set(const std::vector<std::string>& keys, const std::vector<B
 
 void Client::ping() { call(make(Op::kPing), true, "ping"); }
 
+bool Client::set_on_close(const std::vector<std::string>& keys, const std::vector<Bytes>& values,
+                          const std::string& counter) {
+  if (keys.size() != values.size()) {
+    throw StoreError("set_on_close: " + std::to_string(keys.size()) + " keys but " +
+                     std::to_string(values.size()) + " values");
+  }
+  Request q = make(Op::kOnClose, keys, values);
+  q.counter = counter;
+  // Not retry-safe: on a fresh connection it would arm writes that the
+  // caller believes belong to the connection that just broke.
+  call(q, false, keys.empty() ? "set_on_close(cancel)" : "set_on_close(" + describe_keys(keys) + ")");
+  return true;
+}
+
 std::string Client::local_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);

@@ -65,6 +65,10 @@ class Client : public Store {
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Duration timeout) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   void ping() override;
+  // Kept by the server for this connection only: a reconnect drops it, and
+  // the broken connection that caused the reconnect has already fired it.
+  bool set_on_close(const std::vector<std::string>& keys, const std::vector<Bytes>& values,
+                    const std::string& counter) override;
 
   // "host:port", as errors name it.
   const std::string& address() const { return address_; }

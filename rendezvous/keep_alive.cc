@@ -21,12 +21,39 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
       restarts_key_(rdzv.key("restarts")),
       round_(std::move(round)),
       on_end_(std::move(on_end)) {
+  // The store learns which connection carries this node's heartbeats: if
+  // it closes while the round runs (the agent was killed, its host lost the
+  // link), the store ends the round at once, marks this node dead and
+  // counts the restart, so the peers need not wait out the keep-alive
+  // window. The heartbeats stay for deaths a socket does not show.
+  const NodeInfo* me = nullptr;
+  for (const auto& n : round_.nodes)
+    if (n.node_id == options_.node_id) me = &n;
+  std::string reason = "node " + options_.node_id + " at " + (me ? me->addr : options_.local_addr) +
+                       " (group rank " + std::to_string(round_.group_rank) + ") " +
+                       std::string(kConnectionClosed) + " (its agent died or lost the link)";
+  try {
+    on_close_armed_ = store_->set_on_close(
+        {prefix_ + "end", prefix_ + "dead/" + options_.node_id},
+        {to_bytes("failed: " + reason), to_bytes("1")}, restarts_key_);
+  } catch (const StoreError& e) {
+    spdlog::debug("rendezvous '{}': no death notice on close: {}", options_.run_id, e.what());
+  }
   thread_ = std::thread([this] { run(); });
 }
 
 KeepAlive::~KeepAlive() {
   stop_ = true;
   thread_.join();
+  // Leaving on purpose is no death: disarm before the connection closes.
+  if (!on_close_armed_) return;
+  try {
+    store_->set_on_close({}, {}, "");
+  } catch (const std::exception& e) {
+    // The connection is gone already, and with it the armed writes (which
+    // find the round ended, or end it as a lost member would).
+    spdlog::debug("rendezvous '{}': disarming the death notice: {}", options_.run_id, e.what());
+  }
 }
 
 void KeepAlive::run() {
@@ -74,6 +101,9 @@ void KeepAlive::run() {
                                  " ms (seen by " + options_.node_id + ")";
             // The reporter's id keeps `desired` unique: two watchers with the
             // same text would both see their own value and both count a restart.
+            // Marked dead first (it is, whoever ends the round): the next
+            // round then closes as soon as the live members are back.
+            store_->set(prefix_ + "dead/" + peers[i]->node_id, to_bytes("1"));
             Bytes desired = to_bytes("failed: " + reason);
             Bytes after = store_->compare_set(end_key, {}, desired);
             if (after == desired) {
@@ -92,7 +122,9 @@ void KeepAlive::run() {
         RoundEnd e;
         e.reason = why.rfind("failed: ", 0) == 0 ? why.substr(8) : why;
         if (why.rfind("scale-up", 0) == 0) e.kind = RoundEnd::kScaleUp;
-        else if (why.find("missed heartbeats") != std::string::npos) e.kind = RoundEnd::kPeerDead;
+        else if (why.find("missed heartbeats") != std::string::npos ||
+                 why.find(kConnectionClosed) != std::string::npos)
+          e.kind = RoundEnd::kPeerDead;
         else e.kind = RoundEnd::kFailed;
         return end(e);
       } catch (const TimeoutError&) {

@@ -39,6 +39,10 @@ class PrefixStore : public Store {
     inner_->multi_set(k(keys), values);
   }
   void ping() override { inner_->ping(); }
+  bool set_on_close(const std::vector<std::string>& keys, const std::vector<Bytes>& values,
+                    const std::string& counter) override {
+    return inner_->set_on_close(k(keys), values, counter.empty() ? counter : k(counter));
+  }
 
   const std::string& prefix() const { return prefix_; }
   Store& inner() { return *inner_; }

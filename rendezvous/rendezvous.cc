@@ -7,6 +7,8 @@
 //   r<N>/closed        the round's nodes in group-rank order (one record a line)
 //   r<N>/end           why the round ended ("failed: ...", "scale-up: ...")
 //   r<N>/hb/<node_id>  heartbeat counter
+//   r<N>/dead/<node_id>  set when the member was seen dead (connection
+//                      closed, or heartbeats missed)
 //   r<N>/outcome/<node_id>  "ok" or "failed" when the node's workers ended
 #include "rendezvous/rendezvous.h"
 
@@ -307,10 +309,27 @@ RoundResult Rendezvous::next_round() {
           // wait for MIN nodes, then give the last call its window.
           const std::string min_key = round_key(r, "node/" + std::to_string(options_.min_nodes));
           store_->wait({min_key}, left(deadline));
-          try {
-            store_->wait({closed}, std::min(options_.last_call_timeout, left(deadline)));
-          } catch (const TimeoutError&) {
-            close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
+          const auto last_call_end = Clock::now() + options_.last_call_timeout;
+          // After a round that lost members, the live ones are all the
+          // round needs: close as soon as that many have joined.
+          const int64_t live = live_members();
+          bool closed_early = false;
+          if (live >= options_.min_nodes && live < max) {
+            try {
+              store_->wait({round_key(r, "node/" + std::to_string(live))},
+                           std::min(left(last_call_end), left(deadline)));
+              close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
+              closed_early = true;
+            } catch (const TimeoutError&) {
+              // a live member is slow to come back: the last call decides
+            }
+          }
+          if (!closed_early) {
+            try {
+              store_->wait({closed}, std::min(left(last_call_end), left(deadline)));
+            } catch (const TimeoutError&) {
+              close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
+            }
           }
         }
         assignment = store_->get(closed, left(deadline));
@@ -329,6 +348,14 @@ RoundResult Rendezvous::next_round() {
   } catch (const StoreError& e) {
     throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
   }
+}
+
+int64_t Rendezvous::live_members() {
+  if (!current_) return 0;
+  int64_t dead = 0;
+  for (const auto& n : current_->nodes)
+    if (store_->check({round_key(current_->round, "dead/" + n.node_id)})) ++dead;
+  return dead == 0 ? 0 : static_cast<int64_t>(current_->nodes.size()) - dead;
 }
 
 void Rendezvous::signal_failure(const std::string& reason) {

@@ -7,8 +7,12 @@
 // fill the free ranks in first-join order (a job-wide sequence number kept
 // in the store). While a round runs, KeepAlive heartbeats this node and
 // watches its peers; the round ends for everyone when any node signals a
-// failure, a peer misses keep_alive_max_attempt heartbeats, or a late node
-// waits to be taken in (scale-up, which spends no restart).
+// failure, a member's KeepAlive connection closes (the store ends the round
+// itself: a killed agent is noticed at once), a peer misses
+// keep_alive_max_attempt heartbeats (silent deaths: power, partition), or a
+// late node waits to be taken in (scale-up, which spends no restart).
+// After a round that lost members, the next closes as soon as every live
+// member is back, without the last call.
 //
 // Store keys live under "rdzv/<run_id>/" (see rendezvous.cc for the list).
 // Rendezvous is thread-compatible; KeepAlive runs its own thread on its own
@@ -130,6 +134,8 @@ class Rendezvous {
   // publish it; whoever publishes first wins.
   void close_round(int64_t round, int64_t n);
   RoundResult result_from(int64_t round, const std::vector<NodeInfo>& nodes);
+  // Members of this node's last round not marked dead; 0 when none was.
+  int64_t live_members();
 
   StoreFactory factory_;
   RendezvousOptions options_;
@@ -158,8 +164,12 @@ class KeepAlive {
   RoundResult round_;
   std::function<void(const RoundEnd&)> on_end_;
   std::atomic<bool> stop_{false};
+  bool on_close_armed_ = false;  // the store ends the round if our connection closes
   std::thread thread_;
 };
+
+// In a round's end reason when the store saw a member's connection close.
+inline constexpr const char* kConnectionClosed = "closed its store connection";
 
 // Encodes/decodes a node record (tab-separated; ids and addresses cannot
 // hold tabs or newlines).

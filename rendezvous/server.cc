@@ -71,6 +71,8 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool closed = false;
   bool authed = false;
   Bytes nonce;
+  // kOnClose writes to run when the client goes away (wire.h).
+  std::unique_ptr<wire::Request> on_close;
   // The blocked request, if any; later requests wait behind it.
   std::unique_ptr<wire::Request> pending;
   Table::Waiter waiter;
@@ -195,6 +197,12 @@ void Conn::handle(wire::Request q) {
     w.u8(static_cast<uint8_t>(wire::Status::kOk));
     return;
   }
+  if (q.op == wire::Op::kOnClose) {
+    on_close = q.keys.empty() ? nullptr : std::make_unique<wire::Request>(std::move(q));
+    wire::Writer w(out);
+    w.u8(static_cast<uint8_t>(wire::Status::kOk));
+    return;
+  }
   pending = std::make_unique<wire::Request>(std::move(q));
   if (srv->table.execute(*pending, out, waiter)) {
     pending.reset();
@@ -278,6 +286,9 @@ void Conn::close() {
   closed = true;
   if (pending) srv->table.cancel(waiter);
   pending.reset();
+  // The server's own shutdown is no sign of the client's death.
+  if (on_close && !srv->closed) srv->table.run_on_close(*on_close);
+  on_close.reset();
   boost::system::error_code ec;
   wait_timer.cancel();
   frame_timer.cancel();

@@ -65,6 +65,16 @@ class Store {
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
   // Round trip to the store; throws StoreError when it is unreachable.
   virtual void ping() {}
+  // Leaves writes with the store for when this connection closes without
+  // a goodbye (the process died, the link broke): when keys[0] is absent,
+  // every pair is set and `counter` (when not empty) gets 1 added. Empty
+  // `keys` cancels. Returns false where the
+  // store cannot do this (death is then found by heartbeats alone).
+  virtual bool set_on_close(const std::vector<std::string>& /*keys*/,
+                            const std::vector<Bytes>& /*values*/,
+                            const std::string& /*counter*/) {
+    return false;
+  }
 };
 
 // Text <-> Bytes helpers for callers that store strings.

@@ -254,9 +254,32 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
     case Op::kAuth:
       write_error(out, "auth: already authenticated or not required");
       return true;
+    case Op::kOnClose:
+      // Per connection: the server keeps it (Conn::on_close).
+      write_error(out, "on_close: not a table operation");
+      return true;
   }
   write_error(out, "unknown opcode");
   return true;
+}
+
+void Table::run_on_close(const wire::Request& q) {
+  if (q.keys.empty() || data_.count(q.keys[0])) return;
+  // Through execute() so the writes wake waiters exactly as a client's
+  // would; the replies go nowhere.
+  Bytes discard;
+  Waiter unused;
+  wire::Request w;
+  w.op = Op::kMultiSet;
+  w.keys = q.keys;
+  w.values = q.values;
+  execute(w, discard, unused);
+  if (q.counter.empty()) return;
+  w.op = Op::kAdd;
+  w.keys = {q.counter};
+  w.values.clear();
+  w.delta = 1;
+  execute(w, discard, unused);
 }
 
 }  // namespace ddprun::rendezvous

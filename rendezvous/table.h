@@ -37,6 +37,8 @@ class Table {
   bool execute(const wire::Request& request, wire::Bytes& out, Waiter& waiter);
   // Appends the answer of a blocking request whose keys all exist.
   void answer_ready(const wire::Request& request, wire::Bytes& out) const;
+  // Carries out a closed connection's kOnClose writes (wire.h, "on close").
+  void run_on_close(const wire::Request& on_close);
   // Unregisters a waiter (no-op when not registered).
   void cancel(Waiter& waiter);
 

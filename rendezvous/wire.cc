@@ -19,6 +19,7 @@ const char* op_name(Op op) {
     case Op::kMultiGet: return "multi_get";
     case Op::kMultiSet: return "multi_set";
     case Op::kPing: return "ping";
+    case Op::kOnClose: return "on_close";
   }
   return "unknown";
 }
@@ -216,6 +217,24 @@ ParseResult parse_request(const uint8_t* data, size_t size) {
       }
       break;
     }
+    case Op::kOnClose: {
+      uint32_t count;
+      if (!in.u32(count)) {
+        ok = false, error = "truncated pair count";
+      } else if (count > kMaxKeysPerRequest || count > in.left() / 8) {
+        ok = false, error = "pair count " + std::to_string(count) + " over " +
+                            std::to_string(kMaxKeysPerRequest) + " or truncated";
+      } else {
+        q.keys.resize(count);
+        q.values.resize(count);
+        for (uint32_t i = 0; ok && i < count; ++i) {
+          ok = in.str(q.keys[i], kMaxKeySize) && in.bytes(q.values[i], kMaxValueSize);
+        }
+        ok = ok && in.str(q.counter, kMaxKeySize);
+        if (!ok) error = "key, value or counter over its limit, or truncated";
+      }
+      break;
+    }
     default:
       return fail("unknown opcode " + std::to_string(op));
   }
@@ -254,11 +273,13 @@ Bytes encode_request(const Request& q) {
       case Op::kNumKeys:
       case Op::kPing: break;
       case Op::kMultiSet:
+      case Op::kOnClose:
         w.u32(static_cast<uint32_t>(q.keys.size()));
         for (size_t i = 0; i < q.keys.size(); ++i) {
           w.str(q.keys[i]);
           w.str(q.values.at(i));
         }
+        if (q.op == Op::kOnClose) w.str(q.counter);
         break;
     }
   }

@@ -26,12 +26,21 @@
 //     kMultiGet  u64 timeout_ms, strs keys
 //     kMultiSet  u32 count, (str key, str value)[count]
 //     kPing      (nothing)
+//     kOnClose   u32 count, (str key, str value)[count], str counter
+//                (count 0 cancels; see "on close" below)
 //   response payload := u8 status, fields:
 //     kOk        op-specific: kGet/kCompareSet -> str value; kAdd/kNumKeys ->
 //                i64; kCheck/kDelete -> u8 bool; kMultiGet -> strs values;
 //                others -> nothing
 //     kTimeout   (nothing: the client names its keys and deadline)
 //     kError     str message
+//
+// On close: kOnClose leaves writes with the server for when this connection
+// closes other than by the server's own shutdown (the client process died,
+// its link broke): when the first pair's key is absent, every pair is set
+// and `counter` (when not empty) is incremented by 1; otherwise nothing
+// happens. A later kOnClose replaces an earlier one. The rendezvous
+// ends a round this way the moment a member's agent dies.
 //
 // Requests on one connection are answered in order. Blocking operations
 // (get, wait, multi-get) hold the connection's later requests until they
@@ -85,6 +94,7 @@ enum class Op : uint8_t {
   kMultiGet = 11,
   kMultiSet = 12,
   kPing = 13,
+  kOnClose = 14,
 };
 const char* op_name(Op op);
 
@@ -97,6 +107,7 @@ struct Request {
   std::vector<Bytes> values;      // value / expected+desired / multi-set values / mac
   int64_t delta = 0;
   uint64_t timeout_ms = 0;
+  std::string counter;            // kOnClose only
 };
 
 struct Greeting {

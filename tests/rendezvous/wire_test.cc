@@ -40,6 +40,10 @@ std::vector<Request> one_of_each() {
   all.push_back(m);
   all.push_back(req(Op::kMultiSet, {"x", "y"}, {{1}, {}}));
   all.push_back(req(Op::kPing));
+  Request oc = req(Op::kOnClose, {"end", "dead"}, {{1}, {2}});
+  oc.counter = "restarts";
+  all.push_back(oc);
+  all.push_back(req(Op::kOnClose));  // cancel: no pairs
   return all;
 }
 
@@ -67,6 +71,7 @@ TEST_CASE("every request round-trips through encode and parse") {
     CHECK(r.request.values == q.values);
     CHECK(r.request.delta == q.delta);
     CHECK(r.request.timeout_ms == q.timeout_ms);
+    CHECK(r.request.counter == q.counter);
   }
 }
 

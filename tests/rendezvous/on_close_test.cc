@@ -1,0 +1,109 @@
+// Death notices: writes a connection leaves with the store for when it
+// closes without a goodbye, and the rendezvous ending a round with them.
+#include <doctest/doctest.h>
+
+#include "rendezvous/rendezvous.h"
+#include "tests/rendezvous/test_util.h"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+
+RendezvousOptions member(int i) {
+  RendezvousOptions o;
+  o.run_id = "job";
+  o.min_nodes = 2;
+  o.max_nodes = 3;
+  o.node_id = "node" + std::to_string(i);
+  o.local_addr = "10.0.0." + std::to_string(i);
+  o.join_timeout = 120s;
+  // Far beyond the test's waits: only a closed connection can end a round
+  // in time, and only the live-members rule can close the next one.
+  o.last_call_timeout = 120s;
+  o.close_timeout = 5s;
+  o.keep_alive_interval = 60s;
+  o.keep_alive_max_attempt = 3;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a connection's death notice runs when it closes, not after disarming or at shutdown") {
+  ServerThread server;
+  Client watcher(server.client_options());
+  {
+    Client dying(server.client_options());
+    CHECK(dying.set_on_close({"end", "dead/x"}, {to_bytes("x died"), to_bytes("1")}, "count"));
+  }  // closed with the notice armed
+  CHECK(to_string(watcher.get("end", 5s)) == "x died");
+  CHECK(to_string(watcher.get("dead/x", 0s)) == "1");
+  CHECK(watcher.add("count", 0) == 1);
+
+  {  // the first key already set: nothing happens at all
+    Client late(server.client_options());
+    late.set_on_close({"end", "dead/y"}, {to_bytes("y died"), to_bytes("1")}, "count");
+  }
+  {  // disarmed on purpose
+    Client leaving(server.client_options());
+    leaving.set_on_close({"end2"}, {to_bytes("z died")}, "count");
+    leaving.set_on_close({}, {}, "");
+  }
+  CHECK(server.wait_for_state([](ServerThread& s) { return s.connections() == 1; }));
+  CHECK(to_string(watcher.get("end", 0s)) == "x died");
+  CHECK_FALSE(watcher.check({"dead/y"}));
+  CHECK_FALSE(watcher.check({"end2"}));
+  CHECK(watcher.add("count", 0) == 1);
+
+  // A blocked reader is woken by the notice, as by any write.
+  auto blocked = std::async(std::launch::async, [&] {
+    Client reader(server.client_options());
+    return to_string(reader.get("end3", 10s));
+  });
+  CHECK(server.wait_for_state([](ServerThread& s) { return s.waiters() == 1; }));
+  { Client(server.client_options()).set_on_close({"end3"}, {to_bytes("w died")}, ""); }
+  CHECK(blocked.get() == "w died");
+}
+
+TEST_CASE("a member whose connection closes ends the round at once; the live ones re-form without a last call") {
+  ServerThread server;
+  auto factory = [&] { return std::make_unique<Client>(server.client_options()); };
+  Rendezvous a(factory, member(1)), b(factory, member(2)), c(factory, member(3));
+  std::vector<std::future<RoundResult>> f;
+  for (auto* n : {&a, &b, &c})
+    f.push_back(std::async(std::launch::async, [n] { return n->next_round(); }));
+  for (auto& x : f) REQUIRE(x.get().group_world_size == 3);
+
+  std::promise<RoundEnd> ended;
+  auto ka = a.watch([&](const RoundEnd& e) { ended.set_value(e); });
+  auto kb = b.watch([](const RoundEnd&) {});
+  // c's KeepAlive connection closes without disarming, as when its agent is
+  // SIGKILLed: a raw client armed exactly as KeepAlive arms it.
+  {
+    Client dying(server.client_options());
+    dying.set_on_close({"rdzv/job/r0/end", "rdzv/job/r0/dead/node3"},
+                       {to_bytes("failed: node node3 at 10.0.0.3 (group rank 2) " +
+                                 std::string(kConnectionClosed)),
+                        to_bytes("1")},
+                       "rdzv/job/restarts");
+  }
+  auto fut = ended.get_future();
+  REQUIRE(fut.wait_for(20s) == std::future_status::ready);
+  RoundEnd end = fut.get();
+  CHECK(end.kind == RoundEnd::kPeerDead);
+  CHECK(end.reason.find("node node3 at 10.0.0.3") != std::string::npos);
+  CHECK(a.restart_count() == 1);
+  ka.reset();
+  kb.reset();
+
+  auto ra = std::async(std::launch::async, [&] { return a.next_round(); });
+  auto rb = std::async(std::launch::async, [&] { return b.next_round(); });
+  REQUIRE(ra.wait_for(20s) == std::future_status::ready);
+  REQUIRE(rb.wait_for(20s) == std::future_status::ready);
+  auto x = ra.get(), y = rb.get();
+  CHECK(x.round == 1);
+  CHECK(x.group_world_size == 2);
+  CHECK(y.group_world_size == 2);
+  CHECK(x.group_rank != y.group_rank);
+  CHECK(a.restart_count() == 1);
+}
