@@ -11,6 +11,7 @@
 #include "agent/exit_status.h"
 #include "launcher/command.h"
 #include "launcher/nproc.h"
+#include "launcher/slurm_env.h"
 
 extern char** environ;
 
@@ -343,6 +344,55 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   return o;
 }
 
+// Under srun, what the user left unsaid (no flag, no PET_* variable) comes
+// from Slurm (launcher/slurm_env.h); one note says what was taken.
+void take_from_slurm(const CLI::App& app, RawFlags& f, std::vector<std::string>& notes) {
+  std::optional<SlurmStep> step;
+  try {
+    step = slurm_step([](const char* name) { return std::getenv(name); });
+  } catch (const SlurmError& e) {
+    throw UsageError(e.what());
+  }
+  if (!step) return;
+  auto unset = [&](const char* name) { return app.get_option(name)->count() == 0; };
+  std::vector<std::string> took;
+  if (unset("--nnodes")) {
+    f.nnodes = std::to_string(step->nnodes);
+    took.push_back("--nnodes=" + f.nnodes);
+  }
+  if (unset("--node-rank")) {
+    f.node_rank = step->node_rank;
+    took.push_back("--node-rank=" + std::to_string(f.node_rank));
+  }
+  const bool elastic = unset("--rdzv-backend") || f.rdzv_backend == "c10d";
+  if (unset("--rdzv-backend")) {
+    f.rdzv_backend = "c10d";
+    took.push_back("--rdzv-backend=c10d");
+  }
+  if (elastic && unset("--rdzv-endpoint")) {
+    f.rdzv_endpoint = step->first_host + ":" + std::to_string(step->port);
+    took.push_back("--rdzv-endpoint=" + f.rdzv_endpoint);
+  }
+  if (!elastic && unset("--master-addr")) {  // static meets at --master-addr
+    f.master_addr = step->first_host;
+    took.push_back("--master-addr=" + f.master_addr);
+  }
+  if (unset("--rdzv-id")) {
+    f.rdzv_id = step->run_id;
+    took.push_back("--rdzv-id=" + f.rdzv_id);
+  }
+  // Slurm's early warning (--signal=USR1@90) must reach the workers, not
+  // kill the agent with the signal's default action.
+  if (unset("--signals-to-handle")) {
+    f.signals += ",SIGUSR1,SIGUSR2";
+    took.push_back("--signals-to-handle=" + f.signals);
+  }
+  if (took.empty()) return;
+  std::string line = "from Slurm:";
+  for (const auto& t : took) line += " " + t;
+  notes.push_back(line + " (flags and PET_* variables override)");
+}
+
 // CLI11 2.1 cannot set the usage line; it would say "ddprun [OPTIONS]".
 class Formatter : public CLI::Formatter {
  public:
@@ -376,6 +426,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
   }
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
+  if (!raw.standalone) take_from_slurm(app, raw, result.notes);
   result.options = interpret(raw, rest);
   return result;
 }

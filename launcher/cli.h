@@ -24,6 +24,8 @@ struct ParseResult {
   bool help = false;
   std::string help_text;
   agent::Options options;
+  // Lines for the log: settings taken from the environment (Slurm).
+  std::vector<std::string> notes;
 };
 
 // The launcher's environment as seen by the parser (PET_* fallbacks,

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s (see ddprun --help)\n", e.what());
     return ddprun::launcher::kUsageExit;
   }
+  for (const auto& note : parsed.notes) spdlog::info("{}", note);
   if (parsed.help) {
     std::fputs(parsed.help_text.c_str(), stdout);
     return 0;
