@@ -132,7 +132,9 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
   ro.local_addr = local_addr;
   try {
     control_ = connect(keep_alive_window_);
-    rdzv_ = std::make_unique<rdzv::Rendezvous>([this] { return connect(keep_alive_window_); }, ro);
+    rdzv_ = std::make_unique<rdzv::Rendezvous>(
+        [this] { return connect(keep_alive_window_); }, ro,
+        [this] { return connect(keep_alive_window_, false); });
   } catch (const std::exception& e) {
     throw RendezvousError(e.what());
   }
@@ -198,9 +200,9 @@ void ElasticRendezvous::farewell() {
   }
 }
 
-std::unique_ptr<rdzv::Store> ElasticRendezvous::connect(Duration connect_timeout) {
+std::unique_ptr<rdzv::Store> ElasticRendezvous::connect(Duration connect_timeout, bool cancellable) {
   rdzv::ClientOptions co;
-  co.canceller = canceller_;
+  if (cancellable) co.canceller = canceller_;
   co.host = host_name_;
   co.port = port_;
   co.token = token_;

@@ -78,7 +78,11 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   const std::string& store_address() const { return store_addr_; }
 
  private:
-  std::unique_ptr<rendezvous::Store> connect(rendezvous::Duration connect_timeout);
+  // `cancellable`: abandon() shuts the connection down. KeepAlive's is not:
+  // its calls are short anyway, and it must disarm its death notice (so
+  // that farewell()'s reason, with the exit status, is the one peers see).
+  std::unique_ptr<rendezvous::Store> connect(rendezvous::Duration connect_timeout,
+                                             bool cancellable = true);
   void on_round_end(uint64_t generation, const rendezvous::RoundEnd& end);  // KeepAlive thread
   void apply_end(uint64_t generation);
   void signal_failure(const std::string& what, int exit_code);

@@ -155,8 +155,11 @@ std::vector<NodeInfo> assign_ranks(std::vector<NodeInfo> nodes,
   return out;
 }
 
-Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options)
-    : factory_(std::move(factory)), options_(std::move(options)) {
+Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options,
+                       StoreFactory keep_alive_factory)
+    : factory_(std::move(factory)),
+      keep_alive_factory_(keep_alive_factory ? std::move(keep_alive_factory) : factory_),
+      options_(std::move(options)) {
   if (options_.min_nodes < 1 || options_.max_nodes < options_.min_nodes) {
     throw RendezvousError("rendezvous: --nnodes " + std::to_string(options_.min_nodes) + ":" +
                           std::to_string(options_.max_nodes) + " needs 1 <= MIN <= MAX");
@@ -381,7 +384,7 @@ int64_t Rendezvous::restart_count() {
 std::unique_ptr<KeepAlive> Rendezvous::watch(std::function<void(const RoundEnd&)> on_end) {
   if (!current_) throw RendezvousError("rendezvous: watch() before a round was formed");
   try {
-    return std::make_unique<KeepAlive>(factory_(), *this, *current_, std::move(on_end));
+    return std::make_unique<KeepAlive>(keep_alive_factory_(), *this, *current_, std::move(on_end));
   } catch (const StoreError& e) {
     throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
   }

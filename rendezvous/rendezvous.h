@@ -102,7 +102,11 @@ class Rendezvous {
   // Makes a fresh store connection; called once here and once per KeepAlive.
   using StoreFactory = std::function<std::unique_ptr<Store>()>;
 
-  Rendezvous(StoreFactory factory, RendezvousOptions options);
+  // `keep_alive_factory` makes KeepAlive's connections (default: `factory`).
+  // It must not share a canceller with the others: a node that stops on
+  // purpose disarms its death notice on that connection before it leaves.
+  Rendezvous(StoreFactory factory, RendezvousOptions options,
+             StoreFactory keep_alive_factory = nullptr);
   ~Rendezvous();
 
   // Joins the next round and blocks until it is formed (join_timeout).
@@ -138,6 +142,7 @@ class Rendezvous {
   int64_t live_members();
 
   StoreFactory factory_;
+  StoreFactory keep_alive_factory_;
   RendezvousOptions options_;
   std::unique_ptr<Store> store_;
   int64_t seq_ = -1;
