@@ -5,13 +5,16 @@
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "agent/exit_status.h"
@@ -139,23 +142,62 @@ std::string Agent::make_run_dir() {
   return root + "/" + rendezvous_->run_id();
 }
 
+void Agent::make_cgroup(EnvMap& worker_env) {
+  std::string why = "DDPRUN_CGROUP=off";
+  if (env_value(worker_env, kEnvCgroup) != "off") cgroup_ = JobCgroup::create(&why);
+  if (cgroup_) return;
+  // Once, at start-up: without a cgroup, what leaves the workers' process
+  // groups is found by ancestry while ddprun lives and by an environment
+  // token after it is SIGKILLed (guardian.h).
+  spdlog::info("no job cgroup ({}); teardown uses process groups instead", why);
+  unsigned char bytes[16];
+  std::random_device rd;
+  for (auto& b : bytes) b = static_cast<unsigned char>(rd());
+  char hex[33];
+  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+  worker_env[kEnvContainmentToken] = hex;
+}
+
 int Agent::run() {
   // Orphaned grandchildren come to us, so we can reap and kill them.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // A closed console must not kill the agent; write() errors are handled.
   signal(SIGPIPE, SIG_IGN);
+  // Pipes, logs and store connections scale with the workers: take the
+  // hard limit, as ddprun-store does. Workers get the soft limit ddprun
+  // was started with, as under torchrun, since programs that select() on
+  // descriptors (FD_SETSIZE 1024) may rely on it.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    rlimit raised{nofile.rlim_max, nofile.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) worker_nofile_limit_ = nofile;
+  }
   children_.add(SIGCHLD);
   for (int sig : options_.signals_to_handle) stop_signals_.add(sig);
   watch_children();
   watch_signals();
-  Guardian guardian;
-  guardian_pid_ = guardian.pid();
-  return run_job(guardian);
+  EnvMap env = env_from_strings(options_.base_env);
+  make_cgroup(env);
+  auto token = env.find(kEnvContainmentToken);
+  std::optional<Guardian> guardian;
+  try {
+    guardian.emplace(cgroup_ ? cgroup_->path() : "",
+                     token == env.end() ? "" : token->first + "=" + token->second);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  guardian_pid_ = guardian->pid();
+  int status = run_job(*guardian, std::move(env));
+  cgroup_.reset();  // before the guardian: the agent removes it, not the safety net
+  return status;
 }
 
-int Agent::run_job(Guardian& guardian) {
+int Agent::run_job(Guardian& guardian, EnvMap env) {
   AttemptSetup setup;
-  setup.base_env = env_from_strings(options_.base_env);
+  setup.base_env = std::move(env);
+  setup.cgroup = cgroup_.get();
+  setup.worker_nofile_limit = worker_nofile_limit_;
   setup.log_every_stream = !options_.log_dir.empty();
   try {
     if (!rendezvous_) rendezvous_ = std::make_unique<StandaloneRendezvous>(options_);
@@ -165,7 +207,7 @@ int Agent::run_job(Guardian& guardian) {
         resolve_program(options_.command.at(0), env_value(setup.base_env, "PATH"));
   } catch (const SpawnError& e) {
     spdlog::error("{}", e.what());
-    return e.error_number() == ENOENT ? 127 : 126;
+    return e.exit_status();
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;

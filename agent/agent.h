@@ -7,19 +7,26 @@
 // attempt; other children, orphans re-parented to the subreaper agent, are
 // simply reaped), the handled signals, pipe output and timers. Nothing polls.
 //
+// Containment: the workers run in a job cgroup of their own where one can be
+// made (job_cgroup.h), watched over by the guardian (guardian.h), so that
+// nothing they start outlives the job, even when ddprun is SIGKILLed.
+//
 // Exit status: 0 on success; the root cause's status (exit code, or 128+N
 // for signal N) when the job fails; 128+N when ddprun receives signal N;
-// 127/126 when the program cannot be executed; 1 when the rendezvous fails.
+// 127/126 when the program is not found / cannot be executed; 1 for
+// ddprun's own failures (rendezvous, pipes, log files, fd limits).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "agent/attempt.h"
 #include "agent/hooks.h"
+#include "agent/job_cgroup.h"
 #include "agent/options.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/restart_policy.h"
@@ -47,7 +54,8 @@ class Agent {
   void watch_signals();
   void reap();
   void run_until(const std::function<bool()>& done);
-  int run_job(Guardian& guardian);
+  int run_job(Guardian& guardian, EnvMap env);
+  void make_cgroup(EnvMap& worker_env);
   template <class T>
   T off_loop(const std::function<T()>& call);
   RoundInfo next_round(int restart);
@@ -65,6 +73,8 @@ class Agent {
   int pending_signal_ = 0;  // the first stop signal
   int signals_seen_ = 0;    // stop signals so far
   pid_t guardian_pid_ = -1;
+  std::unique_ptr<JobCgroup> cgroup_;  // null: process-group fallback
+  std::optional<rlimit> worker_nofile_limit_;
   std::string temp_root_;  // private log root when no --log-dir; removed at exit
   bool keep_temp_root_ = false;
 };

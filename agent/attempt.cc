@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <system_error>
 
 #include "agent/error_file.h"
 #include "agent/line_splitter.h"
 #include "agent/process_tree.h"
 #include "agent/spawn.h"
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 namespace {
@@ -27,28 +29,20 @@ constexpr auto kKillDeadline = std::chrono::seconds(10);
 constexpr auto kDrainDeadline = std::chrono::seconds(2);
 constexpr auto kSweepDeadline = std::chrono::seconds(5);
 
-int open_log(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw SpawnError("cannot open log file " + path + ": " + strerror(errno), errno);
+base::ScopedFd open_log(const std::string& path) {
+  base::ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) throw SpawnError("cannot open log file " + path + ": " + strerror(errno), errno);
   return fd;
 }
 
-struct Pipe {
-  int read = -1;
-  int write = -1;
-  Pipe() {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-      throw SpawnError(std::string("pipe2: ") + strerror(errno), errno);
-    read = fds[0];
-    write = fds[1];
+// A worker's output pipe; failures (EMFILE) are ddprun's, not the program's.
+base::Pipe output_pipe() {
+  try {
+    return base::make_pipe(O_CLOEXEC);
+  } catch (const std::system_error& e) {
+    throw SpawnError(e.what(), e.code().value());
   }
-  ~Pipe() {
-    if (read >= 0) ::close(read);
-    if (write >= 0) ::close(write);
-  }
-  int release_read() { return std::exchange(read, -1); }
-};
+}
 
 std::chrono::milliseconds seconds_to_ms(double s) {
   return std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
@@ -81,7 +75,7 @@ void Attempt::start() {
   } catch (const SpawnError& e) {
     Failure f;
     f.reason = e.what();
-    f.exit_code = e.error_number() == ENOENT ? 127 : 126;
+    f.exit_code = e.exit_status();
     f.when = Clock::now();
     record_failure(std::move(f));
     if (workers_.empty()) {
@@ -111,16 +105,9 @@ void Attempt::spawn_worker(int lr) {
   int redirected = options_.redirects.for_rank(lr);
   int filed = setup_.log_every_stream ? kStdAll : redirected;
   bool shown = options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(lr);
-  int out_log = -1, err_log = -1;
+  base::ScopedFd out_log, err_log;
   if (filed & kStdOut) out_log = open_log(w.stdout_log = dir + "/stdout.log");
-  if (filed & kStdErr) {
-    try {
-      err_log = open_log(w.stderr_log = dir + "/stderr.log");
-    } catch (...) {
-      if (out_log >= 0) ::close(out_log);
-      throw;
-    }
-  }
+  if (filed & kStdErr) err_log = open_log(w.stderr_log = dir + "/stderr.log");
 
   WorkerEnvInput in;
   in.local_rank = lr;
@@ -148,20 +135,16 @@ void Attempt::spawn_worker(int lr) {
   add_worker_env(in, env);
   for (auto* h : hooks_) h->add_worker_env(info_, lr, env);
 
-  Pipe out, err;
+  base::Pipe out = output_pipe(), err = output_pipe();
   SpawnRequest req;
   req.path = setup_.program_path;
   req.argv = options_.command;
   req.env = env_to_strings(env);
-  req.stdout_fd = out.write;
-  req.stderr_fd = err.write;
-  try {
-    w.pid = spawn_process(req);
-  } catch (...) {
-    if (out_log >= 0) ::close(out_log);
-    if (err_log >= 0) ::close(err_log);
-    throw;
-  }
+  req.stdout_fd = out.write.get();
+  req.stderr_fd = err.write.get();
+  req.cgroup_procs_fd = setup_.cgroup ? setup_.cgroup->procs_fd() : -1;
+  req.nofile_limit = setup_.worker_nofile_limit;
+  w.pid = spawn_process(req);
   guardian_.add_group(w.pid);
 
   Worker worker;
@@ -169,11 +152,11 @@ void Attempt::spawn_worker(int lr) {
   worker.alive = true;
   std::string prefix = make_line_prefix(options_.log_line_prefix_template, options_.role, w.rank,
                                         lr, options_.hostname);
-  auto make_pump = [&](Pipe& p, int console, int log, Stream stream) {
+  auto make_pump = [&](base::Pipe& p, int console, base::ScopedFd& log, Stream stream) {
     PumpConfig c;
     c.prefix = prefix;
     c.console_fd = console;
-    c.log_fd = log;
+    c.log_fd = log.release();
     if (!hooks_.empty())
       c.on_data = [this, lr, stream](std::string_view data) {
         for (auto* h : hooks_) h->output(lr, stream, data);
@@ -181,7 +164,7 @@ void Attempt::spawn_worker(int lr) {
     c.on_eof = [this, alive = alive_] {
       if (*alive) check_progress();
     };
-    return std::make_unique<OutputPump>(io_, p.release_read(), std::move(c));
+    return std::make_unique<OutputPump>(io_, p.read.release(), std::move(c));
   };
   worker.out = make_pump(out, (shown && !(redirected & kStdOut)) ? STDOUT_FILENO : -1, out_log,
                          Stream::kStdout);
@@ -301,9 +284,16 @@ void Attempt::begin_teardown(int sig) {
   check_progress();
 }
 
+void Attempt::kill_all() {
+  // The cgroup first: it also holds what left the workers' groups.
+  if (setup_.cgroup && !setup_.cgroup->kill_all())
+    spdlog::warn("cannot kill the job cgroup {}: {}", setup_.cgroup->path(), strerror(errno));
+  signal_groups(SIGKILL);
+}
+
 void Attempt::kill_now() {
   phase_ = Phase::kKilled;
-  signal_groups(SIGKILL);
+  kill_all();
   timer_.expires_after(kKillDeadline);
   timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
     if (ec || !*alive || phase_ != Phase::kKilled) return;
@@ -338,9 +328,13 @@ void Attempt::check_progress() {
 void Attempt::all_reaped() {
   if (workers_.empty()) return;
   phase_ = Phase::kDraining;
-  // Whatever the workers left behind (in their groups or re-parented to us,
-  // the subreaper) ends with the attempt.
-  signal_groups(SIGKILL);
+  // Whatever the workers left behind (in the job cgroup, their groups or
+  // re-parented to us, the subreaper) ends with the attempt.
+  kill_all();
+  if (setup_.cgroup &&
+      !setup_.cgroup->kill_and_wait(Clock::now() + kSweepDeadline))
+    spdlog::warn("processes in {} outlived SIGKILL for {} s", setup_.cgroup->path(),
+                 kSweepDeadline.count());
   sweep_descendants({guardian_.pid()}, Clock::now() + kSweepDeadline);
   timer_.expires_after(kDrainDeadline);
   timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {

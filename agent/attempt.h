@@ -5,22 +5,27 @@
 // (the agent's SIGCHLD reaper dispatches them). The first failure, a signal
 // to the agent (interrupt) or a hook (fail_attempt) starts the teardown:
 // the signal to every worker's process group, a grace period
-// (--term-timeout), then SIGKILL. When every worker is reaped the attempt
-// SIGKILLs what is left in their groups and below the agent, drains the
-// pipes, and is done(); result() then says how it ended.
+// (--term-timeout), then SIGKILL (to the groups and the job cgroup). When
+// every worker is reaped the attempt SIGKILLs what is left in the job
+// cgroup, their groups and below the agent, drains the pipes, and is
+// done(); result() then says how it ended.
 //
 // Not thread-safe; everything runs on the agent's single thread.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/attempt_types.h"
 #include "agent/guardian.h"
 #include "agent/hooks.h"
+#include "agent/job_cgroup.h"
 #include "agent/options.h"
 #include "agent/output_pump.h"
 
@@ -42,6 +47,11 @@ struct AttemptSetup {
   bool log_every_stream = false;
   EnvMap base_env;
   std::string program_path;  // resolved argv[0]
+  // The job's cgroup, or null where none could be made (then teardown
+  // relies on process groups and the descendant sweep). Not owned.
+  JobCgroup* cgroup = nullptr;
+  // RLIMIT_NOFILE the workers get (see SpawnRequest::nofile_limit).
+  std::optional<rlimit> worker_nofile_limit;
 };
 
 class Attempt : public AttemptControl {
@@ -83,6 +93,7 @@ class Attempt : public AttemptControl {
   void begin_teardown(int sig);
   void signal_groups(int sig);
   void kill_now();
+  void kill_all();
   void check_progress();
   void all_reaped();
   void finish();

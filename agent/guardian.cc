@@ -1,14 +1,20 @@
 #include "agent/guardian.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -17,18 +23,146 @@
 namespace ddprun::agent {
 namespace {
 
-constexpr int kMaxGroups = 4096;
+// Everything below runs in the forked guardian, which may have been forked
+// from a multi-threaded agent: raw system calls and static buffers only (no
+// allocation, no stdio, no locks).
 
-// Runs in the forked guardian: reads "+pgid\n" / "-pgid\n" records until EOF,
-// then kills what is still registered. No allocation, no stdio.
-[[noreturn]] void guardian_main(int fd) {
+constexpr int kMaxGroups = 4096;
+constexpr int kPipeFd = 3;
+// How long the guardian waits for a killed cgroup to empty before rmdir.
+constexpr long kCgroupWaitMs = 10000;
+
+struct GuardianPaths {
+  const char* cgroup_dir = nullptr;     // empty string: no cgroup
+  const char* cgroup_kill = nullptr;
+  const char* cgroup_events = nullptr;
+  const char* env_token = nullptr;      // empty string: no token scan
+  size_t env_token_len = 0;
+};
+
+long now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+// Keeps the pipe (moved to fd 3) and nothing else the agent had open; stdio
+// goes to /dev/null.
+void keep_only_pipe(int pipe_fd) {
+  if (pipe_fd != kPipeFd) {
+    dup2(pipe_fd, kPipeFd);
+  }
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, kPipeFd + 1, ~0U, 0) != 0)
+#endif
+  {
+    rlimit rl{};
+    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                   ? static_cast<long>(rl.rlim_cur)
+                   : 65536;
+    for (long fd = kPipeFd + 1; fd < max; ++fd) close(static_cast<int>(fd));
+  }
+  int null = open("/dev/null", O_RDWR);
+  for (int fd = 0; fd <= 2; ++fd)
+    if (null >= 0 && null != fd) dup2(null, fd);
+  if (null > 2) close(null);
+}
+
+bool write_one(const char* path) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = write(fd, "1", 1) == 1;
+  close(fd);
+  return ok;
+}
+
+// cgroup.kill, then wait (bounded) for "populated 0" and remove the folder.
+void kill_cgroup(const GuardianPaths& p) {
+  if (!write_one(p.cgroup_kill)) return;
+  int events = open(p.cgroup_events, O_RDONLY | O_CLOEXEC);
+  long deadline = now_ms() + kCgroupWaitMs;
+  while (events >= 0) {
+    char buf[256];
+    ssize_t n = pread(events, buf, sizeof buf - 1, 0);
+    if (n <= 0) break;
+    buf[n] = '\0';
+    if (!strstr(buf, "populated 1")) break;
+    long left = deadline - now_ms();
+    if (left <= 0) break;
+    pollfd pfd{events, POLLPRI, 0};
+    poll(&pfd, 1, static_cast<int>(left));
+  }
+  if (events >= 0) close(events);
+  rmdir(p.cgroup_dir);
+}
+
+// True when the NUL-separated environment in /proc/<pid>/environ has an
+// entry equal to the token.
+bool has_token(const char* pid, const GuardianPaths& p) {
+  char path[64] = "/proc/";
+  size_t len = 6;
+  for (const char* c = pid; *c && len < 40; ++c) path[len++] = *c;
+  memcpy(path + len, "/environ", 9);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  static char buf[65536];
+  long matched = 0;  // chars of the token matched in this entry; -1: no match
+  bool found = false;
+  ssize_t n;
+  while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      char c = buf[i];
+      if (c == '\0') {
+        if (matched == static_cast<long>(p.env_token_len)) {
+          found = true;
+          break;
+        }
+        matched = 0;
+      } else if (matched >= 0) {
+        matched = (static_cast<size_t>(matched) < p.env_token_len && p.env_token[matched] == c)
+                      ? matched + 1
+                      : -1;
+      }
+    }
+  }
+  close(fd);
+  return found;
+}
+
+// SIGKILLs every process carrying the token; repeats while it finds any
+// (a process may fork while the scan runs), a bounded number of times.
+void kill_by_token(const GuardianPaths& p) {
+  const pid_t self = getpid();
+  for (int pass = 0; pass < 8; ++pass) {
+    int dir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return;
+    int killed = 0;
+    static char buf[32768];
+    long n;
+    while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+      for (long off = 0; off < n;) {
+        auto* d = reinterpret_cast<dirent64*>(buf + off);
+        off += d->d_reclen;
+        const char* name = d->d_name;
+        if (name[0] < '1' || name[0] > '9') continue;
+        pid_t pid = static_cast<pid_t>(atoi(name));
+        if (pid == self || !has_token(name, p)) continue;
+        if (kill(pid, SIGKILL) == 0) ++killed;
+      }
+    }
+    close(dir);
+    if (killed == 0) return;
+  }
+}
+
+[[noreturn]] void guardian_main(const GuardianPaths& paths) {
   static pid_t groups[kMaxGroups];
   int count = 0;
   char buf[512];
   char line[32];
   int len = 0;
   for (;;) {
-    ssize_t n = read(fd, buf, sizeof buf);
+    ssize_t n = read(kPipeFd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     for (ssize_t i = 0; i < n; ++i) {
@@ -49,23 +183,37 @@ constexpr int kMaxGroups = 4096;
     }
   }
   for (int j = 0; j < count; ++j) kill(-groups[j], SIGKILL);
+  if (paths.cgroup_dir[0] != '\0') kill_cgroup(paths);
+  if (paths.env_token_len > 0) kill_by_token(paths);
   _exit(0);
 }
 
 }  // namespace
 
-Guardian::Guardian() {
+Guardian::Guardian(const std::string& cgroup_dir, const std::string& env_token) {
+  // Built before fork: the child may not allocate.
+  const std::string kill_path = cgroup_dir.empty() ? "" : cgroup_dir + "/cgroup.kill";
+  const std::string events_path = cgroup_dir.empty() ? "" : cgroup_dir + "/cgroup.events";
+  GuardianPaths paths{cgroup_dir.c_str(), kill_path.c_str(), events_path.c_str(),
+                      env_token.c_str(), env_token.size()};
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string("guardian pipe2: ") + strerror(errno));
+  base::ScopedFd read_end(fds[0]), write_end(fds[1]);
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old);
   pid_t pid = fork();
   if (pid == 0) {
-    close(fds[1]);
-    // Survive what is sent to the agent's process group (ctrl-c, a
-    // scheduler's SIGTERM): the guardian's job starts when the agent is gone.
+    // A session of its own: signals to ddprun's process group or session
+    // (kill -9 -<pgid>, a terminal hangup) do not reach the guardian.
+    setsid();
+    keep_only_pipe(read_end.get());
+    if (chdir("/") != 0) {
+      // Staying in the agent's folder only keeps a mount busy; go on.
+    }
+    // Survive what is sent to the agent (ctrl-c, a scheduler's SIGTERM):
+    // the guardian's job starts when the agent is gone.
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU})
       signal(sig, SIG_IGN);
     for (int sig : {SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM}) signal(sig, SIG_DFL);
@@ -73,39 +221,30 @@ Guardian::Guardian() {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     prctl(PR_SET_NAME, "ddprun-guardian");
-    guardian_main(fds[0]);
+    guardian_main(paths);
   }
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
-  close(fds[0]);
-  if (pid < 0) {
-    close(fds[1]);
-    throw std::runtime_error(std::string("guardian fork: ") + strerror(fork_errno));
-  }
+  if (pid < 0) throw std::runtime_error(std::string("guardian fork: ") + strerror(fork_errno));
   pid_ = pid;
-  fd_ = fds[1];
+  fd_ = std::move(write_end);
 }
 
-Guardian::Guardian(Guardian&& other) noexcept : pid_(other.pid_), fd_(other.fd_) {
-  other.pid_ = -1;
-  other.fd_ = -1;
-}
+Guardian::Guardian(Guardian&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)), fd_(std::move(other.fd_)) {}
 
 Guardian::~Guardian() {
-  if (fd_ >= 0) close(fd_);
+  fd_.reset();
   if (pid_ > 0) wait_gone(pid_, Clock::now() + std::chrono::seconds(5));
 }
 
 void Guardian::send(char op, pid_t pgid) {
-  if (fd_ < 0) return;
+  if (!fd_) return;
   char line[32];
   int n = std::snprintf(line, sizeof line, "%c%d\n", op, static_cast<int>(pgid));
   // Records are far below PIPE_BUF, so each write is atomic; a dead guardian
   // (EPIPE; SIGPIPE is ignored by the agent) only loses the safety net.
-  ssize_t w;
-  do {
-    w = write(fd_, line, static_cast<size_t>(n));
-  } while (w < 0 && errno == EINTR);
+  base::write_fully(fd_.get(), line, static_cast<size_t>(n));
 }
 
 void Guardian::add_group(pid_t pgid) { send('+', pgid); }

@@ -1,26 +1,45 @@
-// The guardian: a tiny forked process that kills the workers' process groups
-// when the agent dies without cleaning up (SIGKILL, OOM killer).
+// The guardian: a tiny forked process that ends the job's processes when the
+// agent dies without cleaning up (kill -9 of its pid or of its process
+// group, the OOM killer).
 //
 // Workers die with the agent through their parent-death signal, but their
-// own children (data loaders) do not, and the agent is no longer there to
-// reap them. The guardian holds the read end of a pipe whose only write end
-// is the agent's; it learns each worker group's id through that pipe, and
-// when the pipe reaches EOF (the agent is gone, whatever killed it) it
-// SIGKILLs every group still registered. It ignores the signals a terminal
-// or a job scheduler sends, so it outlives the agent by design.
+// own children (data loaders, daemons) do not, and the agent is no longer
+// there to reap them. The guardian holds the read end of a pipe whose only
+// write end is the agent's; it learns each worker group's id through that
+// pipe, and when the pipe reaches EOF (the agent is gone, whatever killed
+// it) it SIGKILLs every group still registered and then:
+//  - with a job cgroup (job_cgroup.h): writes its cgroup.kill, which takes
+//    every process in it, also those that left their group or session,
+//    waits (bounded) until it is empty and removes it;
+//  - without one: SIGKILLs every process whose environment carries the
+//    job's containment token (workers get it; their children inherit it),
+//    which finds setsid()-ed grandchildren and daemons too, unless they
+//    cleared their environment.
 //
-// Move-only; the destructor closes the pipe (the guardian then exits after
-// killing nothing, as every group has been removed) and reaps it.
+// The guardian runs in a session of its own (kill -9 -<pgid> of ddprun, what
+// bash's `kill -9 %1` does, does not reach it), ignores the signals a
+// terminal or a scheduler sends, keeps no descriptor but its pipe (stdio on
+// /dev/null, so it never holds the console, a log or a socket open), and
+// sits in "/" so it keeps no mount busy.
+//
+// Move-only; the destructor closes the pipe (the guardian then kills what is
+// left, normally nothing) and reaps it.
 #pragma once
 
 #include <sys/types.h>
+
+#include <string>
+
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 
 class Guardian {
  public:
-  // Forks the guardian. Call before any worker exists.
-  Guardian();
+  // Forks the guardian. Call before any worker exists. `cgroup_dir`: the
+  // job cgroup's folder, or empty. `env_token`: "NAME=value" every worker's
+  // environment carries, searched for when there is no cgroup; or empty.
+  explicit Guardian(const std::string& cgroup_dir = "", const std::string& env_token = "");
   ~Guardian();
   Guardian(Guardian&& other) noexcept;
   Guardian& operator=(Guardian&&) = delete;
@@ -35,7 +54,7 @@ class Guardian {
   void send(char op, pid_t pgid);
 
   pid_t pid_ = -1;
-  int fd_ = -1;
+  base::ScopedFd fd_;
 };
 
 }  // namespace ddprun::agent

@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <sstream>
+#include <system_error>
+
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 namespace {
@@ -22,13 +25,26 @@ std::vector<char*> to_cstrings(const std::vector<std::string>& in) {
   return out;
 }
 
+// What the child reports through the close-on-exec pipe when it cannot
+// exec: which step failed and its errno. Only kExec is the program's fault.
+struct ChildReport {
+  enum Step : int { kSetup = 0, kCgroup = 1, kExec = 2 } step;
+  int err;
+};
+
 // Runs in the forked child: async-signal-safe calls only.
 [[noreturn]] void child_exec(const char* path, char* const* argv, char* const* envp,
-                             int out_fd, int err_fd, int report_fd, pid_t agent) {
-  int err = 0;
+                             const SpawnRequest& req, int report_fd, pid_t agent) {
+  ChildReport report{ChildReport::kSetup, 0};
   // Own process group, so the agent can signal the worker and its children
   // as one, and a terminal's ctrl-c goes to the agent only.
   if (setpgid(0, 0) != 0) goto fail;
+  // Into the job's cgroup before any of the program's code runs: whatever
+  // it starts (setsid daemons too) stays where cgroup.kill reaches it.
+  if (req.cgroup_procs_fd >= 0 && write(req.cgroup_procs_fd, "0", 1) != 1) {
+    report.step = ChildReport::kCgroup;
+    goto fail;
+  }
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) goto fail;
   // The agent may have died between fork and prctl: then nobody would ever
   // send the death signal.
@@ -38,8 +54,9 @@ std::vector<char*> to_cstrings(const std::vector<std::string>& in) {
   // sibling. Naming the agent lets its descendants attach. EINVAL without
   // Yama is expected and harmless.
   (void)prctl(PR_SET_PTRACER, agent, 0, 0, 0);
-  if (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0) goto fail;
-  if (err_fd >= 0 && dup2(err_fd, STDERR_FILENO) < 0) goto fail;
+  if (req.stdout_fd >= 0 && dup2(req.stdout_fd, STDOUT_FILENO) < 0) goto fail;
+  if (req.stderr_fd >= 0 && dup2(req.stderr_fd, STDERR_FILENO) < 0) goto fail;
+  if (req.nofile_limit && setrlimit(RLIMIT_NOFILE, &*req.nofile_limit) != 0) goto fail;
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     signal(sig, SIG_DFL);  // undo the agent's handlers and ignores
@@ -50,9 +67,10 @@ std::vector<char*> to_cstrings(const std::vector<std::string>& in) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
   }
   execve(path, argv, envp);
+  report.step = ChildReport::kExec;
 fail:
-  err = errno;
-  ssize_t ignored = write(report_fd, &err, sizeof err);
+  report.err = errno;
+  ssize_t ignored = write(report_fd, &report, sizeof report);
   (void)ignored;
   _exit(127);
 }
@@ -64,9 +82,12 @@ pid_t spawn_process(const SpawnRequest& request) {
   // async-signal-safe calls are allowed.
   std::vector<char*> argv = to_cstrings(request.argv);
   std::vector<char*> envp = to_cstrings(request.env);
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0)
-    throw SpawnError(std::string("pipe2: ") + strerror(errno), errno);
+  base::Pipe report;
+  try {
+    report = base::make_pipe(O_CLOEXEC);
+  } catch (const std::system_error& e) {
+    throw SpawnError(e.what(), e.code().value());
+  }
 
   // Block every signal across fork so the child cannot run the agent's
   // handlers (which would write into the agent's signal pipe) before it has
@@ -77,32 +98,34 @@ pid_t spawn_process(const SpawnRequest& request) {
   pid_t agent = getpid();
   pid_t pid = fork();
   if (pid == 0)
-    child_exec(request.path.c_str(), argv.data(), envp.data(), request.stdout_fd,
-               request.stderr_fd, report[1], agent);
+    child_exec(request.path.c_str(), argv.data(), envp.data(), request, report.write.get(),
+               agent);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
-  close(report[1]);
-  if (pid < 0) {
-    close(report[0]);
-    throw SpawnError(std::string("fork: ") + strerror(fork_errno), fork_errno);
-  }
+  report.write.reset();
+  if (pid < 0) throw SpawnError(std::string("fork: ") + strerror(fork_errno), fork_errno);
   // Also set the group from the parent, so it exists before we ever signal
   // it (whoever runs first wins; the other call is a harmless EACCES/ok).
   setpgid(pid, pid);
 
-  int child_errno = 0;
+  ChildReport child{};
   ssize_t n;
   do {
-    n = read(report[0], &child_errno, sizeof child_errno);
+    n = read(report.read.get(), &child, sizeof child);
   } while (n < 0 && errno == EINTR);
-  close(report[0]);
-  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+  if (n == static_cast<ssize_t>(sizeof child)) {
     // The child exec'd nothing; reap it here so nobody sees a worker exit.
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    throw SpawnError("cannot execute '" + request.path + "': " + strerror(child_errno),
-                     child_errno);
+    if (child.step == ChildReport::kExec)
+      throw SpawnError("cannot execute '" + request.path + "': " + strerror(child.err),
+                       child.err, true);
+    throw SpawnError(std::string(child.step == ChildReport::kCgroup
+                                     ? "cannot move the worker into its cgroup: "
+                                     : "cannot set up the worker process: ") +
+                         strerror(child.err),
+                     child.err);
   }
   return pid;
 }
@@ -112,11 +135,11 @@ std::string resolve_program(const std::string& program, const std::string& path_
     struct stat st;
     return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
   };
-  if (program.empty()) throw SpawnError("no program to run", EINVAL);
+  if (program.empty()) throw SpawnError("no program to run", EINVAL, true);
   if (program.find('/') != std::string::npos) {
     if (executable(program)) return program;
     int err = access(program.c_str(), F_OK) == 0 ? EACCES : ENOENT;
-    throw SpawnError("cannot execute '" + program + "': " + strerror(err), err);
+    throw SpawnError("cannot execute '" + program + "': " + strerror(err), err, true);
   }
   std::stringstream dirs(path_env.empty() ? "/usr/local/bin:/usr/bin:/bin" : path_env);
   std::string dir;
@@ -124,7 +147,7 @@ std::string resolve_program(const std::string& program, const std::string& path_
     std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
     if (executable(candidate)) return candidate;
   }
-  throw SpawnError("cannot execute '" + program + "': not found in PATH", ENOENT);
+  throw SpawnError("cannot execute '" + program + "': not found in PATH", ENOENT, true);
 }
 
 }  // namespace ddprun::agent

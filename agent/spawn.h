@@ -4,15 +4,19 @@
 // the agent first and the agent can signal the worker and everything it
 // started as one group), a parent-death SIGKILL (so a SIGKILLed agent leaves
 // no worker behind), default signal dispositions and an empty signal mask,
-// and its stdout/stderr on the given pipes. An exec failure comes back
-// through a close-on-exec pipe and is thrown as SpawnError, so a typo in the
-// program name is one clear line, not a crash loop.
+// and its stdout/stderr on the given pipes. With a job cgroup it joins the
+// cgroup before exec (job_cgroup.h), so nothing it runs starts outside. An
+// exec failure comes back through a close-on-exec pipe and is thrown as
+// SpawnError, so a typo in the program name is one clear line, not a crash
+// loop.
 //
 // Not thread-safe: call from the agent's single thread.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,12 +25,21 @@ namespace ddprun::agent {
 
 class SpawnError : public std::runtime_error {
  public:
-  SpawnError(const std::string& what, int err) : std::runtime_error(what), err_(err) {}
+  // `program_fault`: the program itself cannot be executed (not found, not
+  // executable, a bad interpreter line). Anything else (pipes, fork, log
+  // files, the cgroup) is ddprun's own failure.
+  SpawnError(const std::string& what, int err, bool program_fault = false)
+      : std::runtime_error(what), err_(err), program_fault_(program_fault) {}
   // errno of the failed call (ENOENT: program not found).
   int error_number() const { return err_; }
+  bool program_fault() const { return program_fault_; }
+  // ddprun's exit status for this failure: like a shell, 127 for a program
+  // not found and 126 for one that cannot be executed; 1 for ddprun's own.
+  int exit_status() const { return !program_fault_ ? 1 : err_ == ENOENT ? 127 : 126; }
 
  private:
   int err_;
+  bool program_fault_;
 };
 
 struct SpawnRequest {
@@ -38,6 +51,12 @@ struct SpawnRequest {
   // Write ends the child gets as fd 1 and 2; -1 keeps the agent's.
   int stdout_fd = -1;
   int stderr_fd = -1;
+  // A job cgroup's cgroup.procs (JobCgroup::procs_fd); -1: no cgroup.
+  int cgroup_procs_fd = -1;
+  // RLIMIT_NOFILE for the program; unset keeps the agent's. The agent
+  // raises its own soft limit and gives workers back the one they would have
+  // had without ddprun (agent.cc says why).
+  std::optional<rlimit> nofile_limit;
 };
 
 // Starts the process; returns its pid, which is also its process group id.

@@ -38,6 +38,12 @@ inline constexpr const char* kEnvStoreToken = "DDPRUN_STORE_TOKEN";
 inline constexpr const char* kEnvStorePrefix = "DDPRUN_STORE_PREFIX";
 inline constexpr const char* kEnvHeartbeatSocket = "DDPRUN_HEARTBEAT_SOCKET";
 inline constexpr const char* kEnvLogDir = "DDPRUN_LOG_DIR";
+// Set only where the agent has no job cgroup: a random token the guardian
+// looks for in /proc/<pid>/environ to find the job's processes after the
+// agent was SIGKILLed (guardian.h).
+inline constexpr const char* kEnvContainmentToken = "DDPRUN_CONTAINMENT_TOKEN";
+// Read from ddprun's own environment: "off" runs without a job cgroup.
+inline constexpr const char* kEnvCgroup = "DDPRUN_CGROUP";
 
 using EnvMap = std::map<std::string, std::string>;
 

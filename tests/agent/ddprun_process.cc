@@ -4,13 +4,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+
+#include "base/pidfd.h"
 
 extern char** environ;
 
@@ -27,10 +28,8 @@ int remaining_ms(Clock::time_point until) {
 }  // namespace
 
 DdprunProcess::DdprunProcess(std::vector<std::string> args, std::vector<std::string> extra_env,
-                             std::string program) {
-  int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
-    throw std::runtime_error("pipe2 failed");
+                             std::string program, bool own_group) {
+  base::Pipe out = base::make_pipe(), err = base::make_pipe();
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   for (auto& e : extra_env) env.push_back(e);
@@ -42,15 +41,15 @@ DdprunProcess::DdprunProcess(std::vector<std::string> args, std::vector<std::str
   envp.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    dup2(err[1], STDERR_FILENO);
+    if (own_group) setpgid(0, 0);
+    dup2(out.write.get(), STDOUT_FILENO);
+    dup2(err.write.get(), STDERR_FILENO);
     execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }
-  close(out[1]);
-  close(err[1]);
-  out_fd_ = out[0];
-  err_fd_ = err[0];
+  if (own_group) setpgid(pid_, pid_);  // whoever runs first; kill(-pid) needs it
+  out_fd_ = std::move(out.read);
+  err_fd_ = std::move(err.read);
 }
 
 DdprunProcess::~DdprunProcess() {
@@ -58,15 +57,13 @@ DdprunProcess::~DdprunProcess() {
     kill(pid_, SIGKILL);
     wait_child(pid_, Seconds(10), nullptr);
   }
-  if (out_fd_ >= 0) close(out_fd_);
-  if (err_fd_ >= 0) close(err_fd_);
 }
 
 bool DdprunProcess::pump(Clock::time_point until) {
   pollfd fds[2];
   int n = 0;
-  if (out_fd_ >= 0) fds[n++] = {out_fd_, POLLIN, 0};
-  if (err_fd_ >= 0) fds[n++] = {err_fd_, POLLIN, 0};
+  if (out_fd_) fds[n++] = {out_fd_.get(), POLLIN, 0};
+  if (err_fd_) fds[n++] = {err_fd_.get(), POLLIN, 0};
   if (n == 0) return false;
   int r = poll(fds, n, remaining_ms(until));
   if (r <= 0) return true;
@@ -75,15 +72,14 @@ bool DdprunProcess::pump(Clock::time_point until) {
     if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     ssize_t got = read(fds[i].fd, buf, sizeof buf);
     if (got < 0 && errno == EINTR) continue;
-    bool is_out = fds[i].fd == out_fd_;
+    bool is_out = fds[i].fd == out_fd_.get();
     if (got <= 0) {
-      close(fds[i].fd);
-      (is_out ? out_fd_ : err_fd_) = -1;
+      (is_out ? out_fd_ : err_fd_).reset();
       continue;
     }
     (is_out ? out_ : err_).append(buf, static_cast<size_t>(got));
   }
-  return out_fd_ >= 0 || err_fd_ >= 0;
+  return out_fd_.valid() || err_fd_.valid();
 }
 
 bool DdprunProcess::wait_for_stdout(const std::function<bool(const std::string&)>& ready,
@@ -102,7 +98,7 @@ Finished DdprunProcess::finish(Seconds deadline) {
   auto until = Clock::now() + deadline;
   while (Clock::now() < until && pump(until)) {
   }
-  if (out_fd_ >= 0 || err_fd_ >= 0) {
+  if (out_fd_ || err_fd_) {
     f.timed_out = true;
     kill(pid_, SIGKILL);
   }
@@ -138,16 +134,7 @@ bool wait_child(pid_t pid, Seconds deadline, int* status) {
 }
 
 bool wait_dead(pid_t pid, Seconds deadline) {
-  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) return errno == ESRCH;
-  pollfd p{fd, POLLIN, 0};
-  auto until = Clock::now() + deadline;
-  int r;
-  do {
-    r = poll(&p, 1, remaining_ms(until));
-  } while (r < 0 && errno == EINTR);
-  close(fd);
-  return r > 0;
+  return base::wait_exited(pid, Clock::now() + deadline);
 }
 
 std::vector<std::string> lines_with(const std::string& text, const std::string& prefix) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/scoped_fd.h"
+
 namespace ddprun::testing {
 
 using Seconds = std::chrono::seconds;
@@ -24,9 +26,10 @@ struct Finished {
 class DdprunProcess {
  public:
   // Starts `program args...` (ddprun itself unless `program` is given) with
-  // the test's environment plus `extra_env` ("KEY=VALUE").
+  // the test's environment plus `extra_env` ("KEY=VALUE"). `own_group`:
+  // in a process group of its own, as a shell starts a job.
   explicit DdprunProcess(std::vector<std::string> args, std::vector<std::string> extra_env = {},
-                         std::string program = DDPRUN_BIN);
+                         std::string program = DDPRUN_BIN, bool own_group = false);
   ~DdprunProcess();
   DdprunProcess(const DdprunProcess&) = delete;
   DdprunProcess& operator=(const DdprunProcess&) = delete;
@@ -45,8 +48,8 @@ class DdprunProcess {
   bool pump(std::chrono::steady_clock::time_point until);  // false at EOF of both
 
   pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
+  base::ScopedFd out_fd_;
+  base::ScopedFd err_fd_;
   std::string out_, err_;
 };
 

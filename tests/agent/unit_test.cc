@@ -1,4 +1,5 @@
-// The agent's pure pieces: line splitting, error files, signal names, env.
+// The agent's pure pieces: line splitting, error files, signal names, env,
+// the cgroup v2 mount and path parsers.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 
 #include "agent/error_file.h"
 #include "agent/exit_status.h"
+#include "agent/job_cgroup.h"
 #include "agent/line_splitter.h"
 #include "agent/worker_env.h"
 
@@ -90,4 +92,23 @@ TEST_CASE("worker env keeps user values for the when-unset variables") {
   CHECK(env["PYTHONPATH"] == "/wd:/a");
   CHECK(env.count("junk") == 0);
   CHECK(env.count("DDPRUN_STORE_ADDR") == 0);
+}
+
+TEST_CASE("the cgroup2 mount and our path are read, not assumed") {
+  using ddprun::agent::find_cgroup2_mount;
+  using ddprun::agent::unified_cgroup_path;
+  auto hybrid = find_cgroup2_mount(
+      "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+      "40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n"
+      "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:9 - cgroup2 cgroup2 rw\n");
+  REQUIRE(hybrid);
+  CHECK(hybrid->mount_point == "/sys/fs/cgroup/unified");
+  CHECK(hybrid->root == "/");
+  auto spaced = find_cgroup2_mount("7 1 0:9 /kube/pod\\0401 /mnt/my\\040cg rw - cgroup2 none rw\n");
+  REQUIRE(spaced);
+  CHECK(spaced->mount_point == "/mnt/my cg");
+  CHECK(spaced->root == "/kube/pod 1");
+  CHECK_FALSE(find_cgroup2_mount("31 23 0:28 / /sys/fs/cgroup rw - cgroup cgroup rw,cpu\n"));
+  CHECK(unified_cgroup_path("4:memory:/a\n0::/user.slice/x.scope\n") == "/user.slice/x.scope");
+  CHECK_FALSE(unified_cgroup_path("4:memory:/a\n"));
 }

@@ -9,9 +9,17 @@
 //   block               fork a grandchild that blocks, print "ready rank=..
 //                       pid=.. child=..", block (default signal actions)
 //   ignore-term         like block, but ignores SIGTERM
+//   escape              start a grandchild that calls setsid() and a
+//                       double-forked daemon (setsid, stdio on /dev/null,
+//                       its parent gone), print "ready rank=.. pid=..
+//                       setsid=.. daemon=..", block
+//   limits              print "nofile=<soft limit>", exit 0
 //   lines N             print N numbered lines, each in two write() calls
 //   error-file MSG      write torch's @record JSON with MSG, exit 1
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -65,6 +73,43 @@ pid_t start_grandchild() {
   return pid;
 }
 
+// A grandchild in a session (and so a process group) of its own.
+pid_t start_setsid_grandchild() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    block_forever();
+  }
+  return pid;
+}
+
+// The classic daemon: fork, setsid, fork again, the middle process exits,
+// stdio goes to /dev/null. Its pid comes back through a pipe.
+pid_t start_daemon() {
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  pid_t middle = fork();
+  if (middle == 0) {
+    setsid();
+    if (fork() == 0) {
+      int null = open("/dev/null", O_RDWR);
+      for (int fd = 0; fd <= 2; ++fd) dup2(null, fd);
+      pid_t self = getpid();
+      ssize_t n = write(p[1], &self, sizeof self);
+      (void)n;
+      close(p[1]);
+      block_forever();
+    }
+    _exit(0);
+  }
+  close(p[1]);
+  waitpid(middle, nullptr, 0);
+  pid_t daemon = -1;
+  if (read(p[0], &daemon, sizeof daemon) != sizeof daemon) daemon = -1;
+  close(p[0]);
+  return daemon;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,6 +140,19 @@ int main(int argc, char** argv) {
     say("ready rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()) +
         " child=" + std::to_string(child));
     block_forever();
+  }
+  if (mode == "escape") {
+    pid_t escaped = start_setsid_grandchild();
+    pid_t daemon = start_daemon();
+    say("ready rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()) +
+        " setsid=" + std::to_string(escaped) + " daemon=" + std::to_string(daemon));
+    block_forever();
+  }
+  if (mode == "limits") {
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    say("nofile=" + std::to_string(rl.rlim_cur));
+    return 0;
   }
   if (mode == "lines" && argc == 3) {
     int n = std::atoi(argv[2]);

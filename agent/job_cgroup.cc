@@ -1,0 +1,209 @@
+#include "agent/job_cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace ddprun::agent {
+namespace {
+
+// The whole of a small /proc file; nullopt with `why` set when unreadable.
+std::optional<std::string> read_text(const char* path, std::string* why) {
+  std::ifstream in(path);
+  if (!in) {
+    if (why) *why = std::string("cannot read ") + path + ": " + strerror(errno);
+    return std::nullopt;
+  }
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      int v = 0;
+      bool octal = true;
+      for (size_t k = 1; k <= 3; ++k) {
+        char c = s[i + k];
+        if (c < '0' || c > '7') octal = false;
+        v = v * 8 + (c - '0');
+      }
+      if (octal) {
+        out.push_back(static_cast<char>(v));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+std::string random_suffix() {
+  std::random_device rd;
+  std::ostringstream s;
+  s << std::hex << (rd() & 0xffffffu);
+  return s.str();
+}
+
+// Moves a throwaway child into the cgroup: the one sure test that this
+// process may place its workers there (permissions, delegation, a threaded
+// or domain-invalid cgroup). Returns 0 or the child's errno.
+int probe_join(int procs_fd) {
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &old);
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Only write and _exit: the agent may already run other threads.
+    ssize_t n = write(procs_fd, "0", 1);
+    _exit(n == 1 ? 0 : (errno > 0 && errno < 126 ? errno : EIO));
+  }
+  int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return fork_errno;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
+}
+
+}  // namespace
+
+std::optional<Cgroup2Mount> find_cgroup2_mount(std::string_view mountinfo) {
+  std::istringstream in{std::string(mountinfo)};
+  for (std::string line; std::getline(in, line);) {
+    // "36 25 0:30 / /sys/fs/cgroup/unified rw,... shared:9 - cgroup2 cgroup2 rw"
+    auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream tail(line.substr(dash + 3));
+    std::string fstype;
+    tail >> fstype;
+    if (fstype != "cgroup2") continue;
+    std::istringstream head(line.substr(0, dash));
+    std::string id, parent, dev, root, point;
+    if (!(head >> id >> parent >> dev >> root >> point)) continue;
+    return Cgroup2Mount{unescape(point), unescape(root)};
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> unified_cgroup_path(std::string_view proc_self_cgroup) {
+  std::istringstream in{std::string(proc_self_cgroup)};
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  return std::nullopt;
+}
+
+std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
+  auto fail = [&](const std::string& reason) -> std::unique_ptr<JobCgroup> {
+    if (why) *why = reason;
+    return nullptr;
+  };
+  std::string reason;
+  auto mountinfo = read_text("/proc/self/mountinfo", &reason);
+  if (!mountinfo) return fail(reason);
+  auto mount = find_cgroup2_mount(*mountinfo);
+  if (!mount) return fail("no cgroup2 file system is mounted");
+  auto cgroups = read_text("/proc/self/cgroup", &reason);
+  if (!cgroups) return fail(reason);
+  auto own = unified_cgroup_path(*cgroups);
+  if (!own) return fail("/proc/self/cgroup has no cgroup v2 entry");
+  // The mount shows the hierarchy from `root` down (a container's cgroup
+  // namespace usually makes that our own root "/").
+  std::string rel = *own;
+  if (mount->root != "/") {
+    if (rel.rfind(mount->root, 0) != 0)
+      return fail("this process's cgroup " + rel + " is outside the mounted part " + mount->root);
+    rel = rel.substr(mount->root.size());
+  }
+  while (!rel.empty() && rel.back() == '/') rel.pop_back();
+  std::string parent = mount->mount_point + rel;
+  if (rel.empty()) {
+    // Not in the hierarchy's root itself: one ddprun/ folder keeps it tidy.
+    parent += "/ddprun";
+    if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
+      return fail("cannot create " + parent + ": " + strerror(errno));
+  }
+  std::string path;
+  for (int tries = 0;; ++tries) {
+    path = parent + "/job." + std::to_string(getpid()) + "." + random_suffix();
+    if (mkdir(path.c_str(), 0755) == 0) break;
+    if (errno != EEXIST || tries > 16)
+      return fail("cannot create " + path + ": " + strerror(errno));
+  }
+  std::unique_ptr<JobCgroup> cg(new JobCgroup(path));
+  auto open_file = [&](const char* name, int flags, base::ScopedFd& fd) {
+    fd.reset(::open((path + "/" + name).c_str(), flags | O_CLOEXEC));
+    return fd.valid();
+  };
+  if (!open_file("cgroup.procs", O_WRONLY, cg->procs_))
+    reason = "cannot open " + path + "/cgroup.procs: " + strerror(errno);
+  else if (!open_file("cgroup.kill", O_WRONLY, cg->kill_))
+    reason = "no " + path + "/cgroup.kill (needs Linux 5.14): " + strerror(errno);
+  else if (!open_file("cgroup.events", O_RDONLY, cg->events_))
+    reason = "cannot open " + path + "/cgroup.events: " + strerror(errno);
+  else if (int err = probe_join(cg->procs_.get()); err != 0)
+    reason = "cannot move processes into " + path + ": " + strerror(err);
+  if (!reason.empty()) {
+    cg.reset();  // the destructor removes the folder
+    return fail(reason);
+  }
+  return cg;
+}
+
+JobCgroup::~JobCgroup() {
+  if (kill_.valid()) kill_and_wait(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  procs_.reset();
+  kill_.reset();
+  events_.reset();
+  // Fails (EBUSY) only when a process survived the kill's deadline; the
+  // guardian retries when the agent is gone.
+  (void)rmdir(path_.c_str());
+}
+
+bool JobCgroup::kill_all() {
+  ssize_t n;
+  do {
+    n = pwrite(kill_.get(), "1", 1, 0);
+  } while (n < 0 && errno == EINTR);
+  return n == 1;
+}
+
+bool JobCgroup::populated() const {
+  char buf[256];
+  ssize_t n = pread(events_.get(), buf, sizeof buf - 1, 0);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return strstr(buf, "populated 1") != nullptr;
+}
+
+bool JobCgroup::kill_and_wait(std::chrono::steady_clock::time_point deadline) {
+  if (!populated()) return true;
+  kill_all();
+  // cgroup.events signals every change with POLLPRI; reading it (populated)
+  // re-arms the notification, so no change between read and poll is lost.
+  while (populated()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{events_.get(), POLLPRI, 0};
+    int r = poll(&p, 1, static_cast<int>(left.count()) + 1);
+    if (r < 0 && errno != EINTR) return false;
+  }
+  return true;
+}
+
+}  // namespace ddprun::agent

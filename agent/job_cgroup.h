@@ -1,0 +1,72 @@
+// JobCgroup: a cgroup v2 of this agent's own that holds every worker and
+// everything the workers start, so that one write to its cgroup.kill ends
+// them all, also grandchildren that left the process group or the session
+// (setsid, double-forked daemons), which no process-group signal reaches.
+//
+// Where: the cgroup2 mount from /proc/self/mountinfo (never an assumed path;
+// in a hybrid layout it is e.g. /sys/fs/cgroup/unified), below the agent's
+// own cgroup from /proc/self/cgroup, or below <mount>/ddprun/ when the agent
+// sits in the hierarchy's root. Name: job.<agent pid>.<random>. Workers join
+// it between fork and exec (spawn.h writes "0" to cgroup.procs_fd()), so no
+// user code ever runs outside it. The agent stays outside: killing the
+// cgroup never kills the agent or its guardian.
+//
+// create() proves the cgroup usable (a throwaway child joins it) and needs
+// cgroup.kill (Linux 5.14); otherwise it returns null and says why, and the
+// agent falls back to process-group and descendant sweeps.
+//
+// Move-only by ownership (unique_ptr); the destructor kills what is left and
+// removes the folder (bounded wait). Not thread-safe: the agent's thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/scoped_fd.h"
+
+namespace ddprun::agent {
+
+class JobCgroup {
+ public:
+  // Null with `why` set when no usable cgroup v2 can be made here.
+  static std::unique_ptr<JobCgroup> create(std::string* why);
+  ~JobCgroup();
+  JobCgroup(const JobCgroup&) = delete;
+  JobCgroup& operator=(const JobCgroup&) = delete;
+
+  // The cgroup's folder, e.g. /sys/fs/cgroup/unified/ddprun/job.123.a1b2c3.
+  const std::string& path() const { return path_; }
+  // cgroup.procs opened for writing (close-on-exec): a forked child writes
+  // "0" to it to move itself in before exec.
+  int procs_fd() const { return procs_.get(); }
+  // SIGKILLs every process in the cgroup (cgroup.kill); false on error.
+  bool kill_all();
+  // True while any process is in the cgroup (cgroup.events "populated").
+  bool populated() const;
+  // kill_all() and wait until the cgroup is empty or `deadline` passes.
+  bool kill_and_wait(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  explicit JobCgroup(std::string path) : path_(std::move(path)) {}
+
+  std::string path_;
+  base::ScopedFd procs_;
+  base::ScopedFd kill_;
+  base::ScopedFd events_;
+};
+
+// The cgroup2 mount point and the hierarchy path it shows (the mount's
+// root field) from a /proc/self/mountinfo text; nullopt when there is none.
+struct Cgroup2Mount {
+  std::string mount_point;
+  std::string root;
+};
+std::optional<Cgroup2Mount> find_cgroup2_mount(std::string_view mountinfo);
+
+// The unified hierarchy's path ("0::<path>") from a /proc/self/cgroup text.
+std::optional<std::string> unified_cgroup_path(std::string_view proc_self_cgroup);
+
+}  // namespace ddprun::agent

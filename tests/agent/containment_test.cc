@@ -1,0 +1,183 @@
+// Containment: nothing a job started runs on after ddprun is SIGKILLed,
+// by its pid or by its whole process group (bash's `kill -9 %1`), even
+// grandchildren that called setsid() and double-forked daemons, with the
+// job cgroup and with the fallback that has none (DDPRUN_CGROUP=off).
+#include <doctest/doctest.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "base/proc_stat.h"
+#include "tests/agent/ddprun_process.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+constexpr int kSkip = 77;  // ctest's SKIP_RETURN_CODE for these entries
+
+bool all_ready(const std::string& out, size_t n) { return count_of(out, ":ready rank=") == n; }
+
+struct Escapees {
+  std::vector<pid_t> pids;  // workers, setsid grandchildren, daemons
+};
+
+Escapees announced(const std::string& out) {
+  Escapees e;
+  for (const auto& line : lines_with(out, "[default"))
+    for (const char* key : {"pid", "setsid", "daemon"})
+      if (long v = field(line.substr(line.find(':') + 1), key); v > 0)
+        e.pids.push_back(static_cast<pid_t>(v));
+  return e;
+}
+
+std::string cgroup_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  return "";
+}
+
+// The guardian: ddprun's child named ddprun-guardian.
+pid_t guardian_of(pid_t ddprun) {
+  DIR* d = opendir("/proc");
+  pid_t found = -1;
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    auto st = ddprun::base::read_proc_stat(pid);
+    if (st && st->ppid == ddprun && st->comm == "ddprun-guardian") found = pid;
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+bool gone(pid_t pid) {
+  auto st = ddprun::base::read_proc_stat(pid);
+  return !st || st->state == 'Z';
+}
+
+// Runs two workers in "escape" mode, SIGKILLs ddprun (its pid, or its
+// process group), and checks that every process it started is gone.
+void kill_and_check(bool by_group, bool with_cgroup) {
+  // Orphans come to this test process, so it can see them die and reap them.
+  REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  std::vector<std::string> env;
+  if (!with_cgroup) env.push_back("DDPRUN_CGROUP=off");
+  Escapees e;
+  pid_t guardian = -1;
+  std::string cgroup_dir;
+  {
+    DdprunProcess p({"--nproc-per-node=2", TEST_WORKER, "escape"}, env, DDPRUN_BIN, by_group);
+    bool ready =
+        p.wait_for_stdout([](const std::string& o) { return all_ready(o, 2); }, Seconds(30));
+    if (with_cgroup && !ready) {
+      auto r = p.finish(Seconds(10));
+      if (r.err.find("no job cgroup") != std::string::npos) {
+        MESSAGE("skipped: " << r.err);
+        prctl(PR_SET_CHILD_SUBREAPER, 0);
+        std::exit(kSkip);
+      }
+    }
+    REQUIRE(ready);
+    e = announced(p.out());
+    REQUIRE(e.pids.size() == 6);
+    guardian = guardian_of(p.pid());
+    REQUIRE(guardian > 0);
+    // The guardian is in a session of its own, out of reach of kill -pgid.
+    CHECK(getsid(guardian) == guardian);
+    std::string mine = cgroup_of(getpid());
+    for (pid_t pid : e.pids) REQUIRE(ddprun::base::read_proc_stat(pid));
+    if (with_cgroup) {
+      // A skip, not a pass, where this machine has no usable cgroup v2.
+      if (cgroup_of(e.pids[0]) == mine) {
+        MESSAGE("skipped: ddprun made no job cgroup here");
+        p.send(SIGTERM);
+        p.finish(Seconds(30));
+        std::exit(kSkip);
+      }
+      cgroup_dir = cgroup_of(e.pids[0]);
+      CHECK(cgroup_dir.find("/job.") != std::string::npos);
+      // Every process, daemons too, is in the job's cgroup.
+      for (pid_t pid : e.pids) CHECK(cgroup_of(pid) == cgroup_dir);
+    }
+    // The setsid grandchild and the daemon left the workers' groups.
+    for (size_t i = 0; i < e.pids.size(); i += 3) {
+      CHECK(getpgid(e.pids[i + 1]) != e.pids[i]);
+      CHECK(getpgid(e.pids[i + 2]) != e.pids[i]);
+    }
+    if (by_group)
+      REQUIRE(kill(-p.pid(), SIGKILL) == 0);
+    else
+      p.send(SIGKILL);
+    auto r = p.finish(Seconds(30));
+    REQUIRE_FALSE(r.timed_out);
+    CHECK(r.status == 128 + SIGKILL);
+    if (!with_cgroup) CHECK(r.err.find("no job cgroup (DDPRUN_CGROUP=off)") != std::string::npos);
+  }
+  // The guardian does its work, then exits.
+  CHECK(wait_dead(guardian, Seconds(30)));
+  for (pid_t pid : e.pids) CHECK(wait_dead(pid, Seconds(30)));
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  for (pid_t pid : e.pids) CHECK(gone(pid));
+  if (!cgroup_dir.empty()) {
+    // The cgroup folder went with them (the mount point is the one of our
+    // own cgroup's hierarchy; look it up by the worker's path suffix).
+    struct stat st;
+    bool found = false;
+    for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"})
+      found = found || stat((std::string(mount) + cgroup_dir).c_str(), &st) == 0;
+    CHECK_FALSE(found);
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+}  // namespace
+
+TEST_CASE("cgroup: kill -9 of ddprun's pid ends setsid grandchildren and daemons") {
+  kill_and_check(/*by_group=*/false, /*with_cgroup=*/true);
+}
+
+TEST_CASE("cgroup: kill -9 of ddprun's process group ends setsid grandchildren and daemons") {
+  kill_and_check(/*by_group=*/true, /*with_cgroup=*/true);
+}
+
+TEST_CASE("no cgroup: kill -9 of ddprun's pid ends setsid grandchildren and daemons") {
+  kill_and_check(/*by_group=*/false, /*with_cgroup=*/false);
+}
+
+TEST_CASE("no cgroup: kill -9 of ddprun's process group ends setsid grandchildren and daemons") {
+  kill_and_check(/*by_group=*/true, /*with_cgroup=*/false);
+}
+
+// prlimit(1) starts ddprun with a soft fd limit of 64 (hard 4096): ddprun
+// raises its own to the hard limit for eight workers' pipes and logs, and
+// each worker gets 64 back, as it would under torchrun.
+TEST_CASE("fd limit: a low soft limit is raised for ddprun and restored for workers") {
+  DdprunProcess p({"--nofile=64:4096", DDPRUN_BIN, "--nproc-per-node=8", TEST_WORKER, "limits"},
+                  {}, "/usr/bin/prlimit");
+  auto r = p.finish(Seconds(60));
+  CAPTURE(r.err);
+  CHECK(r.status == 0);
+  CHECK(count_of(r.out, ":nofile=64\n") == 8);
+}
+
+// With the hard limit as low, ddprun cannot make the workers' pipes: its own failure,
+// exit 1 with the reason, not 126 ("the program cannot be executed").
+TEST_CASE("fd limit: running out of descriptors is ddprun's failure, exit 1") {
+  DdprunProcess p({"--nofile=24:24", DDPRUN_BIN, "--nproc-per-node=8", TEST_WORKER, "limits"},
+                  {}, "/usr/bin/prlimit");
+  auto r = p.finish(Seconds(60));
+  CAPTURE(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("Too many open files") != std::string::npos);
+}
