@@ -21,6 +21,7 @@
 #include "agent/failure_summary.h"
 #include "agent/guardian.h"
 #include "agent/output_pump.h"
+#include "agent/runtime_dir.h"
 #include "agent/spawn.h"
 #include "agent/standalone_rendezvous.h"
 
@@ -44,12 +45,7 @@ Agent::Agent(Options options, std::unique_ptr<RendezvousHandler> rendezvous,
       rendezvous_(std::move(rendezvous)),
       policy_(policy ? std::move(policy) : std::make_unique<MaxRestartsPolicy>()) {}
 
-Agent::~Agent() {
-  if (!temp_root_.empty() && !keep_temp_root_) {
-    std::error_code ec;
-    std::filesystem::remove_all(temp_root_, ec);
-  }
-}
+Agent::~Agent() = default;
 
 void Agent::watch_children() {
   children_.async_wait([this](const boost::system::error_code& ec, int) {
@@ -129,17 +125,33 @@ GroupVerdict Agent::group_ended(GroupOutcome outcome) {
   return off_loop<GroupVerdict>([&] { return rendezvous_->group_ended(outcome); });
 }
 
-std::string Agent::make_run_dir() {
+std::string Agent::make_run_dir(const EnvMap& env, bool keep) {
   std::string root = options_.log_dir;
   if (root.empty()) {
-    const char* tmp = getenv("TMPDIR");
-    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun_XXXXXX";
-    if (!mkdtemp(tmpl.data()))
-      throw RendezvousError("cannot create a temporary directory " + tmpl + ": " +
-                            strerror(errno));
-    temp_root_ = root = tmpl;
+    // No --log-dir: error files (and nothing else) in the agent's private
+    // folder, removed with it; redirected output must outlive the job, so it
+    // gets a kept folder of its own.
+    root = keep ? make_temp_dir(temp_bases(env), "ddprun_logs.") : runtime_->path() + "/logs";
   }
-  return root + "/" + rendezvous_->run_id();
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) throw std::runtime_error("cannot create log folder " + root + ": " + ec.message());
+  // Every run its own folder, never reused (torchrun's <run_id>_<random>),
+  // so a second run or a concurrent job with the same --rdzv-id keeps its
+  // own logs and events.jsonl. Across nodes the host goes in the name too:
+  // nodes sharing one log folder (NFS) keep every node's files, findable by
+  // node.
+  auto safe = [](std::string s) {
+    for (char& c : s)
+      if (c == '/' || c == '\0') c = '_';
+    return s;
+  };
+  std::string name = safe(rendezvous_->run_id());
+  if (options_.max_nodes > 1) name += "_" + safe(options_.hostname);
+  std::string tmpl = root + "/" + name + "_XXXXXX";
+  if (!mkdtemp(tmpl.data()))
+    throw std::runtime_error("cannot create log folder " + tmpl + ": " + strerror(errno));
+  return tmpl;
 }
 
 void Agent::make_cgroup(EnvMap& worker_env) {
@@ -199,10 +211,15 @@ int Agent::run_job(Guardian& guardian, EnvMap env) {
   setup.cgroup = cgroup_.get();
   setup.worker_nofile_limit = worker_nofile_limit_;
   setup.log_every_stream = !options_.log_dir.empty();
+  bool redirected = options_.redirects.all != kStdNone || !options_.redirects.per_rank.empty();
   try {
     if (!rendezvous_) rendezvous_ = std::make_unique<StandaloneRendezvous>(options_);
     setup.run_id = rendezvous_->run_id();
-    setup.run_dir = make_run_dir();
+    // Folders of agents that were SIGKILLed go first (their lock is free).
+    for (const auto& base : runtime_bases(setup.base_env)) remove_stale_runtime_dirs(base);
+    runtime_ = std::make_unique<RuntimeDir>(runtime_bases(setup.base_env));
+    setup.runtime_dir = runtime_->path();
+    setup.run_dir = make_run_dir(setup.base_env, options_.log_dir.empty() && redirected);
     setup.program_path =
         resolve_program(options_.command.at(0), env_value(setup.base_env, "PATH"));
   } catch (const SpawnError& e) {
@@ -215,11 +232,10 @@ int Agent::run_job(Guardian& guardian, EnvMap env) {
   if (options_.nproc_per_node > 1 && !setup.base_env.count(kEnvOmpNumThreads))
     spdlog::info("OMP_NUM_THREADS=1 for each of the {} workers (set it to override)",
                  options_.nproc_per_node);
-  bool redirected = options_.redirects.all != kStdNone || !options_.redirects.per_rank.empty();
-  if (options_.log_dir.empty() && redirected) {
-    keep_temp_root_ = true;
+  if (options_.log_dir.empty() && redirected)
     spdlog::info("redirected output goes to {}", setup.run_dir);
-  }
+  else if (!options_.log_dir.empty())
+    spdlog::info("logs go to {}", setup.run_dir);
 
   for (int restart = 0;; ++restart) {
     if (pending_signal_) return 128 + pending_signal_;

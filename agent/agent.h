@@ -27,6 +27,7 @@
 #include "agent/attempt.h"
 #include "agent/hooks.h"
 #include "agent/job_cgroup.h"
+#include "agent/runtime_dir.h"
 #include "agent/options.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/restart_policy.h"
@@ -60,7 +61,7 @@ class Agent {
   T off_loop(const std::function<T()>& call);
   RoundInfo next_round(int restart);
   GroupVerdict group_ended(GroupOutcome outcome);
-  std::string make_run_dir();
+  std::string make_run_dir(const EnvMap& env, bool keep);
 
   Options options_;
   boost::asio::io_context io_;
@@ -75,8 +76,8 @@ class Agent {
   pid_t guardian_pid_ = -1;
   std::unique_ptr<JobCgroup> cgroup_;  // null: process-group fallback
   std::optional<rlimit> worker_nofile_limit_;
-  std::string temp_root_;  // private log root when no --log-dir; removed at exit
-  bool keep_temp_root_ = false;
+  // This agent's private folder (runtime_dir.h); removed at exit.
+  std::unique_ptr<RuntimeDir> runtime_;
 };
 
 }  // namespace ddprun::agent

@@ -61,6 +61,7 @@ Attempt::Attempt(boost::asio::io_context& io, const Options& options, AttemptSet
   info_.restart_count = setup_.restart_count;
   info_.round = setup_.round;
   info_.log_dir = setup_.run_dir + "/attempt_" + std::to_string(setup_.attempt_index);
+  info_.runtime_dir = setup_.runtime_dir;
   result_.restart_count = setup_.restart_count;
 }
 

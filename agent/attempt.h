@@ -40,8 +40,11 @@ struct AttemptSetup {
   int attempt_index = 0;
   RoundInfo round;
   std::string run_id;
-  // <log root>/<run_id>: attempt_<n>/<local_rank>/ go below it.
+  // <log root>/<run_id>_<random> (multi-node: <run_id>_<host>_<random>):
+  // attempt_<n>/<local_rank>/ go below it.
   std::string run_dir;
+  // The agent's private folder (runtime_dir.h), for sockets and FIFOs.
+  std::string runtime_dir;
   // True with --log-dir: stdout.log and stderr.log for every worker.
   // Otherwise only redirected streams get a file.
   bool log_every_stream = false;

@@ -30,7 +30,10 @@ struct WorkerInfo {
 struct AttemptInfo {
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT of this attempt
   RoundInfo round;
-  std::string log_dir;  // <root>/<run_id>/attempt_<n>
+  std::string log_dir;  // <run folder>/attempt_<n>
+  // The agent's private folder (0700, removed at exit; runtime_dir.h): the
+  // place for sockets and FIFOs, never the possibly shared log folder.
+  std::string runtime_dir;
   std::vector<WorkerInfo> workers;
 };
 

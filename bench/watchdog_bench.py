@@ -22,6 +22,7 @@ Usage: /usr/bin/python3 bench/watchdog_bench.py [--ddprun build/bin/ddprun]
 Prints a Markdown table (medians, with the worst case in brackets).
 """
 import argparse
+import glob
 import json
 import os
 import signal
@@ -66,12 +67,14 @@ def run_ddprun(ddprun, kind, exe, timeout_s, backoff, tmp):
                        stderr=subprocess.DEVNULL, timeout=60 + timeout_s)
     if p.returncode != 0:
         raise RuntimeError(f"ddprun exited {p.returncode} (logs in {d})")
-    with open(os.path.join(d, "logs", "b", "attempt_0", "hang_report.json")) as f:
+    # ddprun gives each run its own folder: <rdzv-id>_<random>.
+    run = glob.glob(os.path.join(d, "logs", "b_*"))[0]
+    with open(os.path.join(run, "attempt_0", "hang_report.json")) as f:
         rep = json.load(f)
     due = read_ns(d, "lastbeat") / 1e9 + timeout_s
     detected = rep["detected_monotonic_s"]
     # events.jsonl's hang_detected line is written once stacks are captured.
-    with open(os.path.join(d, "logs", "b", "events.jsonl")) as f:
+    with open(os.path.join(run, "events.jsonl")) as f:
         captured = [json.loads(l) for l in f if '"hang_detected"' in l][0]["monotonic_s"]
     restarted = max(read_ns(d, "start_1_0"), read_ns(d, "start_1_1")) / 1e9
     return {"detect_ms": (detected - due) * 1e3,

@@ -97,12 +97,16 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
       spdlog::warn("no event log: {}", e.what());
     }
   }
+  // Sockets and FIFOs live in the agent's private folder, never in the log
+  // folder another job may share.
+  const std::string private_dir =
+      attempt.runtime_dir.empty() ? attempt_dir_ : attempt.runtime_dir;
   // A fresh socket per attempt: beats queued by the previous group's
   // workers die with the old socket.
   heartbeats_.reset();
   try {
     heartbeats_ = std::make_unique<HeartbeatServer>(
-        io_, choose_socket_path(attempt_dir_), [this](const Beat& b) {
+        io_, choose_socket_path(private_dir), [this](const Beat& b) {
           if (dog_) dog_->on_beat(b);
         });
   } catch (const std::exception& e) {
@@ -111,7 +115,7 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   timers_.reset();
   if (options_.file_timer) {
     const std::string path =
-        options_.timer_file.empty() ? attempt_dir_ + "/watchdog_timer" : options_.timer_file;
+        options_.timer_file.empty() ? private_dir + "/watchdog_timer" : options_.timer_file;
     try {
       timers_ = std::make_unique<FileTimerServer>(io_, path, [this](const FileTimerExpiry& e) {
         if (dog_) dog_->on_file_timer_expiry(e);

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/run_folder.h"
 #include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
@@ -37,6 +38,9 @@ TEST_CASE("every worker gets torchrun's variables with the right values") {
                       {"OMP_NUM_THREADS=", "NCCL_ASYNC_ERROR_HANDLING=0"});
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.status == 0);
+  const std::string run = run_folder(logs, "job7");
+  REQUIRE(!run.empty());
+  CHECK(r.err.find("logs go to " + run) != std::string::npos);
   std::string port;
   for (int rank = 0; rank < 3; ++rank) {
     auto env = read_env(dir.path() + "/env." + std::to_string(rank));
@@ -59,8 +63,11 @@ TEST_CASE("every worker gets torchrun's variables with the right values") {
     CHECK(env["TORCHELASTIC_RUN_ID"] == "job7");
     CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
     CHECK(env["TORCHELASTIC_ERROR_FILE"] ==
-          logs + "/job7/attempt_0/" + std::to_string(rank) + "/error.json");
-    CHECK(env["DDPRUN_LOG_DIR"] == logs + "/job7/attempt_0");
+          run + "/attempt_0/" + std::to_string(rank) + "/error.json");
+    CHECK(env["DDPRUN_LOG_DIR"] == run + "/attempt_0");
+    // The heartbeat socket is in the agent's private folder, not the logs.
+    CHECK(env["DDPRUN_HEARTBEAT_SOCKET"].find("/ddprun-agent.") != std::string::npos);
+    CHECK(env["DDPRUN_HEARTBEAT_SOCKET"].rfind(logs, 0) != 0);
     CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
     // Set by the user: kept, as torchrun does.
     CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "0");
@@ -80,10 +87,10 @@ TEST_CASE("OMP_NUM_THREADS is 1 with several workers and untouched with one") {
   r = run_ddprun({"--nproc-per-node=1", TEST_WORKER, "env", dir.path() + "/one"});
   REQUIRE(r.status == 0);
   CHECK(read_env(dir.path() + "/one.0").count("OMP_NUM_THREADS") == 0);
-  // Without --log-dir the error file lives in a private temp dir that is
-  // removed at exit.
+  // Without --log-dir the error file lives in the agent's private folder,
+  // which is removed at exit.
   std::string error_file = read_env(dir.path() + "/one.0")["TORCHELASTIC_ERROR_FILE"];
-  CHECK(error_file.find("/ddprun_") != std::string::npos);
+  CHECK(error_file.find("/ddprun-agent.") != std::string::npos);
   CHECK_FALSE(fs::exists(fs::path(error_file).parent_path()));
 }
 

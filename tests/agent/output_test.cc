@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/run_folder.h"
 #include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
@@ -62,7 +63,8 @@ TEST_CASE("--log-dir writes per attempt and rank files; -r keeps a stream off th
                        dir.path(), "-r", "0:1", TEST_WORKER, "crash-first", "1", "3"});
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.status == 0);
-  std::string run = dir.path() + "/logs";
+  std::string run = run_folder(dir.path(), "logs");
+  REQUIRE(!run.empty());
   for (int attempt = 0; attempt < 2; ++attempt)
     for (int rank = 0; rank < 2; ++rank) {
       std::string d = run + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(rank);

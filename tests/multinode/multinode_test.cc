@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 
+#include "tests/common/run_folder.h"
 #include "tests/multinode/netns.h"
 
 namespace ddprun::testing {
@@ -202,10 +203,48 @@ TEST_CASE("multinode.scaleup") {
   CHECK(job.log(1).find("scale-up") != std::string::npos);
   // Same restart count, two rounds: attempt_0 and attempt_1, both kept.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::string out = job.dir.path() + "/logs1/mnjob/attempt_" + std::to_string(attempt) + "/0/stdout.log";
+    std::string out = run_folder(job.dir.path() + "/logs1", "mnjob") + "/attempt_" +
+                      std::to_string(attempt) + "/0/stdout.log";
     CAPTURE(out);
     CHECK(std::ifstream(out).good());
   }
+}
+
+TEST_CASE("multinode.sharedlogs") {
+  // Two nodes with one --log-dir (an NFS folder on a cluster): each node's
+  // run gets a folder of its own, named after its host, and every file of
+  // both nodes is kept.
+  Job job("sharedlogs", 2);
+  const std::string shared = job.dir.path() + "/shared";
+  auto args = agent_args("", "2:2");
+  args.insert(args.begin(), {"--log-dir", shared});
+  job.start(1, {}, args);
+  job.start(2, {}, args);
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 4)) >= 0;
+  }, kDeadline));
+  job.stop_workers();
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  auto runs = run_folders(shared, "mnjob");
+  REQUIRE(runs.size() == 2);
+  for (const auto& run : runs) {
+    CAPTURE(run);
+    CHECK(run.find("/mnjob_" + std::string(host) + "_") != std::string::npos);
+    CHECK(std::ifstream(run + "/events.jsonl").good());
+    for (int lr = 0; lr < 2; ++lr) {
+      CHECK(std::ifstream(run + "/attempt_0/" + std::to_string(lr) + "/stdout.log").good());
+      CHECK(std::ifstream(run + "/attempt_0/" + std::to_string(lr) + "/stderr.log").good());
+    }
+  }
+  // Each node names the folder it wrote.
+  for (int n = 1; n <= 2; ++n)
+    CHECK(job.log(n).find("logs go to " + shared + "/mnjob_") != std::string::npos);
 }
 
 TEST_CASE("multinode.linkcut") {

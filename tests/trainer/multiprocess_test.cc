@@ -14,6 +14,7 @@
 #include <regex>
 #include <sstream>
 
+#include "tests/common/run_folder.h"
 #include "tests/trainer/process.h"
 #include "tests/trainer/temp_dir.h"
 
@@ -230,7 +231,8 @@ TEST_CASE("killed mid-run and resumed: bit-identical to an uninterrupted run") {
     REQUIRE(hung_code == 0);
     CHECK(hung_out.find("hangs here (injected)") != std::string::npos);
     CHECK(hung_out.find("resuming from") != std::string::npos);
-    std::ifstream report(tmp.file("logs") + "/hang/attempt_0/hang_report.json");
+    std::ifstream report(ddprun::testing::run_folder(tmp.file("logs"), "hang") +
+                         "/attempt_0/hang_report.json");
     CHECK(report.good());
     CHECK(slurp(tmp.file("c.params")) == slurp(tmp.file("a.params")));
   }

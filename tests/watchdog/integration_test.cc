@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/common/run_folder.h"
 #include "tests/watchdog/test_util.h"
 
 using ddprun::watchdog::test::Child;
@@ -28,7 +29,7 @@ std::string slurp(const std::string& path) {
 struct Job {
   TempDir dir;
   int exit_code = -1;
-  std::string run_dir() const { return dir.path() + "/logs/wd"; }
+  std::string run_dir() const { return ddprun::testing::run_folder(dir.path() + "/logs", "wd"); }
   std::string attempt(int n) const { return run_dir() + "/attempt_" + std::to_string(n); }
   std::string console() const { return slurp(dir.path() + "/ddprun.stderr"); }
 
@@ -255,7 +256,7 @@ TEST_CASE("the teardown after ctrl-c is not reported as a hang") {
   CHECK(WIFEXITED(*status));
   CHECK(WEXITSTATUS(*status) == 128 + SIGINT);
   std::vector<std::string> names;
-  std::ifstream in(dir.path() + "/logs/wd/events.jsonl");
+  std::ifstream in(ddprun::testing::run_folder(dir.path() + "/logs", "wd") + "/events.jsonl");
   for (std::string line; std::getline(in, line);) {
     auto e = json::parse(line);
     if (e["event"] != "worker_exit") names.push_back(e["event"]);

@@ -13,6 +13,9 @@
 //                       double-forked daemon (setsid, stdio on /dev/null,
 //                       its parent gone), print "ready rank=.. pid=..
 //                       setsid=.. daemon=..", block
+//   wait-file PATH      write the environment to PATH.env.<RANK>, print
+//                       "waiting rank=..", exit 0 once PATH exists (30 s
+//                       at most, else exit 3)
 //   limits              print "nofile=<soft limit>", exit 0
 //   lines N             print N numbered lines, each in two write() calls
 //   error-file MSG      write torch's @record JSON with MSG, exit 1
@@ -147,6 +150,20 @@ int main(int argc, char** argv) {
     say("ready rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()) +
         " setsid=" + std::to_string(escaped) + " daemon=" + std::to_string(daemon));
     block_forever();
+  }
+  if (mode == "wait-file" && argc == 3) {
+    std::string path = argv[2];
+    {
+      std::ofstream out(path + ".env." + std::to_string(rank));
+      for (char** e = environ; *e; ++e) out << *e << '\n';
+    }
+    say("waiting rank=" + std::to_string(rank));
+    // Polls: the test and two separate jobs share nothing else to wait on.
+    for (int waited_ms = 0; waited_ms < 30000; waited_ms += 10) {
+      if (access(path.c_str(), F_OK) == 0) return 0;
+      usleep(10000);
+    }
+    return 3;
   }
   if (mode == "limits") {
     rlimit rl{};

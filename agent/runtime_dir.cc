@@ -1,0 +1,125 @@
+#include "agent/runtime_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <stdexcept>
+
+namespace ddprun::agent {
+namespace {
+
+constexpr const char* kPrefix = "ddprun-agent.";
+constexpr const char* kNewPrefix = ".ddprun-agent-new.";
+// The longest name placed in the folder that must fit sun_path.
+constexpr size_t kLongestSocketName = sizeof("heartbeat.sock");
+
+void add_base(std::vector<std::string>& out, const EnvMap& env, const char* key) {
+  auto it = env.find(key);
+  if (it == env.end() || it->second.empty()) return;
+  for (const auto& b : out)
+    if (b == it->second) return;
+  out.push_back(it->second);
+}
+
+std::vector<std::string> with_tmp(std::vector<std::string> out) {
+  for (const auto& b : out)
+    if (b == "/tmp") return out;
+  out.push_back("/tmp");
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> runtime_bases(const EnvMap& env) {
+  std::vector<std::string> out;
+  add_base(out, env, "XDG_RUNTIME_DIR");
+  add_base(out, env, "TMPDIR");
+  return with_tmp(std::move(out));
+}
+
+std::vector<std::string> temp_bases(const EnvMap& env) {
+  std::vector<std::string> out;
+  add_base(out, env, "TMPDIR");
+  return with_tmp(std::move(out));
+}
+
+std::string make_temp_dir(const std::vector<std::string>& bases, const std::string& prefix) {
+  std::string tried;
+  for (const auto& base : bases) {
+    std::string tmpl = base + "/" + prefix + "XXXXXX";
+    if (mkdtemp(tmpl.data())) return tmpl;
+    tried += (tried.empty() ? "" : "; ") + base + ": " + strerror(errno);
+  }
+  throw std::runtime_error("cannot create a private folder (" + tried + ")");
+}
+
+RuntimeDir::RuntimeDir(const std::vector<std::string>& bases) {
+  std::string tried;
+  for (const auto& base : bases) {
+    auto note = [&](const std::string& why) {
+      tried += (tried.empty() ? "" : "; ") + base + ": " + why;
+    };
+    // <base>/ddprun-agent.XXXXXX/heartbeat.sock must fit sun_path.
+    if (base.size() + 1 + strlen(kPrefix) + 6 + 1 + kLongestSocketName >
+        sizeof(sockaddr_un{}.sun_path)) {
+      note("too long a path for a socket");
+      continue;
+    }
+    std::string tmpl = base + "/" + kNewPrefix + "XXXXXX";
+    if (!mkdtemp(tmpl.data())) {
+      note(strerror(errno));
+      continue;
+    }
+    std::string suffix = tmpl.substr(tmpl.size() - 6);
+    base::ScopedFd lock(::open((tmpl + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    std::string final_path = base + "/" + kPrefix + suffix;
+    if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0 ||
+        rename(tmpl.c_str(), final_path.c_str()) != 0) {
+      note(strerror(errno));
+      std::error_code ec;
+      std::filesystem::remove_all(tmpl, ec);
+      continue;
+    }
+    path_ = final_path;
+    lock_ = std::move(lock);
+    return;
+  }
+  throw std::runtime_error("cannot create a private runtime folder (" + tried + ")");
+}
+
+RuntimeDir::~RuntimeDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+int remove_stale_runtime_dirs(const std::string& base) {
+  DIR* dir = opendir(base.c_str());
+  if (!dir) return 0;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(dir))
+    if (strncmp(e->d_name, kPrefix, strlen(kPrefix)) == 0) names.emplace_back(e->d_name);
+  closedir(dir);
+  int removed = 0;
+  for (const auto& name : names) {
+    std::string path = base + "/" + name;
+    struct stat st;
+    // Only our own folders: in a shared /tmp, others' are not ours to judge.
+    if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    base::ScopedFd lock(::open((path + "/lock").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+    // No lock file: not one of ours as we make them; leave it.
+    if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+    if (!ec) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,61 @@
+// RuntimeDir: a folder for one agent alone, for the files nobody else may
+// touch: the heartbeat socket, torch's timer FIFO and, without --log-dir,
+// the private root of error files. Never in the (possibly shared) log
+// folder, so two jobs with the same --log-dir and --rdzv-id cannot unlink
+// each other's sockets.
+//
+// Where: the first base folder that works of $XDG_RUNTIME_DIR, $TMPDIR and
+// /tmp (a missing or unwritable one is skipped; one so deep that the
+// heartbeat socket's path would not fit AF_UNIX's sun_path too). Name:
+// ddprun-agent.XXXXXX, mode 0700 (mkdtemp), holding a `lock` file the agent
+// keeps flock()ed for its whole life (close-on-exec, so workers never hold
+// it; the guardian closes it at once).
+//
+// The destructor removes the folder. After a kill -9 the folder stays, but
+// its lock is free: remove_stale() (run by every agent at start-up) removes
+// such folders. A folder is only made visible under its final name once it
+// is locked (created as .ddprun-agent-new.XXXXXX, then renamed), so a
+// scanning agent never mistakes a folder being set up for a dead one.
+//
+// Not thread-safe; the agent's thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/worker_env.h"
+#include "base/scoped_fd.h"
+
+namespace ddprun::agent {
+
+class RuntimeDir {
+ public:
+  // Throws std::runtime_error naming every base folder tried and why each
+  // failed.
+  explicit RuntimeDir(const std::vector<std::string>& bases);
+  ~RuntimeDir();
+  RuntimeDir(const RuntimeDir&) = delete;
+  RuntimeDir& operator=(const RuntimeDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  base::ScopedFd lock_;
+};
+
+// $XDG_RUNTIME_DIR, $TMPDIR, /tmp from ddprun's environment, in that order,
+// without empty values or repeats.
+std::vector<std::string> runtime_bases(const EnvMap& env);
+// $TMPDIR, /tmp: for folders that must survive a logout (kept logs).
+std::vector<std::string> temp_bases(const EnvMap& env);
+
+// Removes every ddprun-agent.* folder under `base` whose agent is gone (its
+// lock can be taken). Returns how many it removed.
+int remove_stale_runtime_dirs(const std::string& base);
+
+// mkdtemp(<base>/<prefix>XXXXXX) in the first base where it works; throws
+// std::runtime_error naming each base and its error.
+std::string make_temp_dir(const std::vector<std::string>& bases, const std::string& prefix);
+
+}  // namespace ddprun::agent
