@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <filesystem>
 
 #include "agent/worker_env.h"
@@ -74,7 +75,10 @@ RestartPolicyOptions restart_options_from(const agent::Options& o) {
 WatchdogHook::WatchdogHook(boost::asio::io_context& io, HookOptions options)
     : io_(io), options_(std::move(options)) {}
 
-WatchdogHook::~WatchdogHook() = default;
+WatchdogHook::~WatchdogHook() {
+  *alive_ = false;
+  join_capture();
+}
 
 void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   attempt_ = attempt.restart_count;
@@ -173,6 +177,8 @@ void WatchdogHook::attempt_failed(const agent::Failure&) {
 
 void WatchdogHook::attempt_interrupted(int) {
   if (dog_) dog_->stop();
+  // ddprun is stopping: a stack capture in progress would only delay it.
+  if (capture_cancel_) capture_cancel_->cancel();
 }
 
 std::vector<int> WatchdogHook::all_ranks() const {
@@ -183,12 +189,14 @@ std::vector<int> WatchdogHook::all_ranks() const {
 
 void WatchdogHook::on_hang(const HangEvent& event) {
   report_ = make_hang_report(*dog_, event, attempt_);
+  hang_event_ = event;
   // Stacks for the stalled ranks and the suspects, the event's rank first.
   std::vector<int> ranks = report_->stalled;
   for (int r : report_->suspects) {
     if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
   }
-  std::vector<int> abort_targets;  // local ranks that print their own traceback
+  abort_targets_.clear();  // local ranks that print their own traceback
+  std::vector<std::pair<pid_t, int>> natives;  // (pid, global rank) for a tool
   int captures_left = options_.max_native_captures;
   for (int rank : ranks) {
     auto it = std::find_if(info_.workers.begin(), info_.workers.end(),
@@ -202,11 +210,40 @@ void WatchdogHook::on_hang(const HangEvent& event) {
       c.path = it->stderr_log;
       if (c.path.empty()) c.note = "traceback printed to the console (no --log-dir)";
       report_->stacks.push_back(c);
-      abort_targets.push_back(it->local_rank);
+      abort_targets_.push_back(it->local_rank);
     } else if (captures_left-- > 0) {
-      report_->stacks.push_back(capture_native_stack(it->pid, rank, attempt_dir_, options_.stacks));
+      natives.emplace_back(it->pid, rank);
     }
   }
+  if (natives.empty()) return finish_hang();
+  // A capture tool may take seconds (gdb on a LibTorch process, a slow
+  // ptrace): it runs on a thread of its own and posts the stacks back, so
+  // the loop goes on handling signals, exits and output meanwhile.
+  spdlog::info("capturing the stacks of {} hung rank(s)", natives.size());
+  join_capture();
+  capture_cancel_ = std::make_shared<CaptureCancel>();
+  capture_thread_ = std::thread([this, natives, dir = attempt_dir_, stacks = options_.stacks,
+                                 cancel = capture_cancel_, attempt = attempt_,
+                                 alive = alive_] {
+    std::vector<StackCapture> captured;
+    for (const auto& [pid, rank] : natives)
+      captured.push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
+    boost::asio::post(io_, [this, captured = std::move(captured), attempt, cancel, alive] {
+      if (!*alive || attempt != attempt_ || cancel != capture_cancel_ || !report_) return;
+      report_->stacks.insert(report_->stacks.end(), captured.begin(), captured.end());
+      finish_hang();
+    });
+  });
+}
+
+void WatchdogHook::join_capture() {
+  if (capture_cancel_) capture_cancel_->cancel();
+  // Bounded: cancel kills the tool running, and the thread tries no other.
+  if (capture_thread_.joinable()) capture_thread_.join();
+}
+
+void WatchdogHook::finish_hang() {
+  const HangEvent& event = hang_event_;
   for (const auto& w : info_.workers) {
     if (!w.stdout_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stdout_log);
     if (!w.stderr_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stderr_log);
@@ -229,11 +266,12 @@ void WatchdogHook::on_hang(const HangEvent& event) {
   req.reason = report_->summary(options_.logs_kept ? attempt_dir_ : "");
   req.local_rank = event.local_rank;
   req.exit_code = 1;
-  if (!abort_targets.empty()) {
+  if (!abort_targets_.empty()) {
     req.signal = SIGABRT;
-    req.targets = abort_targets;
+    req.targets = abort_targets_;
     req.wait = options_.traceback_wait;
   }
+  // Null when the attempt already ended another way during the capture.
   if (control_) control_->fail_attempt(req);
   // Stopped workers would hold the pending SIGABRT/SIGTERM until SIGKILL:
   // continue them so the teardown is quick.
@@ -241,6 +279,8 @@ void WatchdogHook::on_hang(const HangEvent& event) {
 }
 
 void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
+  // A capture still running concerns workers that are gone now.
+  join_capture();
   last_max_step_ = dog_ ? dog_->max_step() : -1;
   last_hang_.reset();
   last_report_dir_.clear();

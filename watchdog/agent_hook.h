@@ -5,7 +5,8 @@
 // torch's file timer when TORCHELASTIC_ENABLE_FILE_TIMER=1 (workers get
 // TORCHELASTIC_TIMER_FILE), runs a Watchdog over the workers, and on a hang:
 // captures stacks (SIGABRT to faulthandler-enabled Python workers through
-// fail_attempt's pre-signal, eu-stack, gdb or /proc for the others), writes
+// fail_attempt's pre-signal, eu-stack, gdb or /proc for the others, on a
+// capture thread that posts the stacks back to the loop), writes
 // hang_report.{json,txt} in the attempt's log directory, SIGCONTs stopped
 // workers so the teardown reaches them, and fails the attempt with a
 // one-paragraph reason that the failure summary shows.
@@ -14,7 +15,8 @@
 // using the hook's knowledge of the attempt (hang, highest step), and
 // both write the job's events.jsonl in the run directory.
 //
-// Thread safety: agent loop thread only (as every hook).
+// Thread safety: agent loop thread only (as every hook); the capture thread
+// touches nothing of the hook's but posts its result to the loop.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -22,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/hooks.h"
@@ -97,6 +100,10 @@ class WatchdogHook : public agent::AgentHooks {
  private:
   void begin_attempt(const agent::AttemptInfo& attempt);
   void on_hang(const HangEvent& event);
+  // Writes the report and fails the attempt, once the stacks are in.
+  void finish_hang();
+  // Cancels a capture in progress and joins its thread (bounded).
+  void join_capture();
   std::vector<int> all_ranks() const;
 
   boost::asio::io_context& io_;
@@ -111,6 +118,12 @@ class WatchdogHook : public agent::AgentHooks {
   std::unique_ptr<HeartbeatServer> heartbeats_;
   std::unique_ptr<FileTimerServer> timers_;
   std::optional<HangReport> report_;
+  HangEvent hang_event_;
+  std::vector<int> abort_targets_;  // local ranks SIGABRTed for a traceback
+  std::thread capture_thread_;
+  std::shared_ptr<CaptureCancel> capture_cancel_;
+  // False once destroyed: a capture's result still queued must not land.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   // Outcome of the attempt that ended last.
   std::optional<HangEvent> last_hang_;
   int64_t last_max_step_ = -1;

@@ -2,12 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -54,15 +55,57 @@ std::vector<std::string> read_nul_list(const std::string& path) {
   return out;
 }
 
-// Waits for `child` to exit, at most `timeout`; kills its process group
-// when the deadline passes. Always reaps. Returns true when it exited in
-// time, with its wait status in `status`.
-bool wait_bounded(pid_t child, std::chrono::milliseconds timeout, int& status) {
-  const bool in_time =
-      base::wait_exited(child, std::chrono::steady_clock::now() + timeout);
-  if (!in_time) ::kill(-child, SIGKILL);
+// The executable `name` names: itself when it holds a '/', else the first
+// executable file of that name on PATH; empty when there is none.
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return {};
+}
+
+// Starts `argv` (argv[0] a path) in a process group of its own, stdin
+// /dev/null, stdout and stderr to `out`. The tool is a "clone child": it
+// sends no SIGCHLD when it exits, so the agent's reaper (waitpid(-1), on
+// the loop thread) never takes its status from the capture thread, which
+// reaps it with __WCLONE. Returns its pid, or -1 with errno set.
+pid_t spawn_tool(const std::vector<std::string>& argv_s, int out) {
+  std::vector<char*> argv;
+  for (const auto& s : argv_s) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  // clone with no flags and no stack: a fork whose exit signal is none.
+  const long pid = ::syscall(SYS_clone, 0L, nullptr, nullptr, nullptr, 0L);
+  if (pid > 0) ::setpgid(static_cast<pid_t>(pid), 0);  // as the child does: no race with a kill
+  if (pid != 0) return static_cast<pid_t>(pid);
+  // The child of a multi-threaded parent: async-signal-safe calls only.
+  ::setpgid(0, 0);
+  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0) ::_exit(127);
+  ::execve(argv[0], argv.data(), environ);
+  ::_exit(127);
+}
+
+// Waits for `child` to exit, at most `timeout`, or until `cancel` ends the
+// capture; kills its process group otherwise. Always reaps. Returns true
+// when it exited by itself in time, with its wait status in `status`.
+bool wait_bounded(pid_t child, std::chrono::milliseconds timeout, CaptureCancel* cancel,
+                  int& status) {
+  bool in_time = false;
+  if (!cancel || cancel->start(child)) {
+    in_time = base::wait_exited(child, std::chrono::steady_clock::now() + timeout);
+  }
+  // The group is killed before the child is reaped, so its id is not reused.
+  if (cancel) cancel->finish();
+  if (!in_time || (cancel && cancel->cancelled())) {
+    ::kill(-child, SIGKILL);
+    in_time = false;
+  }
   status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(child, &status, __WCLONE) < 0 && errno == EINTR) {
   }
   return in_time;
 }
@@ -84,38 +127,36 @@ std::string reason_line(const std::string& name, const std::string& text) {
 // Returns true when it printed at least one frame ("#0") in time; else
 // `why` says what went wrong. `text` holds what it printed either way.
 bool run_tool(const std::string& name, std::vector<std::string> argv_s, const std::string& path,
-              std::chrono::milliseconds timeout, std::string& text, std::string& why) {
+              std::chrono::milliseconds timeout, CaptureCancel* cancel, std::string& text,
+              std::string& why) {
   text.clear();
   base::ScopedFd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!out) {
     why = "cannot write " + path + ": " + std::strerror(errno);
     return false;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out.get(), 1);
-  posix_spawn_file_actions_adddup2(&fa, out.get(), 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Own process group, so a deadline kill takes the tool and anything it ran.
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t child = 0;
-  const int rc = ::posix_spawnp(&child, argv_s[0].c_str(), &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  const std::string program = find_program(argv_s[0]);
+  if (program.empty()) {
+    // A path's own error (EACCES, ENOENT); a bare name not on PATH: ENOENT.
+    const int error = argv_s[0].find('/') != std::string::npos ? errno : ENOENT;
+    why = "cannot run " + argv_s[0] + ": " + std::strerror(error);
+    return false;
+  }
+  argv_s[0] = program;
+  const pid_t child = spawn_tool(argv_s, out.get());
+  const int spawn_errno = errno;
   out.reset();
-  if (rc != 0) {
-    why = "cannot run " + argv_s[0] + ": " + std::strerror(rc);
+  if (child < 0) {
+    why = "cannot run " + argv_s[0] + ": " + std::strerror(spawn_errno);
     return false;
   }
   int status = 0;
-  const bool in_time = wait_bounded(child, timeout, status);
+  const bool in_time = wait_bounded(child, timeout, cancel, status);
   text = read_file(path, kMaxTextBytes, false);
+  if (cancel && cancel->cancelled()) {
+    why = name + " stopped: the attempt ended before the capture";
+    return false;
+  }
   if (!in_time) {
     why = name + " did not finish within " + std::to_string(timeout.count()) + " ms";
     return false;
@@ -159,8 +200,25 @@ bool python_faulthandler_enabled(pid_t pid) {
   return false;
 }
 
+void CaptureCancel::cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (running_ > 0) ::kill(-running_, SIGKILL);
+}
+
+bool CaptureCancel::start(pid_t pgid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = pgid;
+  return !cancelled_;
+}
+
+void CaptureCancel::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = 0;
+}
+
 StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string& dir,
-                                  const StackCaptureOptions& options) {
+                                  const StackCaptureOptions& options, CaptureCancel* cancel) {
   StackCapture c;
   c.pid = pid;
   c.global_rank = global_rank;
@@ -170,7 +228,9 @@ StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string&
   std::string failed_output;  // what failed tools printed, kept for the fallback
   auto attempt = [&](const std::string& name, std::vector<std::string> argv) {
     std::string text, why;
-    const bool ok = run_tool(name, std::move(argv), c.path, options.tool_timeout, text, why);
+    if (cancel && cancel->cancelled()) return false;
+    const bool ok =
+        run_tool(name, std::move(argv), c.path, options.tool_timeout, cancel, text, why);
     if (!why.empty()) notes.push_back(why);
     if (ok) {
       c.text = std::move(text);

@@ -21,12 +21,17 @@
 // the attempt's log directory.
 //
 // Blocking: capture_native_stack blocks the caller for at most
-// 2 x tool_timeout (one per tool); the agent calls it once per hung rank.
+// 2 x tool_timeout (one per tool), so the agent runs it on a thread of its
+// own (agent_hook.h); CaptureCancel ends it early from another thread. The
+// tools are clone children (no SIGCHLD), reaped by the capturing thread
+// only, never by the agent's reaper.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 
 namespace ddprun::watchdog {
@@ -65,14 +70,33 @@ struct StackCapture {
   std::string note;
 };
 
+// Stops a capture running on another thread: the tool it runs is killed
+// and no further tool is tried. Thread-safe.
+class CaptureCancel {
+ public:
+  void cancel();
+  bool cancelled() const { return cancelled_; }
+  // For the capturing thread: the tool's process group is running (false
+  // when already cancelled) / is about to be reaped.
+  bool start(pid_t pgid);
+  void finish();
+
+ private:
+  std::mutex mu_;
+  std::atomic<bool> cancelled_{false};
+  pid_t running_ = 0;  // guarded by mu_
+};
+
 // True when `pid` runs Python with faulthandler enabled (reads
 // /proc/PID/environ and cmdline), so SIGABRT will print its tracebacks.
 bool python_faulthandler_enabled(pid_t pid);
 
 // Runs eu-stack, else gdb, else reads /proc for `pid` and writes the result
-// to "<dir>/stack_rank<global_rank>.txt". Never throws.
+// to "<dir>/stack_rank<global_rank>.txt". Never throws. Once `cancel` is
+// cancelled, the tool running is killed and /proc's view is what is left.
 StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string& dir,
-                                  const StackCaptureOptions& options = {});
+                                  const StackCaptureOptions& options = {},
+                                  CaptureCancel* cancel = nullptr);
 
 // Finds faulthandler's dump ("Fatal Python error: Aborted" and the thread
 // tracebacks after it) in a worker's log; empty when absent. Reads at most

@@ -145,13 +145,35 @@ int64_t Watchdog::max_step() const {
 
 std::optional<Clock::time_point> Watchdog::heartbeat_due(const WorkerStatus& w) const {
   if (options_.heartbeat_timeout.count() <= 0 || w.exited) return std::nullopt;
-  if (w.beats == 0) return w.spawned + options_.effective_grace();
-  return w.last_beat + options_.heartbeat_timeout;
+  auto due = w.beats == 0 ? w.spawned + options_.effective_grace()
+                          : w.last_beat + options_.heartbeat_timeout;
+  // After a pause of the agent's, a full timeout from the resume.
+  if (resumed_) due = std::max(due, *resumed_ + options_.heartbeat_timeout);
+  return due;
 }
 
 std::optional<Clock::time_point> Watchdog::silence_due(const WorkerStatus& w) const {
   if (options_.silence_timeout.count() <= 0 || w.exited) return std::nullopt;
-  return w.last_output + options_.silence_timeout;
+  auto due = w.last_output + options_.silence_timeout;
+  if (resumed_) due = std::max(due, *resumed_ + options_.silence_timeout);
+  return due;
+}
+
+bool Watchdog::agent_was_paused(Clock::time_point due, Clock::time_point now) {
+  const auto late = now - due;
+  if (late <= options_.pause_threshold) return false;
+  ++pauses_;
+  paused_for_ += late;
+  resumed_ = now;
+  // A worker seen stuck before the pause is watched afresh: the agent did
+  // not see how long it stayed so.
+  for (auto& w : workers_) {
+    if (w.stuck_since) w.stuck_since = now;
+  }
+  spdlog::warn("this agent did not run for {:.2f} s (stopped, frozen or descheduled); the "
+               "workers' deadlines restart now instead of blaming them for that time",
+               seconds(late));
+  return true;
 }
 
 std::optional<Clock::time_point> Watchdog::next_due() const {
@@ -176,9 +198,14 @@ void Watchdog::arm_deadline() {
 }
 
 void Watchdog::on_deadline() {
+  const auto armed = armed_for_;
   armed_for_.reset();
   if (fired_ || stopped_) return;
   const auto now = Clock::now();
+  if (armed && agent_was_paused(*armed, now)) {
+    arm_deadline();
+    return;
+  }
   // The overdue deadline that passed first names the hang.
   std::optional<HangEvent> first;
   for (const auto& w : workers_) {
@@ -222,9 +249,17 @@ void Watchdog::schedule_poll() {
   if (polling_ || options_.effective_stuck_timeout().count() <= 0) return;
   polling_ = true;
   poll_timer_.expires_after(options_.proc_poll_interval);
-  poll_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+  const auto due = poll_timer_.expiry();
+  poll_timer_.async_wait([this, due, alive = alive_](const boost::system::error_code& ec) {
     if (ec || !*alive) return;  // cancelled, or `this` is gone
     polling_ = false;
+    // Deadlines restart from the resume; the heartbeat timer, due later,
+    // is re-armed from them.
+    if (!fired_ && !stopped_ && agent_was_paused(due, Clock::now())) {
+      armed_for_.reset();
+      deadline_timer_.cancel();
+      arm_deadline();
+    }
     poll_proc();
   });
 }

@@ -18,6 +18,14 @@
 // earliest due time, so a hang is seen within milliseconds of its timeout;
 // beats only move deadlines later, so a beat never re-arms the timer.
 //
+// The agent's own stalls are not the workers': when a timer fires later than
+// pause_threshold after it was due, the agent itself did not run meanwhile
+// (SIGSTOPped, frozen with its container, descheduled), so it could not
+// read the beats and output the workers sent. Every deadline then restarts
+// from that moment, as if each worker had just beaten, printed and left any
+// stuck state. (A machine suspend needs nothing: the steady clock stops
+// with it.)
+//
 // Once a hang fires the watchdog disarms itself; the agent tears the group
 // down and makes a new Watchdog for the next attempt.
 //
@@ -57,6 +65,10 @@ struct WatchdogOptions {
   std::optional<Millis> stuck_timeout;
   // How often /proc/PID/stat is sampled for the process-state detector.
   Millis proc_poll_interval{100};
+  // A timer firing this late means the agent itself was paused: deadlines
+  // restart from when it resumed. Longer than any scheduling delay of a
+  // loaded machine, shorter than any useful timeout.
+  Millis pause_threshold{1000};
 
   static constexpr Millis kDefaultGrace{60000};
   Millis effective_grace() const;
@@ -119,6 +131,9 @@ class Watchdog {
   void stop();
 
   bool fired() const { return fired_; }
+  // Times the agent was found paused, and for how long in all.
+  int pauses() const { return pauses_; }
+  Clock::duration paused_for() const { return paused_for_; }
   const WatchdogOptions& options() const { return options_; }
   const std::vector<WorkerStatus>& workers() const { return workers_; }
   // Highest step any worker reported this attempt; -1 when none.
@@ -139,6 +154,9 @@ class Watchdog {
   void poll_proc();
   void schedule_poll();
   void fire(HangEvent event);
+  // A timer due at `due` fired at `now`; true when that late means the
+  // agent was paused (deadlines then restart from `now`).
+  bool agent_was_paused(Clock::time_point due, Clock::time_point now);
 
   WatchdogOptions options_;
   HangHandler on_hang_;
@@ -149,6 +167,10 @@ class Watchdog {
   std::vector<WorkerStatus> workers_;
   bool fired_ = false;
   bool stopped_ = false;
+  // When the agent last resumed from a pause; deadlines start no earlier.
+  std::optional<Clock::time_point> resumed_;
+  int pauses_ = 0;
+  Clock::duration paused_for_{};
   // False once destroyed: a timer that expired just before cancel() still
   // runs its handler (with success), which must not touch `this`.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

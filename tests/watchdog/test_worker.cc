@@ -94,6 +94,19 @@ int main(int argc, char** argv) {
     for (volatile uint64_t x = 0;; x = x + 1) {
     }
   }
+  if (argc >= 4 && std::strcmp(argv[1], "until") == 0) {
+    // Prints "beating" once, then beats silently every <interval_ms> until
+    // <file> exists, then exits 0: a healthy worker that needs the agent
+    // for nothing but its heartbeats.
+    std::printf("beating\n");
+    std::fflush(stdout);
+    const auto interval = std::chrono::milliseconds(std::atol(argv[3]));
+    for (int64_t step = 0; ::access(argv[2], F_OK) != 0; ++step) {
+      ddprun::watchdog::beat(step);
+      std::this_thread::sleep_for(interval);  // the "training step"
+    }
+    return 0;
+  }
   if (argc < 5 || std::strcmp(argv[1], "beat") != 0) {
     std::fprintf(stderr, "usage: %s beat <count> <interval_ms> exit|hang|print | hang\n", argv[0]);
     return 2;
