@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/common/run_folder.h"
 #include "tests/watchdog/test_util.h"
 
 using ddprun::watchdog::test::Child;
@@ -59,7 +60,7 @@ TEST_CASE("an agent SIGSTOPped longer than --heartbeat-timeout blames no beating
   // ...and the workers, still beating, finish the job.
   std::ofstream(stop_file) << "stop\n";
   CHECK(exit_code(ddprun.wait_for(kDeadline)) == 0);
-  CHECK(event_names(dir.path() + "/logs/pause") ==
+  CHECK(event_names(ddprun::testing::run_folder(dir.path() + "/logs", "pause")) ==
         std::vector<std::string>{"start", "rendezvous", "done"});
 }
 
