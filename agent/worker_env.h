@@ -34,7 +34,7 @@ inline constexpr const char* kEnvPythonPath = "PYTHONPATH";
 
 // ddprun's own contract (docs/CONTRACTS.md).
 inline constexpr const char* kEnvStoreAddr = "DDPRUN_STORE_ADDR";
-inline constexpr const char* kEnvStoreToken = "DDPRUN_STORE_TOKEN";
+inline constexpr const char* kEnvStoreToken = "DDPRUN_RDZV_TOKEN";
 inline constexpr const char* kEnvStorePrefix = "DDPRUN_STORE_PREFIX";
 inline constexpr const char* kEnvHeartbeatSocket = "DDPRUN_HEARTBEAT_SOCKET";
 inline constexpr const char* kEnvLogDir = "DDPRUN_LOG_DIR";
@@ -71,7 +71,7 @@ struct WorkerEnvInput {
   std::string attempt_log_dir;   // DDPRUN_LOG_DIR; empty: not set
   std::string store_addr;        // DDPRUN_STORE_ADDR; empty: not set
   std::string store_prefix;      // DDPRUN_STORE_PREFIX; empty: not set
-  std::string store_token;       // DDPRUN_STORE_TOKEN; empty: not set
+  std::string store_token;       // DDPRUN_RDZV_TOKEN; empty: not set
   std::vector<std::string> pythonpath_prepend;
 };
 

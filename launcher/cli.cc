@@ -277,7 +277,9 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
     if (it->second.empty()) throw UsageError("--rdzv-conf token= is empty");
     o.rdzv_token = it->second;
     o.rdzv_conf.erase(it);
-  } else if (const char* t = std::getenv("DDPRUN_RDZV_TOKEN"); t && *t) {
+  } else if (const char* t = std::getenv("DDPRUN_RDZV_TOKEN")) {
+    // Empty would silently turn authentication off.
+    if (*t == '\0') throw UsageError("DDPRUN_RDZV_TOKEN is set but empty: give the shared secret or unset it");
     o.rdzv_token = t;
   }
   if (o.max_nodes > 1) {

@@ -29,7 +29,8 @@ wire::Bytes random_nonce() {
   return nonce;
 }
 
-wire::Bytes auth_mac(const std::string& token, const wire::Bytes& nonce) {
+wire::Bytes auth_mac(const std::string& token, const char* label, const wire::Bytes& first,
+                     const wire::Bytes& second) {
   constexpr size_t kBlock = SHA256_CBLOCK;  // 64
   unsigned char key[kBlock] = {};
   if (token.size() > kBlock) {
@@ -43,8 +44,9 @@ wire::Bytes auth_mac(const std::string& token, const wire::Bytes& nonce) {
   for (size_t i = 0; i < kBlock; ++i) pad[i] = key[i] ^ 0x36;
   SHA256_Init(&ctx);
   SHA256_Update(&ctx, pad, kBlock);
-  SHA256_Update(&ctx, wire::kAuthLabel, sizeof(wire::kAuthLabel) - 1);
-  SHA256_Update(&ctx, nonce.data(), nonce.size());
+  SHA256_Update(&ctx, label, std::strlen(label));
+  SHA256_Update(&ctx, first.data(), first.size());
+  SHA256_Update(&ctx, second.data(), second.size());
   SHA256_Final(inner, &ctx);
   for (size_t i = 0; i < kBlock; ++i) pad[i] = key[i] ^ 0x5c;
   wire::Bytes mac(SHA256_DIGEST_LENGTH);
@@ -57,8 +59,9 @@ wire::Bytes auth_mac(const std::string& token, const wire::Bytes& nonce) {
   return mac;
 }
 
-bool auth_verify(const std::string& token, const wire::Bytes& nonce, const wire::Bytes& mac) {
-  wire::Bytes expected = auth_mac(token, nonce);
+bool auth_verify(const std::string& token, const char* label, const wire::Bytes& first,
+                 const wire::Bytes& second, const wire::Bytes& mac) {
+  wire::Bytes expected = auth_mac(token, label, first, second);
   return mac.size() == expected.size() &&
          CRYPTO_memcmp(mac.data(), expected.data(), mac.size()) == 0;
 }

@@ -152,23 +152,8 @@ void Client::connect() {
           disconnect();
           throw StoreError("store at " + address_ + ": not a ddprun store (unexpected greeting)");
         }
-        if (!greeting->auth_required) return;
-        if (options_.token.empty()) {
-          disconnect();
-          throw StoreError("store at " + address_ +
-                           " requires a token: set DDPRUN_STORE_TOKEN or --rdzv-conf token=...");
-        }
-        Request q;
-        q.op = Op::kAuth;
-        q.values.push_back(auth_mac(options_.token, greeting->nonce));
-        send_all(wire::encode_request(q), deadline, "auth");
-        Bytes reply = read_frame(deadline, "auth");
-        if (!reply.empty() && reply[0] == static_cast<uint8_t>(wire::Status::kOk)) return;
-        std::string message = "no reason given";
-        wire::Reader r(reply.data() + 1, reply.size() - 1);
-        if (!reply.empty()) r.str(message, wire::kMaxFrameSize);
-        disconnect();
-        throw StoreError("store at " + address_ + " refused the token: " + message);
+        authenticate(*greeting, deadline);
+        return;
       } catch (const ConnectionLost& e) {
         last_error = e.what();  // e.g. over the server's connection limit: retry
         disconnect();
@@ -186,6 +171,43 @@ void Client::connect() {
     }
     std::this_thread::sleep_for(backoff);  // the server may still be starting
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+void Client::authenticate(const wire::Greeting& greeting, Clock::time_point deadline) {
+  if (!greeting.auth_required && options_.token.empty()) return;
+  if (!greeting.auth_required) {
+    // Whoever listens there cannot prove it knows the token: it may be an
+    // impostor that would collect every node's records.
+    disconnect();
+    throw StoreError("store at " + address_ +
+                     " asks for no token, but this node holds one (DDPRUN_RDZV_TOKEN): refusing "
+                     "a store that cannot prove it knows the token; start the store with the "
+                     "same token");
+  }
+  if (options_.token.empty()) {
+    disconnect();
+    throw StoreError("store at " + address_ +
+                     " requires a token: set DDPRUN_RDZV_TOKEN or --rdzv-conf token=...");
+  }
+  Request q;
+  q.op = Op::kAuth;
+  Bytes my_nonce = random_nonce();
+  q.values.push_back(auth_mac(options_.token, wire::kClientAuthLabel, greeting.nonce, my_nonce));
+  q.values.push_back(my_nonce);
+  send_all(wire::encode_request(q), deadline, "auth");
+  Bytes payload = read_frame(deadline, "auth");
+  wire::Reply reply = wire::parse_reply(Op::kAuth, payload.data(), payload.size());
+  if (reply.status != wire::Status::kOk) {
+    disconnect();
+    throw StoreError("store at " + address_ + " refused the token: " +
+                     (reply.error.empty() ? reply.message : reply.error));
+  }
+  if (!auth_verify(options_.token, wire::kServerAuthLabel, my_nonce, greeting.nonce, reply.value)) {
+    disconnect();
+    throw StoreError("store at " + address_ +
+                     " failed to prove it knows the token: an impostor, or a store started "
+                     "with another token");
   }
 }
 
@@ -257,19 +279,14 @@ Bytes Client::read_frame(Clock::time_point deadline, const std::string& what) {
   return payload;
 }
 
-std::string Client::error_message(const Bytes& reply) const {
-  std::string message = "malformed error reply";
-  wire::Reader r(reply.data() + 1, reply.size() - 1);
-  r.str(message, wire::kMaxFrameSize);
-  return message;
-}
-
 void Client::read_acks(Clock::time_point deadline, std::string& error) {
   while (!unacked_.empty()) {
     const std::string what = "set(" + quoted(unacked_.front().key) + ")";
-    Bytes reply = read_frame(deadline, what);
-    if (reply[0] != static_cast<uint8_t>(wire::Status::kOk) && error.empty()) {
-      error = "store at " + address_ + ": " + what + ": " + error_message(reply);
+    Bytes payload = read_frame(deadline, what);
+    wire::Reply reply = wire::parse_reply(Op::kSet, payload.data(), payload.size());
+    if (reply.status != wire::Status::kOk && error.empty()) {
+      error = "store at " + address_ + ": " + what + ": " +
+              (reply.error.empty() ? reply.message : reply.error);
     }
     unacked_.pop_front();
   }
@@ -292,7 +309,7 @@ void Client::reconnect(Clock::time_point deadline) {
                    std::to_string(waited.count()) + " ms");
 }
 
-std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::string& what) {
+wire::Reply Client::call(const Request& q, bool retry_safe, const std::string& what) {
   Bytes frame = wire::encode_request(q);
   const Duration waited = is_blocking(q.op) ? Duration(q.timeout_ms) + options_.reply_grace
                                             : options_.op_timeout;
@@ -321,12 +338,18 @@ std::optional<Bytes> Client::call(const Request& q, bool retry_safe, const std::
       // read, so a set and the next call share one round trip.
       send_all(frame, deadline, what);
       read_acks(deadline, ack_error);
-      Bytes reply = read_frame(deadline, what);
+      Bytes payload = read_frame(deadline, what);
       if (!ack_error.empty()) throw StoreError(ack_error);
-      auto status = static_cast<wire::Status>(reply[0]);
-      if (status == wire::Status::kOk) return Bytes(reply.begin() + 1, reply.end());
-      if (status == wire::Status::kTimeout) return std::nullopt;
-      throw StoreError("store at " + address_ + ": " + what + ": " + error_message(reply));
+      wire::Reply reply = wire::parse_reply(q.op, payload.data(), payload.size(),
+                                            q.op == Op::kMultiGet ? q.keys.size() : 0);
+      if (!reply.error.empty()) {
+        disconnect();  // not our store's bytes: nothing after them can be trusted
+        throw StoreError("store at " + address_ + ": " + reply.error + " " + what);
+      }
+      if (reply.status == wire::Status::kError) {
+        throw StoreError("store at " + address_ + ": " + what + ": " + reply.message);
+      }
+      return reply;
     } catch (const ConnectionLost& e) {
       disconnect();
       throw_if_cancelled(what);
@@ -347,12 +370,6 @@ Request make(Op op, std::vector<std::string> keys = {}, std::vector<Bytes> value
   return q;
 }
 
-int64_t read_i64(const Bytes& b) {
-  wire::Reader r(b.data(), b.size());
-  uint64_t v = 0;
-  r.u64(v);
-  return static_cast<int64_t>(v);
-}
 }  // namespace
 
 void Client::set(const std::string& key, const Bytes& value) {
@@ -401,47 +418,38 @@ Bytes Client::get(const std::string& key, Duration t) {
   Request q = make(Op::kGet, {key});
   q.timeout_ms = clamp_ms(t);
   std::string what = "get(" + quoted(key) + ")";
-  auto r = call(q, true, what);
-  if (!r) timeout(what, t);
-  wire::Reader in(r->data(), r->size());
-  Bytes v;
-  if (!in.bytes(v, wire::kMaxFrameSize)) throw StoreError("store at " + address_ + ": malformed reply to " + what);
-  return v;
+  wire::Reply r = call(q, true, what);
+  if (r.status == wire::Status::kTimeout) timeout(what, t);
+  return std::move(r.value);
 }
 
 int64_t Client::add(const std::string& key, int64_t delta) {
   Request q = make(Op::kAdd, {key});
   q.delta = delta;
-  return read_i64(*call(q, false, "add(" + quoted(key) + ")"));
+  return call(q, false, "add(" + quoted(key) + ")").number;
 }
 
 Bytes Client::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   std::string what = "compare_set(" + quoted(key) + ")";
-  auto r = call(make(Op::kCompareSet, {key}, {expected, desired}), false, what);
-  wire::Reader in(r->data(), r->size());
-  Bytes v;
-  if (!in.bytes(v, wire::kMaxFrameSize)) throw StoreError("store at " + address_ + ": malformed reply to " + what);
-  return v;
+  return call(make(Op::kCompareSet, {key}, {expected, desired}), false, what).value;
 }
 
 void Client::wait(const std::vector<std::string>& keys, Duration t) {
   Request q = make(Op::kWait, keys);
   q.timeout_ms = clamp_ms(t);
   std::string what = "wait(" + describe_keys(keys) + ")";
-  if (!call(q, true, what)) timeout(what, t);
+  if (call(q, true, what).status == wire::Status::kTimeout) timeout(what, t);
 }
 
 bool Client::check(const std::vector<std::string>& keys) {
-  auto r = call(make(Op::kCheck, keys), true, "check(" + describe_keys(keys) + ")");
-  return !r->empty() && (*r)[0] == 1;
+  return call(make(Op::kCheck, keys), true, "check(" + describe_keys(keys) + ")").flag;
 }
 
 bool Client::remove(const std::string& key) {
-  auto r = call(make(Op::kDelete, {key}), false, "remove(" + quoted(key) + ")");
-  return !r->empty() && (*r)[0] == 1;
+  return call(make(Op::kDelete, {key}), false, "remove(" + quoted(key) + ")").flag;
 }
 
-int64_t Client::num_keys() { return read_i64(*call(make(Op::kNumKeys), true, "num_keys")); }
+int64_t Client::num_keys() { return call(make(Op::kNumKeys), true, "num_keys").number; }
 
 void Client::append(const std::string& key, const Bytes& value) {
   call(make(Op::kAppend, {key}, {value}), false, "append(" + quoted(key) + ")");
@@ -451,19 +459,9 @@ std::vector<Bytes> Client::multi_get(const std::vector<std::string>& keys, Durat
   Request q = make(Op::kMultiGet, keys);
   q.timeout_ms = clamp_ms(t);
   std::string what = "multi_get(" + describe_keys(keys) + ")";
-  auto r = call(q, true, what);
-  if (!r) timeout(what, t);
-  wire::Reader in(r->data(), r->size());
-  uint32_t n = 0;
-  std::vector<Bytes> values;
-  if (in.u32(n) && n == keys.size()) {
-    values.resize(n);
-    for (auto& v : values) {
-      if (!in.bytes(v, wire::kMaxFrameSize)) n = 0;
-    }
-  }
-  if (n != keys.size()) throw StoreError("store at " + address_ + ": malformed reply to " + what);
-  return values;
+  wire::Reply r = call(q, true, what);
+  if (r.status == wire::Status::kTimeout) timeout(what, t);
+  return std::move(r.values);
 }
 
 void Client::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {

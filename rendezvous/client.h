@@ -1,7 +1,8 @@
 // The TCP store client: one connection, a deadline on every call.
 //
 // Connects (retrying while the server is not up yet, until connect_timeout),
-// answers the server's HMAC challenge when a token is set, and reconnects
+// and with a token runs the mutual HMAC handshake: it refuses a store that
+// does not ask for the token or cannot prove it knows it. Reconnects
 // when it finds the connection closed (e.g. after a server restart on the
 // same port). A request whose reply was lost is retried on a fresh
 // connection only when repeating it is harmless (set, get, wait, check,
@@ -79,12 +80,14 @@ class Client : public Store {
  private:
   using Clock = std::chrono::steady_clock;
   void connect();
+  // The mutual HMAC handshake (auth.h); throws StoreError on any mismatch.
+  void authenticate(const wire::Greeting& greeting, Clock::time_point deadline);
   void disconnect();
   void close_fd(int fd);
   void throw_if_cancelled(const std::string& what) const;
-  // One round trip; returns the response payload after the status byte, or
-  // nullopt for a kTimeout status. Throws StoreError on kError.
-  std::optional<Bytes> call(const wire::Request& request, bool retry_safe, const std::string& what);
+  // One round trip; returns the decoded reply, kOk or kTimeout. Throws
+  // StoreError on kError or a malformed reply.
+  wire::Reply call(const wire::Request& request, bool retry_safe, const std::string& what);
   void send_all(const Bytes& frame, Clock::time_point deadline, const std::string& what);
   Bytes read_frame(Clock::time_point deadline, const std::string& what);
   // Sets the socket timeouts so no send/recv outlives `deadline`; false
@@ -92,7 +95,6 @@ class Client : public Store {
   bool arm(Clock::time_point deadline);
   void read_acks(Clock::time_point deadline, std::string& error);
   void reconnect(Clock::time_point deadline);
-  std::string error_message(const Bytes& reply) const;
   [[noreturn]] void no_answer(const std::string& what, Duration waited);
   [[noreturn]] void timeout(const std::string& what, Duration after);
 
@@ -112,10 +114,16 @@ class Client : public Store {
 };
 
 // Worker side: connects to DDPRUN_STORE_ADDR (host:port) with
-// DDPRUN_STORE_TOKEN, scoped to DDPRUN_STORE_PREFIX (docs/CONTRACTS.md).
+// DDPRUN_RDZV_TOKEN, scoped to DDPRUN_STORE_PREFIX (docs/CONTRACTS.md).
 // Returns nullptr when DDPRUN_STORE_ADDR is unset; throws StoreError naming
-// the variable when its value is malformed.
+// the variable when its value is malformed or the token is set but empty.
+// The token's old name DDPRUN_STORE_TOKEN is still read, with a warning.
 std::unique_ptr<Store> connect_from_env(Duration connect_timeout = Duration(30000));
+
+// The store token from the environment: DDPRUN_RDZV_TOKEN, else the old
+// name DDPRUN_STORE_TOKEN (with a warning). Empty when neither is set;
+// throws StoreError naming the variable when one is set but empty.
+std::string token_from_env();
 
 // Splits "host:port" or "[v6]:port"; throws StoreError naming `what`.
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what);

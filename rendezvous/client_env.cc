@@ -1,4 +1,6 @@
 // The worker side of docs/CONTRACTS.md: DDPRUN_STORE_* to a store.
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 
 #include "rendezvous/client.h"
@@ -21,12 +23,26 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const 
   return {host, static_cast<uint16_t>(p)};
 }
 
+std::string token_from_env() {
+  const char* token = std::getenv("DDPRUN_RDZV_TOKEN");
+  std::string name = "DDPRUN_RDZV_TOKEN";
+  if (token == nullptr) {
+    token = std::getenv("DDPRUN_STORE_TOKEN");
+    name = "DDPRUN_STORE_TOKEN";
+    if (token == nullptr) return "";
+    spdlog::warn("DDPRUN_STORE_TOKEN is the old name of DDPRUN_RDZV_TOKEN; set DDPRUN_RDZV_TOKEN");
+  }
+  // An empty secret would silently turn authentication off.
+  if (*token == '\0') throw StoreError(name + " is set but empty: give the shared secret or unset it");
+  return token;
+}
+
 std::unique_ptr<Store> connect_from_env(Duration connect_timeout) {
   const char* addr = std::getenv("DDPRUN_STORE_ADDR");
   if (addr == nullptr || *addr == '\0') return nullptr;
   ClientOptions o;
   std::tie(o.host, o.port) = parse_host_port(addr, "DDPRUN_STORE_ADDR");
-  if (const char* token = std::getenv("DDPRUN_STORE_TOKEN")) o.token = token;
+  o.token = token_from_env();
   o.connect_timeout = connect_timeout;
   auto client = std::make_unique<Client>(std::move(o));
   const char* prefix = std::getenv("DDPRUN_STORE_PREFIX");

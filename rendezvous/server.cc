@@ -9,6 +9,7 @@
 #include <list>
 
 #include "rendezvous/auth.h"
+#include "rendezvous/server_limits.h"
 #include "rendezvous/store.h"
 #include "rendezvous/table.h"
 
@@ -19,11 +20,22 @@ using asio::ip::tcp;
 using wire::Bytes;
 
 namespace {
-// A connection stops parsing while this much output waits to be sent, and
-// stops reading while a whole frame (plus a header) is already buffered.
-constexpr size_t kMaxOutBuffered = 2 * wire::kMaxFrameSize;
+// A connection stops parsing while a whole frame of output waits to be sent.
+constexpr size_t kMaxOutBuffered = wire::kMaxFrameSize;
+// Reads go through one buffer of this size, shared by every connection.
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr size_t kIdleChunk = 4096;
+// Behind a blocked request a connection buffers at most this much; the rest
+// stays in the kernel (TCP pushes back on the client).
+constexpr size_t kMaxBufferedBehindWait = kReadChunk;
+// Estimated heap a blocked request costs per key beyond its frame bytes:
+// the parsed key string and its registration in the table's waiter lists.
+constexpr size_t kWaitBytesPerKey = 192;
+
+// Frees a buffer's memory once it is empty, so an idle connection that once
+// carried a 4 MiB frame does not keep holding it.
+void release(Bytes& b) {
+  if (b.capacity() > kReadChunk) Bytes().swap(b);
+}
 }  // namespace
 
 struct Conn;
@@ -31,8 +43,12 @@ struct Conn;
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(asio::io_context& io, ServerOptions o)
       : io(io), options(std::move(o)), acceptor(io), accept_retry(io),
-        table(options.max_store_bytes) {}
+        table(options.max_store_bytes), log(io.get_executor()), scratch(kReadChunk) {}
   void accept();
+  void serve(tcp::socket s, const std::string& peer_addr);
+  // Closes the connections holding the most until the buffered bytes fit
+  // max_buffered_bytes again.
+  void enforce_buffer_limit();
 
   asio::io_context& io;
   ServerOptions options;
@@ -40,6 +56,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   asio::steady_timer accept_retry;  // after EMFILE, wait before accepting again
   Table table;
   std::list<std::shared_ptr<Conn>> conns;
+  PeerSlots slots;
+  RateLimitedLog log;
+  Bytes scratch;        // read target of every connection
+  size_t buffered = 0;  // sum of Conn::charged
   bool closed = false;
 };
 
@@ -51,19 +71,24 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   void start();
   void read_more();
+  // How many more bytes this connection may buffer now (0: do not read).
+  size_t read_allowance() const;
   void process();
   void handle(wire::Request request);
+  void authenticate(const wire::Request& request);
   void flush();
   void close();
   void update_frame_timer();
   void finish_wait(bool timed_out);
+  // Charges this connection's buffers to the server-wide limit.
+  void account();
 
   std::shared_ptr<Server::Impl> srv;
   tcp::socket sock;
-  std::string peer;
+  std::string peer;       // "addr:port", for log lines
+  std::string peer_addr;  // "addr", the key of its slot counts
   std::list<std::shared_ptr<Conn>>::iterator self_it;
-  Bytes in;    // received, not yet parsed from in_pos on
-  Bytes rbuf;  // read target, reused
+  Bytes in;  // received, not yet parsed from in_pos on
   size_t in_pos = 0;
   Bytes out, sending;
   bool reading = false, writing = false;
@@ -75,6 +100,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
   std::unique_ptr<wire::Request> on_close;
   // The blocked request, if any; later requests wait behind it.
   std::unique_ptr<wire::Request> pending;
+  size_t pending_bytes = 0;
+  size_t on_close_bytes = 0;  // what `on_close` holds, charged like a blocked request
+  size_t charged = 0;  // bytes counted in srv->buffered
   Table::Waiter waiter;
   uint64_t wait_gen = 0;
   asio::steady_timer wait_timer, frame_timer, handshake_timer, write_timer;
@@ -85,25 +113,31 @@ void Conn::start() {
   boost::system::error_code ec;
   sock.set_option(tcp::no_delay(true), ec);
   sock.non_blocking(true, ec);
-  auto ep = sock.remote_endpoint(ec);
-  peer = ec ? "unknown peer" : ep.address().to_string() + ":" + std::to_string(ep.port());
   wire::Greeting g;
   g.auth_required = !srv->options.token.empty();
-  authed = !g.auth_required;
   if (g.auth_required) {
     nonce = random_nonce();
     g.nonce = nonce;
     handshake_timer.expires_after(srv->options.handshake_timeout);
     handshake_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec || self->closed || self->authed) return;
-      spdlog::warn("store: closing {}: no authentication within {} ms", self->peer,
-                   self->srv->options.handshake_timeout.count());
+      self->srv->log.warn("store: closing " + self->peer + ": no authentication within " +
+                          std::to_string(self->srv->options.handshake_timeout.count()) + " ms");
       self->close();
     });
   }
   out = wire::encode_greeting(g);
   flush();
   read_more();
+}
+
+size_t Conn::read_allowance() const {
+  size_t buffered = in.size() - in_pos;
+  // Before authentication only one small frame is legal.
+  size_t limit = !authed ? wire::kHeaderSize + wire::kMaxPreAuthFrameSize
+                 : pending ? kMaxBufferedBehindWait
+                           : wire::kHeaderSize + wire::kMaxFrameSize;
+  return buffered >= limit ? 0 : std::min(limit - buffered, kReadChunk);
 }
 
 void Conn::read_more() {
@@ -114,17 +148,18 @@ void Conn::read_more() {
   // data that arrives after that read raises a fresh edge. This saves the
   // EAGAIN read async_read_some would make on every request.
   for (;;) {
-    size_t buffered = in.size() - in_pos;
-    if (buffered > wire::kMaxFrameSize + wire::kHeaderSize) return;  // resumed after process()
-    rbuf.resize(buffered == 0 ? kIdleChunk : kReadChunk);
+    size_t allowed = read_allowance();
+    if (allowed == 0) return;  // resumed after process() or the blocked request
     boost::system::error_code ec;
-    size_t n = sock.read_some(asio::buffer(rbuf), ec);
+    size_t n = sock.read_some(asio::buffer(srv->scratch.data(), allowed), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec) return close();  // EOF or reset: the client is gone
-    in.insert(in.end(), rbuf.begin(), rbuf.begin() + static_cast<std::ptrdiff_t>(n));
+    in.insert(in.end(), srv->scratch.begin(), srv->scratch.begin() + static_cast<std::ptrdiff_t>(n));
+    account();
+    if (closed) return;
     process();
     if (closed || closing) return;
-    if (n < rbuf.size()) break;
+    if (n < allowed) break;
   }
   reading = true;
   sock.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
@@ -137,10 +172,26 @@ void Conn::read_more() {
 
 void Conn::process() {
   while (!pending && !closing && !closed && out.size() < kMaxOutBuffered) {
-    wire::ParseResult r = wire::parse_request(in.data() + in_pos, in.size() - in_pos);
-    if (r.kind == wire::ParseResult::kNeedMore) break;
+    const uint8_t* front = in.data() + in_pos;
+    size_t avail = in.size() - in_pos;
+    auto len = wire::frame_length(front, avail);
+    if (!authed && len && *len > wire::kMaxPreAuthFrameSize) {
+      srv->log.warn("store: closing " + peer + ": frame of " + std::to_string(*len) +
+                    " bytes before authentication");
+      write_error(out, "authentication required first: frame of " + std::to_string(*len) +
+                           " bytes exceeds the pre-authentication limit of " +
+                           std::to_string(wire::kMaxPreAuthFrameSize));
+      closing = true;
+      break;
+    }
+    wire::ParseResult r = wire::parse_request(front, avail);
+    if (r.kind == wire::ParseResult::kNeedMore) {
+      // Reserve the whole frame once, instead of doubling towards it.
+      if (len && *len <= wire::kMaxFrameSize) in.reserve(in_pos + wire::kHeaderSize + *len);
+      break;
+    }
     if (r.kind == wire::ParseResult::kError) {
-      spdlog::warn("store: closing {}: bad frame: {}", peer, r.error);
+      srv->log.warn("store: closing " + peer + ": bad frame: " + r.error);
       write_error(out, "bad frame: " + r.error);
       closing = true;
       break;
@@ -151,11 +202,13 @@ void Conn::process() {
   if (in_pos == in.size()) {
     in.clear();
     in_pos = 0;
+    release(in);
   } else if (in_pos > kReadChunk) {
     in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(in_pos));
     in_pos = 0;
   }
   update_frame_timer();
+  account();
   flush();
 }
 
@@ -171,33 +224,43 @@ void Conn::update_frame_timer() {
   frame_timer.expires_after(srv->options.partial_frame_timeout);
   frame_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec || self->closed || !self->frame_timer_armed) return;
-    spdlog::warn("store: closing {}: partial frame not completed within {} ms", self->peer,
-                 self->srv->options.partial_frame_timeout.count());
+    self->srv->log.warn("store: closing " + self->peer + ": partial frame not completed within " +
+                        std::to_string(self->srv->options.partial_frame_timeout.count()) + " ms");
     self->close();
   });
 }
 
-void Conn::handle(wire::Request q) {
-  if (!authed) {
-    if (q.op != wire::Op::kAuth) {
-      spdlog::warn("store: refused {}: {} before authentication", peer, wire::op_name(q.op));
-      write_error(out, "authentication required: this store needs a token (DDPRUN_STORE_TOKEN)");
-      closing = true;
-      return;
-    }
-    if (!auth_verify(srv->options.token, nonce, q.values.at(0))) {
-      spdlog::warn("store: refused {}: wrong token", peer);
-      write_error(out, "authentication failed: wrong token");
-      closing = true;
-      return;
-    }
-    authed = true;
-    handshake_timer.cancel();
-    wire::Writer w(out);
-    w.u8(static_cast<uint8_t>(wire::Status::kOk));
+void Conn::authenticate(const wire::Request& q) {
+  if (q.op != wire::Op::kAuth) {
+    srv->log.warn("store: refused " + peer + ": " + wire::op_name(q.op) + " before authentication");
+    write_error(out, "authentication required: this store needs a token (DDPRUN_RDZV_TOKEN)");
+    closing = true;
     return;
   }
+  const std::string& token = srv->options.token;
+  if (!auth_verify(token, wire::kClientAuthLabel, nonce, q.values.at(1), q.values.at(0))) {
+    srv->log.warn("store: refused " + peer + ": wrong token");
+    write_error(out, "authentication failed: wrong token");
+    closing = true;
+    return;
+  }
+  authed = true;
+  srv->slots.authenticated(peer_addr);
+  handshake_timer.cancel();
+  // The store's half of the proof, over the client's own nonce.
+  wire::Writer w(out);
+  w.u8(static_cast<uint8_t>(wire::Status::kOk));
+  w.str(auth_mac(token, wire::kServerAuthLabel, q.values.at(1), nonce));
+}
+
+void Conn::handle(wire::Request q) {
+  if (!authed) return authenticate(q);
   if (q.op == wire::Op::kOnClose) {
+    on_close_bytes = sizeof(wire::Request) + q.counter.size();
+    for (size_t i = 0; i < q.keys.size(); ++i) {
+      on_close_bytes += q.keys[i].size() + q.values[i].size() + 2 * sizeof(std::string);
+    }
+    if (q.keys.empty()) on_close_bytes = 0;
     on_close = q.keys.empty() ? nullptr : std::make_unique<wire::Request>(std::move(q));
     wire::Writer w(out);
     w.u8(static_cast<uint8_t>(wire::Status::kOk));
@@ -208,6 +271,10 @@ void Conn::handle(wire::Request q) {
     pending.reset();
     return;
   }
+  // Blocked: its memory counts against the buffer limit until it is
+  // answered or its timer fires.
+  pending_bytes = wire::kHeaderSize + sizeof(wire::Request);
+  for (const auto& k : pending->keys) pending_bytes += wire::kHeaderSize + k.size() + kWaitBytesPerKey;
   uint64_t gen = ++wait_gen;
   std::weak_ptr<Conn> weak = shared_from_this();
   waiter.on_ready = [weak, gen] {
@@ -238,8 +305,17 @@ void Conn::finish_wait(bool timed_out) {
     srv->table.answer_ready(*pending, out);
   }
   pending.reset();
+  pending_bytes = 0;
   process();
   read_more();
+}
+
+void Conn::account() {
+  if (closed) return;
+  size_t now = in.capacity() + out.capacity() + sending.capacity() + pending_bytes + on_close_bytes;
+  srv->buffered = srv->buffered - charged + now;
+  charged = now;
+  if (srv->buffered > srv->options.max_buffered_bytes) srv->enforce_buffer_limit();
 }
 
 void Conn::flush() {
@@ -255,27 +331,34 @@ void Conn::flush() {
   if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return close();
   if (n == out.size()) {
     out.clear();
+    release(out);
+    account();
     if (closing) close();
     return;
   }
   sending.assign(out.begin() + static_cast<std::ptrdiff_t>(n), out.end());
   out.clear();
+  release(out);
+  account();
+  if (closed) return;
   writing = true;
   // A client that stops reading its replies must not pin them forever.
   write_timer.expires_after(srv->options.partial_frame_timeout);
   write_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec || self->closed || !self->writing) return;
-    spdlog::warn("store: closing {}: replies not read within {} ms", self->peer,
-                 self->srv->options.partial_frame_timeout.count());
+    self->srv->log.warn("store: closing " + self->peer + ": replies not read within " +
+                        std::to_string(self->srv->options.partial_frame_timeout.count()) + " ms");
     self->close();
   });
   asio::async_write(sock, asio::buffer(sending),
                     [self = shared_from_this()](boost::system::error_code ec, size_t) {
                       self->writing = false;
                       self->sending.clear();
+                      release(self->sending);
                       self->write_timer.cancel();
                       if (self->closed) return;
                       if (ec) return self->close();
+                      self->account();
                       self->process();  // may resume parsing held back by output
                       self->read_more();
                     });
@@ -289,6 +372,12 @@ void Conn::close() {
   // The server's own shutdown is no sign of the client's death.
   if (on_close && !srv->closed) srv->table.run_on_close(*on_close);
   on_close.reset();
+  srv->buffered -= charged;
+  charged = 0;
+  pending_bytes = 0;
+  on_close_bytes = 0;
+  Bytes().swap(in);
+  Bytes().swap(out);  // `sending` may still be in the kernel's hands: freed on completion
   boost::system::error_code ec;
   wait_timer.cancel();
   frame_timer.cancel();
@@ -296,7 +385,36 @@ void Conn::close() {
   write_timer.cancel();
   sock.shutdown(tcp::socket::shutdown_both, ec);
   sock.close(ec);
-  if (!srv->closed) srv->conns.erase(self_it);
+  if (!srv->closed) {
+    srv->slots.remove(peer_addr, authed);
+    srv->conns.erase(self_it);
+  }
+}
+
+void Server::Impl::enforce_buffer_limit() {
+  while (buffered > options.max_buffered_bytes) {
+    Conn* biggest = nullptr;
+    for (const auto& c : conns) {
+      if (!biggest || c->charged > biggest->charged) biggest = c.get();
+    }
+    if (biggest == nullptr || biggest->charged == 0) return;
+    log.warn("store: closing " + biggest->peer + ": it holds " + std::to_string(biggest->charged) +
+             " of the " + std::to_string(buffered) + " bytes buffered, over the limit of " +
+             std::to_string(options.max_buffered_bytes));
+    biggest->close();
+  }
+}
+
+void Server::Impl::serve(tcp::socket s, const std::string& addr) {
+  auto c = std::make_shared<Conn>(shared_from_this(), std::move(s));
+  boost::system::error_code ec;
+  auto ep = c->sock.remote_endpoint(ec);
+  c->peer_addr = addr;
+  c->peer = ec ? addr : addr + ":" + std::to_string(ep.port());
+  c->authed = options.token.empty();
+  slots.add(addr, c->authed);
+  c->self_it = conns.insert(conns.end(), c);
+  c->start();
 }
 
 void Server::Impl::accept() {
@@ -305,23 +423,35 @@ void Server::Impl::accept() {
     if (self->closed) return;
     if (ec) {
       // Out of descriptors (or similar): back off instead of spinning.
-      spdlog::warn("store: accept failed: {}", ec.message());
+      self->log.warn("store: accept failed: " + ec.message());
       self->accept_retry.expires_after(std::chrono::milliseconds(50));
       self->accept_retry.async_wait([self](boost::system::error_code e) {
         if (!e) self->accept();
       });
       return;
     }
-    if (self->conns.size() >= self->options.max_connections) {
-      boost::system::error_code ignored;
-      auto ep = s.remote_endpoint(ignored);
-      spdlog::warn("store: refusing {}: {} connections is the limit",
-                   ep.address().to_string(), self->options.max_connections);
+    boost::system::error_code ignored;
+    auto ep = s.remote_endpoint(ignored);
+    std::string addr = ignored ? "unknown peer" : ep.address().to_string();
+    const auto& o = self->options;
+    const auto& peer = self->slots.of(addr);
+    const bool auth = !o.token.empty();
+    std::string refusal;
+    if (self->conns.size() >= o.max_connections) {
+      refusal = std::to_string(o.max_connections) + " connections is the limit";
+    } else if (peer.connections >= o.max_connections_per_peer) {
+      refusal = std::to_string(o.max_connections_per_peer) + " connections from one address is the limit";
+    } else if (auth && peer.unauthenticated >= o.max_unauthenticated_per_peer) {
+      refusal = std::to_string(o.max_unauthenticated_per_peer) +
+                " unauthenticated connections from one address is the limit";
+    } else if (auth && self->slots.unauthenticated() >= o.max_unauthenticated) {
+      refusal = std::to_string(o.max_unauthenticated) + " unauthenticated connections is the limit";
+    }
+    if (!refusal.empty()) {
+      self->log.warn("store: refusing a connection from " + addr + ": " + refusal);
       s.close(ignored);
     } else {
-      auto c = std::make_shared<Conn>(self, std::move(s));
-      c->self_it = self->conns.insert(self->conns.end(), c);
-      c->start();
+      self->serve(std::move(s), addr);
     }
     self->accept();
   });
@@ -355,15 +485,25 @@ void Server::close() {
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
   impl_->accept_retry.cancel();
+  impl_->log.cancel();
   impl_->closed = true;
   auto conns = std::move(impl_->conns);
   impl_->conns.clear();
   for (auto& c : conns) c->close();
 }
 
+void Server::adopt(int fd, const std::string& peer) {
+  tcp::socket s(impl_->io);
+  boost::system::error_code ec;
+  s.assign(tcp::v4(), fd, ec);
+  if (ec) throw StoreError("store server: cannot adopt descriptor: " + ec.message());
+  impl_->serve(std::move(s), peer);
+}
+
 size_t Server::num_connections() const { return impl_->conns.size(); }
 size_t Server::num_keys() const { return impl_->table.num_keys(); }
 size_t Server::num_waiters() const { return impl_->table.num_waiters(); }
+size_t Server::buffered_bytes() const { return impl_->buffered; }
 
 uint64_t raise_fd_limit() {
   rlimit rl{};

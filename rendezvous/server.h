@@ -4,8 +4,12 @@
 // loop; ddprun-store runs one of its own). Every connection is bounded: a
 // frame that breaks a limit in wire.h, a truncated or garbage frame, or a
 // slow-loris client is answered with an error and/or closed, and the server
-// keeps serving everyone else. Not thread-safe: call from the io_context's
-// thread (or before it runs).
+// keeps serving everyone else. Its memory is bounded as a whole too: the
+// table by max_store_bytes, everything the connections buffer (requests
+// arriving, requests blocked in get/wait, replies not yet read) by
+// max_buffered_bytes, and the slots by per-peer limits, so one host or one
+// client without the token cannot take the store from the others. Not
+// thread-safe: call from the io_context's thread (or before it runs).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -28,11 +32,21 @@ struct ServerOptions {
   std::string token;
   // Connections beyond this are closed at accept.
   size_t max_connections = wire::kMaxConnections;
+  // Connections from one peer address beyond this are closed at accept.
+  size_t max_connections_per_peer = wire::kMaxConnectionsPerPeer;
+  // With a token: connections that have not authenticated yet, in all and
+  // from one peer address; more are closed at accept.
+  size_t max_unauthenticated = wire::kMaxUnauthenticated;
+  size_t max_unauthenticated_per_peer = wire::kMaxUnauthenticatedPerPeer;
+  // Bytes all connections may buffer together (requests being received or
+  // blocked, replies not yet sent); past it the biggest holder is closed.
+  size_t max_buffered_bytes = wire::kMaxBufferedBytes;
   // A partial frame must complete within this window (slow-loris guard).
   std::chrono::milliseconds partial_frame_timeout = wire::kPartialFrameTimeout;
   // With a token, a client must authenticate within this window.
   std::chrono::milliseconds handshake_timeout = wire::kHandshakeTimeout;
-  // Bytes of keys plus values the store may hold.
+  // Bytes of keys plus values, with each entry's bookkeeping, the table may
+  // hold.
   size_t max_store_bytes = wire::kMaxStoreBytes;
   // listen() backlog: barriers connect thousands of clients at once.
   int backlog = 4096;
@@ -54,6 +68,11 @@ class Server {
   size_t num_keys() const;
   // Requests blocked in get/wait/multi-get (tests wait on this).
   size_t num_waiters() const;
+  // Bytes the connections buffer now (what max_buffered_bytes bounds).
+  size_t buffered_bytes() const;
+  // Serves an already connected stream socket (a socketpair end in the
+  // fuzzer) as if it had been accepted from `peer`.
+  void adopt(int fd, const std::string& peer);
 
   struct Impl;
 

@@ -1,7 +1,9 @@
 // ddprun-store: the rendezvous store on a machine of its own.
 //   ddprun-store --port 29400 [--host 0.0.0.0] [--token-file FILE]
-// The token comes from --token-file or DDPRUN_STORE_TOKEN and is never
-// printed. Runs until SIGINT/SIGTERM.
+// The token comes from --token-file, else DDPRUN_RDZV_TOKEN (the name every
+// node uses; the old DDPRUN_STORE_TOKEN is read with a warning), and is never
+// printed. An empty token from any source is refused (exit 2): it would turn
+// authentication off. Runs until SIGINT/SIGTERM.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "rendezvous/client.h"
 #include "rendezvous/server.h"
 #include "rendezvous/store.h"
 
@@ -22,8 +25,17 @@ int main(int argc, char** argv) {
   app.add_option("--host", options.host, "address to bind")->capture_default_str();
   app.add_option("--port", options.port, "TCP port (0 = pick a free one)")->required();
   app.add_option("--token-file", token_file,
-                 "file holding the shared secret (default: env DDPRUN_STORE_TOKEN)");
+                 "file holding the shared secret (default: env DDPRUN_RDZV_TOKEN)");
   app.add_option("--max-connections", options.max_connections, "connection limit")
+      ->capture_default_str();
+  app.add_option("--max-connections-per-peer", options.max_connections_per_peer,
+                 "connections one peer address may hold")
+      ->capture_default_str();
+  app.add_option("--max-store-bytes", options.max_store_bytes,
+                 "memory for keys and values, each entry's bookkeeping included")
+      ->capture_default_str();
+  app.add_option("--max-buffered-bytes", options.max_buffered_bytes,
+                 "bytes all connections may buffer together (requests, blocked waits, replies)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -43,8 +55,13 @@ int main(int argc, char** argv) {
       spdlog::error("ddprun-store: --token-file {} is empty", token_file);
       return 2;
     }
-  } else if (const char* t = std::getenv("DDPRUN_STORE_TOKEN")) {
-    options.token = t;
+  } else {
+    try {
+      options.token = rdzv::token_from_env();
+    } catch (const rdzv::StoreError& e) {
+      spdlog::error("ddprun-store: {}", e.what());
+      return 2;
+    }
   }
 
   uint64_t fds = rdzv::raise_fd_limit();

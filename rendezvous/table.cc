@@ -1,5 +1,6 @@
 #include "rendezvous/table.h"
 
+#include <algorithm>
 #include <charconv>
 #include <unordered_set>
 
@@ -61,15 +62,25 @@ bool Table::all_present(const std::vector<std::string>& keys) const {
 }
 
 namespace {
-// Charged per key on top of its bytes, so a flood of tiny keys cannot
-// outgrow the budget through the map's own bookkeeping.
-constexpr size_t kEntryOverhead = 64;
+// glibc malloc: a chunk is the request plus an 8-byte header, rounded up to
+// 16 bytes, and never under 32.
+size_t heap_chunk(size_t n) { return n == 0 ? 0 : std::max<size_t>(32, (n + 8 + 15) / 16 * 16); }
 }  // namespace
+
+size_t Table::entry_bytes(size_t key_size, size_t value_size) {
+  // One unordered_map node (next pointer, std::string, std::vector, cached
+  // hash: 72 bytes, an 80-byte chunk), a bucket slot (8 bytes, two at the
+  // map's worst load), the key's own chunk when it is too long for the
+  // string's inline buffer (15 bytes), and the value's chunk.
+  constexpr size_t kNode = 80, kBuckets = 16, kInlineKey = 15;
+  return kNode + kBuckets + (key_size > kInlineKey ? heap_chunk(key_size + 1) : 0) +
+         heap_chunk(value_size);
+}
 
 bool Table::store(const std::string& key, Bytes value) {
   auto it = data_.find(key);
-  size_t old = it == data_.end() ? 0 : key.size() + it->second.size() + kEntryOverhead;
-  size_t now = key.size() + value.size() + kEntryOverhead;
+  size_t old = it == data_.end() ? 0 : entry_bytes(key.size(), it->second.capacity());
+  size_t now = entry_bytes(key.size(), value.capacity());
   if (bytes_ - old + now > max_bytes_) return false;
   bytes_ = bytes_ - old + now;
   if (it == data_.end()) {
@@ -224,7 +235,7 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
       auto it = data_.find(q.keys[0]);
       bool existed = it != data_.end();
       if (existed) {
-        bytes_ -= it->first.size() + it->second.size() + kEntryOverhead;
+        bytes_ -= entry_bytes(it->first.size(), it->second.capacity());
         data_.erase(it);
       }
       write_bool(out, existed);

@@ -45,6 +45,10 @@ class Table {
   size_t num_keys() const { return data_.size(); }
   size_t num_waiters() const;
   size_t bytes() const { return bytes_; }
+  // What one entry costs the heap: its key and value plus the map's node,
+  // bucket and allocator overhead. The byte budget is charged with this, so
+  // a flood of tiny keys fills it no faster than it fills memory.
+  static size_t entry_bytes(size_t key_size, size_t value_size);
 
  private:
   bool all_present(const std::vector<std::string>& keys) const;

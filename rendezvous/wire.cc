@@ -167,8 +167,12 @@ ParseResult parse_request(const uint8_t* data, size_t size) {
   bool ok = true;
   switch (q.op) {
     case Op::kAuth:
-      ok = in.bytes(q.values.emplace_back(), kMacSize) && q.values[0].size() == kMacSize;
-      if (!ok) error = "auth mac must be " + std::to_string(kMacSize) + " bytes";
+      ok = in.bytes(q.values.emplace_back(), kMacSize) && q.values[0].size() == kMacSize &&
+           in.bytes(q.values.emplace_back(), kNonceSize) && q.values[1].size() == kNonceSize;
+      if (!ok) {
+        error = "auth needs a " + std::to_string(kMacSize) + "-byte mac and a " +
+                std::to_string(kNonceSize) + "-byte nonce";
+      }
       break;
     case Op::kSet:
     case Op::kAppend:
@@ -258,7 +262,7 @@ Bytes encode_request(const Request& q) {
       for (const auto& k : q.keys) w.str(k);
     };
     switch (q.op) {
-      case Op::kAuth: w.str(q.values.at(0)); break;
+      case Op::kAuth: w.str(q.values.at(0)); w.str(q.values.at(1)); break;
       case Op::kSet:
       case Op::kAppend: w.str(q.keys.at(0)); w.str(q.values.at(0)); break;
       case Op::kGet: w.u64(q.timeout_ms); w.str(q.keys.at(0)); break;
@@ -298,6 +302,59 @@ Bytes encode_greeting(const Greeting& g) {
     for (uint8_t b : nonce) w.u8(b);
   }
   return out;
+}
+
+Reply parse_reply(Op op, const uint8_t* data, size_t size, size_t expected_values) {
+  Reply r;
+  if (size == 0) return r.error = "empty reply", r;
+  if (data[0] > static_cast<uint8_t>(Status::kError)) {
+    return r.error = "unknown status " + std::to_string(data[0]), r;
+  }
+  r.status = static_cast<Status>(data[0]);
+  Reader in(data + 1, size - 1);
+  bool ok = true;
+  if (r.status == Status::kError) {
+    ok = in.str(r.message, kMaxFrameSize);
+  } else if (r.status == Status::kTimeout) {
+    ok = op == Op::kGet || op == Op::kWait || op == Op::kMultiGet;  // only these block
+  } else if (r.status == Status::kOk) {
+    switch (op) {
+      case Op::kAuth:
+      case Op::kGet:
+      case Op::kCompareSet:
+        ok = in.bytes(r.value, kMaxFrameSize);
+        if (ok && op == Op::kAuth && r.value.size() != kMacSize) ok = false;
+        break;
+      case Op::kAdd:
+      case Op::kNumKeys: {
+        uint64_t v = 0;
+        ok = in.u64(v);
+        r.number = static_cast<int64_t>(v);
+        break;
+      }
+      case Op::kCheck:
+      case Op::kDelete: {
+        uint8_t b = 0;
+        ok = in.u8(b) && b <= 1;
+        r.flag = b == 1;
+        break;
+      }
+      case Op::kMultiGet: {
+        uint32_t n = 0;
+        ok = in.u32(n) && n == expected_values && n <= in.left() / 4;
+        if (ok) r.values.resize(n);
+        for (uint32_t i = 0; ok && i < n; ++i) ok = in.bytes(r.values[i], kMaxFrameSize);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (!ok || !in.done()) {
+    r.status = Status::kError;
+    r.error = std::string("malformed reply to ") + op_name(op);
+  }
+  return r;
 }
 
 std::optional<Greeting> parse_greeting(const uint8_t* data, size_t size) {

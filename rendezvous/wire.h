@@ -11,9 +11,10 @@
 //   strs     := u32 count, str[count]          (count <= kMaxKeysPerRequest)
 //
 //   greeting (server -> client, first frame on every connection):
-//     "DDPS" u8 version u8 auth_required byte[32] nonce
+//     "DDPS" u8 version u8 auth_required byte[32] server_nonce
 //   request payload := u8 opcode, fields:
-//     kAuth      str mac            mac = HMAC-SHA256(token, kAuthLabel nonce)
+//     kAuth      str mac, str client_nonce
+//                mac = HMAC-SHA256(token, kClientAuthLabel server_nonce client_nonce)
 //     kSet       str key, str value
 //     kGet       u64 timeout_ms, str key
 //     kAdd       str key, i64 delta
@@ -29,7 +30,9 @@
 //     kOnClose   u32 count, (str key, str value)[count], str counter
 //                (count 0 cancels; see "on close" below)
 //   response payload := u8 status, fields:
-//     kOk        op-specific: kGet/kCompareSet -> str value; kAdd/kNumKeys ->
+//     kOk        op-specific: kAuth -> str server_mac, where server_mac =
+//                HMAC-SHA256(token, kServerAuthLabel client_nonce server_nonce)
+//                (the store proves it knows the token too); kGet/kCompareSet -> str value; kAdd/kNumKeys ->
 //                i64; kCheck/kDelete -> u8 bool; kMultiGet -> strs values;
 //                others -> nothing
 //     kTimeout   (nothing: the client names its keys and deadline)
@@ -45,7 +48,8 @@
 // Requests on one connection are answered in order. Blocking operations
 // (get, wait, multi-get) hold the connection's later requests until they
 // are answered. Any frame that cannot be parsed gets a kError reply and the
-// connection is closed, since the stream cannot be resynchronised.
+// connection is closed, since the stream cannot be resynchronised. Before
+// authentication only frames up to kMaxPreAuthFrameSize are accepted.
 #pragma once
 
 #include <chrono>
@@ -64,20 +68,40 @@ constexpr size_t kMaxKeySize = 4096;
 constexpr size_t kMaxValueSize = 1 << 20;      // 1 MiB
 constexpr size_t kMaxKeysPerRequest = 8192;    // enough for an all-gather of 8192 ranks
 constexpr size_t kMaxFrameSize = 4 << 20;      // 4 MiB, both directions
+// Before a connection has authenticated, the only legal frame is kAuth (77
+// bytes): anything longer is refused at its header, so a client without the
+// token can make the server hold at most this much.
+constexpr size_t kMaxPreAuthFrameSize = 128;
 constexpr size_t kMaxConnections = 16384;      // default ServerOptions limit
+// One peer address may hold at most this many connections (a barrier of
+// every rank of a big host still fits), so one host cannot take every slot.
+constexpr size_t kMaxConnectionsPerPeer = 2048;
+// Connections that have not authenticated yet (token set): at most this
+// many in all and kMaxUnauthenticatedPerPeer from one address; beyond that
+// new ones are refused at accept.
+constexpr size_t kMaxUnauthenticated = 1024;
+constexpr size_t kMaxUnauthenticatedPerPeer = 64;
+// Bytes of requests being received, requests blocked in get/wait/multi-get
+// and replies not yet sent, summed over every connection. When a read or a
+// reply would pass it, the connection holding the most is closed (a client
+// that does not read its replies is closed, not buffered for).
+constexpr size_t kMaxBufferedBytes = 32 << 20;  // 32 MiB
 constexpr uint64_t kMaxTimeoutMs = 7ull * 24 * 3600 * 1000;  // longer is clamped
 // A connection with a partial frame must complete it within this window, or
 // it is closed (slow-loris); so must a connection that owes an auth reply.
 constexpr std::chrono::milliseconds kPartialFrameTimeout{10000};
 constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
-// Sum of all keys and values the server holds; writes beyond it fail.
+// Memory the server's table may use for keys and values, each entry charged
+// with its bookkeeping (Table::entry_bytes); writes beyond it fail.
 constexpr size_t kMaxStoreBytes = size_t{1} << 30;  // 1 GiB
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;  // 2: mutual authentication
 constexpr size_t kNonceSize = 32;
 constexpr size_t kMacSize = 32;
 constexpr char kMagic[4] = {'D', 'D', 'P', 'S'};
-constexpr char kAuthLabel[] = "ddprun-store-auth-v1";
+// Distinct labels, so neither side's answer can be reflected as the other's.
+constexpr char kClientAuthLabel[] = "ddprun-store-auth-v2 client";
+constexpr char kServerAuthLabel[] = "ddprun-store-auth-v2 server";
 constexpr size_t kHeaderSize = 4;
 
 enum class Op : uint8_t {
@@ -104,7 +128,7 @@ enum class Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 struct Request {
   Op op = Op::kPing;
   std::vector<std::string> keys;  // one for single-key ops
-  std::vector<Bytes> values;      // value / expected+desired / multi-set values / mac
+  std::vector<Bytes> values;      // value / expected+desired / multi-set values / mac+nonce
   int64_t delta = 0;
   uint64_t timeout_ms = 0;
   std::string counter;            // kOnClose only
@@ -167,6 +191,21 @@ class Reader {
   const uint8_t* p_;
   const uint8_t* end_;
 };
+
+// A response payload decoded for the request op it answers (the client's
+// side; pure so it can be fuzzed). `error` is set when the payload does not
+// have the shape `op`'s reply must have.
+struct Reply {
+  Status status = Status::kError;
+  std::string message;        // kError
+  Bytes value;                // kGet, kCompareSet, kAuth (server mac)
+  int64_t number = 0;         // kAdd, kNumKeys
+  bool flag = false;          // kCheck, kDelete
+  std::vector<Bytes> values;  // kMultiGet
+  std::string error;          // malformed reply
+};
+// `expected_values` is the number of keys of a kMultiGet.
+Reply parse_reply(Op op, const uint8_t* data, size_t size, size_t expected_values = 0);
 
 // Decodes a greeting payload (without the frame header).
 std::optional<Greeting> parse_greeting(const uint8_t* data, size_t size);

@@ -383,7 +383,7 @@ TEST_CASE("multinode.external") {
   // no agent hosts it, nodes 2 and 3 meet there; MASTER_ADDR is node 2 or 3.
   Job job("external");
   NodeAgent store(job.net.ns(1), {"--host", "0.0.0.0", "--port", "29400"},
-                  {"DDPRUN_STORE_TOKEN=" + kToken}, job.dir.path() + "/store.log", STORE_BIN);
+                  {"DDPRUN_RDZV_TOKEN=" + kToken}, job.dir.path() + "/store.log", STORE_BIN);
   for (int n = 2; n <= 3; ++n) job.start(n, {}, agent_args("", "2"));
   int round = -1;
   REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {

@@ -71,7 +71,7 @@ done
 
 token="netns-secret-$RANDOM$RANDOM"
 store="10.77.0.1:29470"
-DDPRUN_STORE_TOKEN=$token ip netns exec "$(ns 1)" "$store_bin" --host 10.77.0.1 --port 29470 \
+DDPRUN_RDZV_TOKEN=$token ip netns exec "$(ns 1)" "$store_bin" --host 10.77.0.1 --port 29470 \
   >"$work/store.out" 2>&1 &
 pids+=($!)
 wait_for "$work/store.out" "listening on 10.77.0.1:29470" 10

@@ -202,6 +202,7 @@ TEST_CASE("connect_from_env reads the contract variables") {
   setenv("DDPRUN_STORE_ADDR", ("127.0.0.1:" + std::to_string(server.port())).c_str(), 1);
   setenv("DDPRUN_STORE_PREFIX", "job/attempt_0/", 1);
   unsetenv("DDPRUN_STORE_TOKEN");
+  unsetenv("DDPRUN_RDZV_TOKEN");
   auto s = connect_from_env();
   REQUIRE(s);
   s->set("k", B("v"));

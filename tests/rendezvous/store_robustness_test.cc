@@ -194,7 +194,8 @@ TEST_CASE("a replayed auth answer for another nonce is refused") {
   wire::Bytes other_nonce(wire::kNonceSize, 0);
   wire::Request q;
   q.op = wire::Op::kAuth;
-  q.values = {auth_mac("t", other_nonce)};
+  wire::Bytes mine(wire::kNonceSize, 1);
+  q.values = {auth_mac("t", wire::kClientAuthLabel, other_nonce, mine), mine};
   raw.send(wire::encode_request(q));
   auto reply = raw.read_frame();
   REQUIRE(reply);

@@ -52,6 +52,7 @@ class ServerThread {
     return fut.get();
   }
   size_t waiters() { return on_loop([this] { return server_->num_waiters(); }); }
+  size_t buffered() { return on_loop([this] { return server_->buffered_bytes(); }); }
   size_t connections() { return on_loop([this] { return server_->num_connections(); }); }
 
   // Waits (bounded) until the server state satisfies `pred`.
@@ -83,18 +84,31 @@ class ServerThread {
 };
 
 // A plain TCP connection to 127.0.0.1:port that speaks bytes, not ops.
+// `source` picks the local address: every 127.x.y.z is loopback on Linux,
+// so one machine can play several peers.
 class RawConn {
  public:
-  explicit RawConn(uint16_t port) {
+  explicit RawConn(uint16_t port, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (source != nullptr) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source, &local.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+        ::close(fd_);
+        throw std::runtime_error(std::string("raw bind to ") + source + " failed");
+      }
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      ::close(fd_);
       throw std::runtime_error("raw connect failed");
     }
   }
+  int fd() const { return fd_; }
   ~RawConn() { ::close(fd_); }
   RawConn(const RawConn&) = delete;
   RawConn& operator=(const RawConn&) = delete;

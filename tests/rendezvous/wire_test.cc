@@ -19,7 +19,7 @@ Request req(Op op, std::vector<std::string> keys = {}, std::vector<wire::Bytes> 
 
 std::vector<Request> one_of_each() {
   std::vector<Request> all;
-  all.push_back(req(Op::kAuth, {}, {wire::Bytes(wire::kMacSize, 7)}));
+  all.push_back(req(Op::kAuth, {}, {wire::Bytes(wire::kMacSize, 7), wire::Bytes(wire::kNonceSize, 9)}));
   all.push_back(req(Op::kSet, {"k"}, {{1, 2, 3}}));
   Request g = req(Op::kGet, {"key"});
   g.timeout_ms = 1234;
@@ -146,8 +146,14 @@ TEST_CASE("malformed requests name what is wrong") {
     CHECK(r.error == "ping: 1 trailing bytes");
   }
   SUBCASE("auth mac of the wrong size") {
-    ParseResult r = parse(wire::encode_request(req(Op::kAuth, {}, {{1, 2}})));
+    ParseResult r = parse(wire::encode_request(req(Op::kAuth, {}, {{1, 2}, wire::Bytes(32)})));
     CHECK(r.kind == ParseResult::kError);
+    CHECK(r.error.find("32-byte mac") != std::string::npos);
+  }
+  SUBCASE("auth without the client's nonce") {
+    ParseResult r = parse(wire::encode_request(req(Op::kAuth, {}, {wire::Bytes(32), {1}})));
+    CHECK(r.kind == ParseResult::kError);
+    CHECK(r.error.find("32-byte nonce") != std::string::npos);
   }
 }
 
@@ -170,4 +176,25 @@ TEST_CASE("greeting round-trips and rejects other protocols") {
   CHECK(back->nonce == g.nonce);
   f[4] = 'X';
   CHECK_FALSE(wire::parse_greeting(f.data() + 4, f.size() - 4));
+}
+
+TEST_CASE("replies are decoded by the op they answer; malformed ones are named") {
+  auto reply = [](Op op, const wire::Bytes& payload, size_t n = 0) {
+    return wire::parse_reply(op, payload.data(), payload.size(), n);
+  };
+  CHECK(reply(Op::kGet, {0, 2, 0, 0, 0, 'h', 'i'}).value == wire::Bytes{'h', 'i'});
+  CHECK(reply(Op::kAdd, {0, 5, 0, 0, 0, 0, 0, 0, 0}).number == 5);
+  CHECK(reply(Op::kCheck, {0, 1}).flag);
+  CHECK(reply(Op::kMultiGet, {0, 1, 0, 0, 0, 1, 0, 0, 0, 'x'}, 1).values.size() == 1);
+  CHECK(reply(Op::kGet, {1}).status == wire::Status::kTimeout);
+  CHECK(reply(Op::kSet, {2, 3, 0, 0, 0, 'b', 'a', 'd'}).message == "bad");
+  // wrong shapes
+  CHECK(reply(Op::kGet, {}).error == "empty reply");
+  CHECK(reply(Op::kGet, {7}).error == "unknown status 7");
+  CHECK(reply(Op::kAdd, {0, 1}).error == "malformed reply to add");
+  CHECK(reply(Op::kCheck, {0, 2}).error == "malformed reply to check");
+  CHECK(reply(Op::kSet, {1}).error == "malformed reply to set");  // only blocking ops time out
+  CHECK(reply(Op::kPing, {0, 0}).error == "malformed reply to ping");  // trailing byte
+  CHECK(reply(Op::kMultiGet, {0, 2, 0, 0, 0}, 1).error == "malformed reply to multi_get");
+  CHECK(reply(Op::kAuth, {0, 1, 0, 0, 0, 9}).error == "malformed reply to auth");  // short mac
 }

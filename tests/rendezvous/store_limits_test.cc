@@ -1,0 +1,245 @@
+// The server's memory and slot limits (wire.h, ServerOptions): what a
+// client without the token may make it hold, the server-wide cap on
+// buffered bytes, fair slots per peer address, and a log that a flood
+// cannot fill. Limits are set small so each test is quick; the hostile
+// suite (store_hostile_test.cc) runs the same attacks at full size against
+// the real ddprun-store.
+#include <doctest/doctest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
+#include "rendezvous/server_limits.h"
+#include "rendezvous/table.h"
+#include "tests/rendezvous/test_util.h"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+
+std::string error_text(const std::optional<wire::Bytes>& payload) {
+  REQUIRE(payload);
+  REQUIRE(!payload->empty());
+  CHECK((*payload)[0] == static_cast<uint8_t>(wire::Status::kError));
+  std::string message;
+  wire::Reader r(payload->data() + 1, payload->size() - 1);
+  r.str(message, wire::kMaxFrameSize);
+  return message;
+}
+
+wire::Bytes header(uint32_t n) {
+  return {static_cast<uint8_t>(n), static_cast<uint8_t>(n >> 8), static_cast<uint8_t>(n >> 16),
+          static_cast<uint8_t>(n >> 24)};
+}
+
+// The first `size` bytes of a set frame whose value is `value_size` long.
+wire::Bytes partial_set(size_t value_size, size_t size) {
+  wire::Request q;
+  q.op = wire::Op::kSet;
+  q.keys = {"k"};
+  q.values = {wire::Bytes(value_size, 7)};
+  wire::Bytes f = wire::encode_request(q);
+  f.resize(size);
+  return f;
+}
+
+void still_serves(ServerThread& server, const std::string& token = "") {
+  Client c(server.client_options(token));
+  c.set("alive", B("yes"));
+  CHECK(c.get("alive", 1s) == B("yes"));
+}
+
+struct LogCapture {
+  std::ostringstream text;
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  LogCapture() {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(text)));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous); }
+  std::string str() {
+    spdlog::default_logger()->flush();
+    return text.str();
+  }
+};
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("before authentication a frame over the small limit is refused at its header") {
+  ServerOptions o;
+  o.token = "t";
+  ServerThread server(o);
+  RawConn raw(server.port());
+  REQUIRE(raw.read_frame());
+  raw.send(header(wire::kMaxFrameSize));  // a 4 MiB frame announced, none sent
+  CHECK(error_text(raw.read_frame()).find("pre-authentication limit of 128") != std::string::npos);
+  CHECK(raw.closed_by_server());
+  CHECK(server.buffered() < 4096);
+  still_serves(server, "t");
+}
+
+TEST_CASE("partial frames beyond the buffer limit close the biggest holder; others are served") {
+  ServerOptions o;
+  o.max_buffered_bytes = 3 << 20;
+  o.partial_frame_timeout = 60s;  // the limit acts, not the slow-loris timer
+  ServerThread server(o);
+  std::vector<std::unique_ptr<RawConn>> loris;
+  for (int i = 0; i < 4; ++i) {
+    loris.push_back(std::make_unique<RawConn>(server.port(), "127.0.0.2"));
+    REQUIRE(loris.back()->read_frame());
+    loris.back()->send(partial_set(wire::kMaxValueSize, wire::kMaxValueSize / 2));
+  }
+  // Each parks a 1 MiB frame (reserved whole): four cannot all fit in 3 MiB.
+  CHECK(server.wait_for_state([&](ServerThread& s) {
+    return s.connections() < 4 && s.buffered() <= o.max_buffered_bytes;
+  }));
+  still_serves(server);
+  CHECK(server.buffered() <= o.max_buffered_bytes);
+}
+
+TEST_CASE("a blocked wait is charged against the buffer limit") {
+  ServerOptions o;
+  o.max_buffered_bytes = 2 << 20;
+  ServerThread server(o);
+  wire::Request q;
+  q.op = wire::Op::kWait;
+  q.timeout_ms = 600000;
+  for (int i = 0; i < 4000; ++i) q.keys.push_back("never/" + std::string(200, 'x') + std::to_string(i));
+  wire::Bytes frame = wire::encode_request(q);  // ~0.8 MiB, ~1.6 MiB charged while blocked
+  RawConn first(server.port(), "127.0.0.2");
+  REQUIRE(first.read_frame());
+  first.send(frame);
+  REQUIRE(server.wait_for_state([](ServerThread& s) { return s.waiters() == 1; }));
+  size_t charged = server.buffered();
+  CHECK(charged > frame.size());
+  RawConn second(server.port(), "127.0.0.2");
+  REQUIRE(second.read_frame());
+  second.send(frame);
+  // Two cannot be held at once: one of them is closed, its memory released.
+  CHECK(server.wait_for_state([&](ServerThread& s) {
+    return s.waiters() <= 1 && s.connections() == 1 && s.buffered() <= o.max_buffered_bytes;
+  }));
+  still_serves(server);
+}
+
+TEST_CASE("a client that does not read its replies is closed at the buffer limit, not buffered for") {
+  ServerOptions o;
+  o.max_buffered_bytes = 8 << 20;
+  o.partial_frame_timeout = 60s;  // the limit acts, not the unread-reply timer
+  ServerThread server(o);
+  {
+    Client big(server.client_options());
+    big.set("v", wire::Bytes(wire::kMaxValueSize));
+    big.ping();
+  }
+  RawConn greedy(server.port(), "127.0.0.2");
+  REQUIRE(greedy.read_frame());
+  wire::Request q;
+  q.op = wire::Op::kMultiGet;
+  q.timeout_ms = 1000;
+  q.keys = {"v", "v", "v"};
+  wire::Bytes f = wire::encode_request(q);
+  for (int i = 0; i < 16; ++i) greedy.send(f);  // ~48 MiB of replies, never read
+  CHECK(server.wait_for_state([](ServerThread& s) { return s.connections() == 0; }, 20s));
+  CHECK(server.buffered() == 0);
+  still_serves(server);
+}
+
+TEST_CASE("one peer address cannot take every connection slot") {
+  LogCapture log;
+  ServerOptions o;
+  o.max_connections_per_peer = 3;
+  ServerThread server(o);
+  std::vector<std::unique_ptr<RawConn>> flood;
+  for (int i = 0; i < 3; ++i) {
+    flood.push_back(std::make_unique<RawConn>(server.port(), "127.0.0.2"));
+    REQUIRE(flood.back()->read_frame());
+  }
+  RawConn extra(server.port(), "127.0.0.2");
+  CHECK(extra.closed_by_server());
+  still_serves(server);  // from 127.0.0.1
+  CHECK(log.str().find("refusing a connection from 127.0.0.2: 3 connections from one address") !=
+        std::string::npos);
+}
+
+TEST_CASE("connections that have not authenticated are capped per peer and in all") {
+  ServerOptions o;
+  o.token = "t";
+  o.max_unauthenticated_per_peer = 2;
+  o.max_unauthenticated = 3;
+  ServerThread server(o);
+  RawConn a1(server.port(), "127.0.0.2"), a2(server.port(), "127.0.0.2");
+  REQUIRE(a1.read_frame());
+  REQUIRE(a2.read_frame());
+  RawConn a3(server.port(), "127.0.0.2");
+  CHECK(a3.closed_by_server());  // the third silent one from .2
+  RawConn b1(server.port(), "127.0.0.3");
+  REQUIRE(b1.read_frame());  // another peer still gets in
+  RawConn c1(server.port(), "127.0.0.4");
+  CHECK(c1.closed_by_server());  // but three is the total
+  b1.send(header(1000));         // b1 misbehaves and is closed: its slot comes back
+  REQUIRE(b1.closed_by_server());
+  REQUIRE(server.wait_for_state([](ServerThread& s) { return s.connections() == 2; }));
+  // An authenticated connection gives its slot back once it has proved the token.
+  Client good(server.client_options("t"));
+  good.ping();
+  RawConn c2(server.port(), "127.0.0.4");
+  CHECK(c2.read_frame());
+  good.ping();
+}
+
+TEST_CASE("a flood of refused connections is logged as a count a second, not a line each") {
+  LogCapture log;
+  ServerOptions o;
+  o.max_connections_per_peer = 1;
+  ServerThread server(o);
+  RawConn holder(server.port(), "127.0.0.2");
+  REQUIRE(holder.read_frame());
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 300; ++i) {
+    RawConn refused(server.port(), "127.0.0.2");
+    CHECK(refused.closed_by_server());
+  }
+  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start).count();
+  std::string text;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  do {  // the count line follows within a second of the flood
+    text = log.str();
+  } while (text.find("more warnings") == std::string::npos && std::chrono::steady_clock::now() < deadline);
+  CHECK(text.find("more warnings like the above in the last second") != std::string::npos);
+  size_t lines = count(text, "\n");
+  CHECK(lines <= (static_cast<size_t>(seconds) + 2) * (RateLimitedLog::kVerbatimPerSecond + 1));
+  still_serves(server);
+}
+
+TEST_CASE("the key budget charges each entry with its real bookkeeping") {
+  // A tiny key and value still cost a map node, a bucket and a chunk.
+  CHECK(Table::entry_bytes(8, 8) >= 128);
+  CHECK(Table::entry_bytes(100, 1000) >= 100 + 1000 + 96);
+  ServerOptions o;
+  o.max_store_bytes = 1 << 20;
+  ServerThread server(o);
+  Client c(server.client_options());
+  int64_t stored = 0;
+  try {
+    for (int i = 0;; ++i) {
+      c.set("k" + std::to_string(i), B("v"));
+      if (i % 256 == 0) c.ping();  // collects the refusal of a set, if any
+      stored = i + 1;
+    }
+  } catch (const StoreError& e) {
+    CHECK(std::string(e.what()).find("store full") != std::string::npos);
+  }
+  int64_t keys = c.num_keys();
+  CHECK(keys < stored + 1);
+  CHECK(static_cast<size_t>(keys) * Table::entry_bytes(6, 1) <= o.max_store_bytes);
+  CHECK(static_cast<size_t>(keys) * Table::entry_bytes(6, 1) > o.max_store_bytes - 1024);
+}
