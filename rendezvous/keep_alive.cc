@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "rendezvous/canceller.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::rendezvous {
@@ -79,15 +80,28 @@ void KeepAlive::run() {
   auto end = [&](RoundEnd e) {
     if (!stop_) on_end_(e);
   };
+  // The store counts as lost only when it has not answered for the whole
+  // keep-alive window (interval x max_attempt), like a peer: a call that
+  // fails sooner (a reply slower than the client's grace, a reset
+  // connection) is retried on a fresh connection until then.
+  auto last_answer = Clock::now();
+  bool blind = false;  // a call failed since the last answer
+  for (;;) {
   try {
     while (!stop_) {
       auto now = Clock::now();
       if (now >= next_beat) {
         store_->add(my_hb, 1);
+        last_answer = Clock::now();
+        if (blind) {
+          // Peers cannot be judged on time this node could not see them.
+          for (auto& s : seen) s.changed = last_answer;
+          blind = false;
+        }
         next_beat = now + options_.keep_alive_interval;
         if (!peer_keys.empty()) {
           auto values = store_->multi_get(peer_keys, kMaxBlock);
-          now = Clock::now();
+          now = last_answer = Clock::now();
           for (size_t i = 0; i < peers.size(); ++i) {
             if (values[i] != seen[i].value) {
               seen[i] = {values[i], now};
@@ -128,13 +142,25 @@ void KeepAlive::run() {
         else e.kind = RoundEnd::kFailed;
         return end(e);
       } catch (const TimeoutError&) {
-        // the round goes on
+        last_answer = Clock::now();  // the store answered: nothing yet
       }
     }
-  } catch (const StoreError& e) {
+    return;
+  } catch (const CancelledError& e) {
     return end({RoundEnd::kStoreLost, e.what()});
-  } catch (const TimeoutError& e) {
-    return end({RoundEnd::kStoreLost, e.what()});
+  } catch (const std::runtime_error& e) {  // StoreError, or a call's TimeoutError
+    auto silent = std::chrono::duration_cast<Duration>(Clock::now() - last_answer);
+    if (stop_) return;
+    if (silent >= dead_after) {
+      return end({RoundEnd::kStoreLost, std::string(e.what()) + " (no answer from the store for " +
+                                            std::to_string(silent.count()) + " ms)"});
+    }
+    spdlog::debug("rendezvous '{}': store call failed after {} ms of silence, retrying: {}",
+                  options_.run_id, silent.count(), e.what());
+    blind = true;
+    // A pause, so an error the store answers at once does not spin.
+    std::this_thread::sleep_for(std::min(options_.keep_alive_interval, Duration(100)));
+  }
   }
 }
 

@@ -178,6 +178,9 @@ TEST_CASE("multi-node flags: backend, endpoint, token") {
   setenv("DDPRUN_RDZV_TOKEN", "from-env", 1);
   CHECK(parse({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "x"}).rdzv_token ==
         "from-env");
+  setenv("DDPRUN_RDZV_TOKEN", "", 1);  // empty would silently turn authentication off
+  CHECK(error_of({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "x"})
+            .find("DDPRUN_RDZV_TOKEN is set but empty") != std::string::npos);
   unsetenv("DDPRUN_RDZV_TOKEN");
   // static: the store goes where torchrun's would, at --master-addr:--master-port.
   auto s = parse({"--nnodes=2", "--master-addr=10.0.0.9", "--master-port=1234", "x"});

@@ -1,0 +1,115 @@
+// A TCP proxy on 127.0.0.1 in front of a store that can hold every byte
+// for a while, in both directions: the delay a lossy link or a stalled
+// store host puts on a node's store calls, injected without root.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <list>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace ddprun::rendezvous::testing {
+
+class StallProxy {
+ public:
+  explicit StallProxy(uint16_t target) : target_(target) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listen_fd_, 64) != 0 ||
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      throw std::runtime_error("stall proxy: cannot listen");
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~StallProxy() {
+    stop_ = true;
+    thread_.join();
+    for (auto& p : pairs_) ::close(p.client), ::close(p.server);
+    ::close(listen_fd_);
+  }
+  StallProxy(const StallProxy&) = delete;
+  StallProxy& operator=(const StallProxy&) = delete;
+
+  uint16_t port() const { return port_; }
+  // While stalled, bytes are accepted but not passed on (new connections
+  // too); they flow again, in order, when the stall ends.
+  void stall(bool on) { stalled_ = on; }
+
+ private:
+  struct Pair {
+    int client, server;
+  };
+
+  void run() {
+    while (!stop_) {
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      if (!stalled_) {
+        for (auto& p : pairs_) {
+          fds.push_back({p.client, POLLIN, 0});
+          fds.push_back({p.server, POLLIN, 0});
+        }
+      }
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;  // 20 ms: notices stop_ and stall
+      if (fds[0].revents & POLLIN) accept_one();
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        auto it = std::next(pairs_.begin(), static_cast<long>((i - 1) / 2));
+        int from = fds[i].fd, to = from == it->client ? it->server : it->client;
+        if (!pump(from, to)) {
+          ::close(it->client), ::close(it->server);
+          it->client = it->server = -1;
+        }
+      }
+      pairs_.remove_if([](const Pair& p) { return p.client < 0; });
+    }
+  }
+
+  void accept_one() {
+    int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return;
+    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(target_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      ::close(c), ::close(s);
+      return;
+    }
+    pairs_.push_back({c, s});
+  }
+
+  // Copies what is readable on `from` to `to`; false on EOF or error.
+  static bool pump(int from, int to) {
+    char buf[65536];
+    ssize_t n = ::recv(from, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0) return false;
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = ::send(to, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      off += w;
+    }
+    return true;
+  }
+
+  uint16_t target_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::list<Pair> pairs_;
+  std::atomic<bool> stop_{false}, stalled_{false};
+  std::thread thread_;
+};
+
+}  // namespace ddprun::rendezvous::testing
