@@ -71,6 +71,12 @@ class Client : public Store {
   bool set_on_close(const std::vector<std::string>& keys, const std::vector<Bytes>& values,
                     const std::string& counter) override;
 
+  // Sets both op_timeout and reply_grace to `window`.
+  void set_reply_window(Duration window) override {
+    options_.op_timeout = window;
+    options_.reply_grace = window;
+  }
+
   // "host:port", as errors name it.
   const std::string& address() const { return address_; }
   // Local address of the connection ("10.0.0.2"): the address other hosts

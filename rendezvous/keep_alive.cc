@@ -3,7 +3,6 @@
 
 #include <map>
 
-#include "rendezvous/canceller.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::rendezvous {
@@ -40,6 +39,10 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
   } catch (const StoreError& e) {
     spdlog::debug("rendezvous '{}': no death notice on close: {}", options_.run_id, e.what());
   }
+  // A reply may take the whole window (interval x max_attempt) before the
+  // store counts as lost, not the client's default grace: loss the settings
+  // allow must not end the job.
+  store_->set_reply_window(options_.keep_alive_interval * options_.keep_alive_max_attempt);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -80,28 +83,15 @@ void KeepAlive::run() {
   auto end = [&](RoundEnd e) {
     if (!stop_) on_end_(e);
   };
-  // The store counts as lost only when it has not answered for the whole
-  // keep-alive window (interval x max_attempt), like a peer: a call that
-  // fails sooner (a reply slower than the client's grace, a reset
-  // connection) is retried on a fresh connection until then.
-  auto last_answer = Clock::now();
-  bool blind = false;  // a call failed since the last answer
-  for (;;) {
   try {
     while (!stop_) {
       auto now = Clock::now();
       if (now >= next_beat) {
         store_->add(my_hb, 1);
-        last_answer = Clock::now();
-        if (blind) {
-          // Peers cannot be judged on time this node could not see them.
-          for (auto& s : seen) s.changed = last_answer;
-          blind = false;
-        }
         next_beat = now + options_.keep_alive_interval;
         if (!peer_keys.empty()) {
           auto values = store_->multi_get(peer_keys, kMaxBlock);
-          now = last_answer = Clock::now();
+          now = Clock::now();
           for (size_t i = 0; i < peers.size(); ++i) {
             if (values[i] != seen[i].value) {
               seen[i] = {values[i], now};
@@ -142,25 +132,13 @@ void KeepAlive::run() {
         else e.kind = RoundEnd::kFailed;
         return end(e);
       } catch (const TimeoutError&) {
-        last_answer = Clock::now();  // the store answered: nothing yet
+        // the round goes on
       }
     }
-    return;
-  } catch (const CancelledError& e) {
+  } catch (const StoreError& e) {
     return end({RoundEnd::kStoreLost, e.what()});
-  } catch (const std::runtime_error& e) {  // StoreError, or a call's TimeoutError
-    auto silent = std::chrono::duration_cast<Duration>(Clock::now() - last_answer);
-    if (stop_) return;
-    if (silent >= dead_after) {
-      return end({RoundEnd::kStoreLost, std::string(e.what()) + " (no answer from the store for " +
-                                            std::to_string(silent.count()) + " ms)"});
-    }
-    spdlog::debug("rendezvous '{}': store call failed after {} ms of silence, retrying: {}",
-                  options_.run_id, silent.count(), e.what());
-    blind = true;
-    // A pause, so an error the store answers at once does not spin.
-    std::this_thread::sleep_for(std::min(options_.keep_alive_interval, Duration(100)));
-  }
+  } catch (const TimeoutError& e) {
+    return end({RoundEnd::kStoreLost, e.what()});
   }
 }
 

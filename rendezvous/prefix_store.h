@@ -44,6 +44,8 @@ class PrefixStore : public Store {
     return inner_->set_on_close(k(keys), values, counter.empty() ? counter : k(counter));
   }
 
+  void set_reply_window(Duration window) override { inner_->set_reply_window(window); }
+
   const std::string& prefix() const { return prefix_; }
   Store& inner() { return *inner_; }
 

@@ -75,6 +75,11 @@ class Store {
                             const std::string& /*counter*/) {
     return false;
   }
+  // How long this connection waits for any reply (beyond a blocking call's
+  // own timeout) before it counts the store as gone. The keep-alive sets its
+  // window here, so a slow reply the settings allow ends nothing. No-op
+  // where replies cannot be late (in-memory stores).
+  virtual void set_reply_window(Duration /*window*/) {}
 };
 
 // Text <-> Bytes helpers for callers that store strings.
