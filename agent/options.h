@@ -102,6 +102,11 @@ struct Options {
   // the teardown: auto (eu-stack, else gdb, else /proc), eu-stack, gdb,
   // proc, none. Python workers with faulthandler print their own.
   std::string stack_capture = "auto";
+  // --straggler-fraction / --straggler-window: a rank whose heartbeat step
+  // rate over the window is this fraction below the median is reported
+  // (introspect/step_rates.h); 0 disables. Not interpreted by the agent.
+  double straggler_fraction = 0.3;
+  double straggler_window_s = 60.0;
   // --restart-backoff: seconds before the second restart (the first is
   // immediate), doubling with each further restart (capped at 30 s).
   double restart_backoff_s = 0.1;

@@ -4,7 +4,15 @@
 #include <cstdio>
 #include <iostream>
 
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+
+#include "introspect/client.h"
 #include "introspect/doctor.h"
+#include "introspect/registry.h"
+#include "introspect/stacks.h"
 
 extern char** environ;
 
@@ -60,6 +68,144 @@ int doctor_main(int argc, char** argv) {
   return exit_status(findings);
 }
 
+// Parses into `app`; returns -1 to go on, else the exit status.
+int parse(CLI::App& app, int argc, char** argv) {
+  for (auto* opt : app.get_options()) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", app.get_name().c_str(), e.what(),
+                 app.get_name().c_str());
+    return kUsageExit;
+  }
+  return -1;
+}
+
+struct Target {
+  std::string run_id;  // empty: every run
+  std::string registry;
+  double timeout_s = 10;
+};
+
+void add_target_flags(CLI::App& app, Target& t) {
+  app.add_option("run_id", t.run_id, "the job's --rdzv-id/--run-id (default: every running job)");
+  app.add_option("--registry", t.registry,
+                 "registry folder of running agents (default $DDPRUN_REGISTRY_DIR, else "
+                 "$XDG_RUNTIME_DIR/ddprun/agents, else /tmp/ddprun-<uid>/agents)");
+  app.add_option("--timeout", t.timeout_s, "seconds to wait for each agent's answer")
+      ->capture_default_str();
+}
+
+// The agents of the target run; prints why there are none.
+std::vector<AgentEntry> find_agents(const std::string& cmd, const Target& t) {
+  std::vector<AgentEntry> agents;
+  try {
+    agents = list_agents(registry_dir(t.registry), t.run_id);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun %s: %s\n", cmd.c_str(), e.what());
+    return {};
+  }
+  if (agents.empty()) {
+    std::fprintf(stderr, "ddprun %s: no running ddprun agent%s on this host\n", cmd.c_str(),
+                 t.run_id.empty() ? "" : (" of run " + t.run_id).c_str());
+  }
+  return agents;
+}
+
+std::chrono::milliseconds millis(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+// Asks every agent; prints each failure; false when none answered.
+bool ask_all(const std::string& cmd, const std::vector<AgentEntry>& agents,
+             const nlohmann::json& request, double timeout_s, std::vector<nlohmann::json>& out) {
+  for (const auto& a : agents) {
+    try {
+      auto reply = ask_agent(a.socket, request, millis(timeout_s));
+      if (reply.contains("error")) {
+        std::fprintf(stderr, "ddprun %s: agent %d on %s: %s\n", cmd.c_str(), a.pid,
+                     a.host.c_str(), reply["error"].get<std::string>().c_str());
+        continue;
+      }
+      out.push_back(std::move(reply));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddprun %s: %s\n", cmd.c_str(), e.what());
+    }
+  }
+  return !out.empty();
+}
+
+int status_main(int argc, char** argv) {
+  CLI::App app("ddprun status: one table of every rank of running jobs (asks their agents)",
+               "ddprun status");
+  Target t;
+  bool json = false, watch = false;
+  double interval = 1.0;
+  add_target_flags(app, t);
+  app.add_flag("--json", json, "the agents' replies as one JSON object");
+  app.add_flag("--watch", watch, "refresh until the job ends (in place on a terminal)");
+  app.add_option("--interval", interval, "seconds between --watch refreshes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.footer("Exit status: 0 shown, 1 no agent answered, 2 wrong flags.");
+  if (int rc = parse(app, argc, argv); rc >= 0) return rc;
+  const bool tty = ::isatty(1);
+  for (int round = 0;; ++round) {
+    const auto agents = find_agents("status", t);
+    std::vector<nlohmann::json> replies;
+    if (agents.empty() || !ask_all("status", agents, {{"op", "status"}}, t.timeout_s, replies)) {
+      return round > 0 ? 0 : 1;  // --watch: the job ended
+    }
+    if (json) {
+      std::cout << nlohmann::json{{"agents", replies}}.dump() << std::endl;
+    } else {
+      // On a terminal --watch redraws in place; into a file each table follows the last.
+      if (watch && tty) std::cout << "\x1b[H\x1b[2J";
+      std::cout << status_table(replies) << (watch && !tty ? "\n" : "") << std::flush;
+    }
+    if (!watch) return 0;
+    std::this_thread::sleep_for(millis(interval));  // the refresh period itself
+  }
+}
+
+int stacks_main(int argc, char** argv) {
+  CLI::App app("ddprun stacks: Python tracebacks (every thread) and native stacks of a running "
+               "job's ranks, without stopping them",
+               "ddprun stacks");
+  Target t;
+  t.timeout_s = 60;
+  bool json = false;
+  int rank = -1;
+  add_target_flags(app, t);
+  app.add_option("--rank", rank, "only this global rank")->check(CLI::NonNegativeNumber);
+  app.add_flag("--json", json, "one JSON object");
+  app.footer("Exit status: 0 stacks shown, 1 no agent or rank answered, 2 wrong flags.");
+  if (int rc = parse(app, argc, argv); rc >= 0) return rc;
+  auto agents = find_agents("stacks", t);
+  if (agents.empty()) return 1;
+  std::set<std::string> runs;
+  for (const auto& a : agents) runs.insert(a.run_id);
+  if (runs.size() > 1) {
+    std::string names;
+    for (const auto& r : runs) names += (names.empty() ? "" : ", ") + r;
+    std::fprintf(stderr, "ddprun stacks: several jobs are running (%s): name one\n",
+                 names.c_str());
+    return kUsageExit;
+  }
+  nlohmann::json request = {{"op", "stacks"}, {"rank", rank}};
+  std::vector<nlohmann::json> replies;
+  if (!ask_all("stacks", agents, request, t.timeout_s, replies)) return 1;
+  if (json) {
+    std::cout << nlohmann::json{{"agents", replies}}.dump() << std::endl;
+    return 0;
+  }
+  for (const auto& r : replies) {
+    for (const auto& s : r["stacks"]) std::cout << to_text(stacks_from_json(s), r.value("host", ""));
+  }
+  return 0;
+}
+
 }  // namespace
 
 bool is_subcommand(const std::string& a) {
@@ -69,6 +215,8 @@ bool is_subcommand(const std::string& a) {
 int run_subcommand(int argc, char** argv) {
   const std::string name = argv[0];
   if (name == "doctor") return doctor_main(argc, argv);
+  if (name == "status") return status_main(argc, argv);
+  if (name == "stacks") return stacks_main(argc, argv);
   std::fprintf(stderr, "ddprun %s: not implemented yet\n", name.c_str());
   return 1;
 }

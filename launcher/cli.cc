@@ -112,6 +112,8 @@ struct RawFlags {
   double heartbeat_grace = 0;
   double stuck_timeout = -1;
   std::string stack_capture = "auto";
+  double straggler_fraction = 0.3;
+  double straggler_window = 60;
   double restart_backoff = 0.1;
   int max_no_progress_restarts = 0;
   std::string no_restart_exit_codes;
@@ -194,6 +196,12 @@ void define_flags(CLI::App& app, RawFlags& f) {
       "How a hung native worker's stacks are captured: auto (eu-stack, else gdb, else /proc), "
       "eu-stack, gdb, proc or none [auto]")
       ->check(CLI::IsMember({"auto", "eu-stack", "gdb", "proc", "none"}));
+  opt("--straggler-fraction,--straggler_fraction", f.straggler_fraction,
+      "PET_STRAGGLER_FRACTION", H,
+      "A rank whose heartbeat step rate is this much below the median is reported as a "
+      "straggler (console, events.jsonl, ddprun status); 0 off [0.3]");
+  opt("--straggler-window,--straggler_window", f.straggler_window, "PET_STRAGGLER_WINDOW", H,
+      "Seconds over which step rates are compared [60]");
   opt("--restart-backoff,--restart_backoff", f.restart_backoff, "PET_RESTART_BACKOFF", T,
       "Seconds before the second restart (the first is immediate), doubling per restart up to 30 [0.1]");
   opt("--max-no-progress-restarts,--max_no_progress_restarts", f.max_no_progress_restarts,
@@ -244,6 +252,9 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   if (f.stuck_timeout < 0 && f.stuck_timeout != -1)
     throw UsageError("--stuck-timeout must be >= 0");
   if (f.restart_backoff < 0) throw UsageError("--restart-backoff must be >= 0");
+  if (f.straggler_fraction < 0 || f.straggler_fraction >= 1)
+    throw UsageError("--straggler-fraction must be >= 0 and < 1");
+  if (f.straggler_window < 2) throw UsageError("--straggler-window must be >= 2 (seconds)");
   if (f.max_no_progress_restarts < 0) throw UsageError("--max-no-progress-restarts must be >= 0");
   if (f.master_port != -1 && (f.master_port < 0 || f.master_port > 65535))
     throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
@@ -308,6 +319,8 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   o.heartbeat_grace_s = f.heartbeat_grace;
   o.stuck_timeout_s = f.stuck_timeout;
   o.stack_capture = f.stack_capture;
+  o.straggler_fraction = f.straggler_fraction;
+  o.straggler_window_s = f.straggler_window;
   o.restart_backoff_s = f.restart_backoff;
   o.max_no_progress_restarts = f.max_no_progress_restarts;
   for (const auto& c : split(f.no_restart_exit_codes, ','))

@@ -7,7 +7,9 @@
 
 #include "agent/agent.h"
 #include "agent/elastic_rendezvous.h"
+#include "introspect/agent_hook.h"
 #include "introspect/cli.h"
+#include "introspect/stacks.h"
 #include "launcher/cli.h"
 #include "watchdog/agent_hook.h"
 
@@ -36,6 +38,9 @@ int main(int argc, char** argv) {
   // The hang watchdog and its restart policy (watchdog/agent_hook.h).
   auto& options = parsed.options;
   options.pythonpath_prepend.push_back(ddprun::watchdog::heartbeat_python_dir());
+  // ddprun's sitecustomize: `ddprun stacks` reads Python stacks (introspect/stacks.h).
+  options.pythonpath_prepend.push_back(ddprun::introspect::python_dir());
+  const auto monitor_options = ddprun::introspect::monitor_options_from(options);
   auto policy = std::make_unique<ddprun::watchdog::JobRestartPolicy>(
       ddprun::watchdog::restart_options_from(options));
   auto* job_policy = policy.get();
@@ -61,5 +66,10 @@ int main(int argc, char** argv) {
   ddprun::watchdog::WatchdogHook watchdog(agent.io(), hook_options);
   job_policy->attach(&watchdog);
   agent.add_hooks(&watchdog);
+  // `ddprun status` / `ddprun stacks` and the straggler report (introspect/agent_hook.h).
+  ddprun::introspect::IntrospectHook introspect(
+      agent.io(), monitor_options, [&watchdog] { return watchdog.watchdog(); },
+      [&watchdog] { return watchdog.events(); });
+  agent.add_hooks(&introspect);
   return agent.run();
 }

@@ -94,6 +94,9 @@ class WatchdogHook : public agent::AgentHooks {
   bool last_attempt_hung() const { return last_hang_.has_value(); }
   int64_t last_attempt_max_step() const { return last_max_step_; }
   EventLog* events() { return events_.get(); }
+  // The running attempt's watchdog (its workers' beats), null between
+  // attempts; for `ddprun status` (introspect/agent_hook.h).
+  const Watchdog* watchdog() const { return dog_.get(); }
   // The last hang's report directory ("" when none).
   const std::string& last_report_dir() const { return last_report_dir_; }
 

@@ -1,0 +1,296 @@
+#include "introspect/agent_hook.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <cstdlib>
+#include <filesystem>
+
+#include "agent/exit_status.h"
+#include "introspect/control_wire.h"
+#include "introspect/proc_usage.h"
+#include "introspect/stacks.h"
+
+namespace ddprun::introspect {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string make_runtime_dir() {
+  std::string base = "/tmp";
+  for (const char* var : {"XDG_RUNTIME_DIR", "TMPDIR"}) {
+    const char* v = std::getenv(var);
+    if (v && *v && ::access(v, W_OK) == 0) {
+      base = v;
+      break;
+    }
+  }
+  std::string tmpl = base + "/ddprun-agent-XXXXXX";
+  // mkdtemp makes it 0700: only this user reaches the control socket.
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    throw std::runtime_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
+  }
+  return tmpl;
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+int attempt_number(const std::string& log_dir, int fallback) {
+  const std::string name = fs::path(log_dir).filename().string();
+  if (name.rfind("attempt_", 0) == 0) {
+    try {
+      return std::stoi(name.substr(8));
+    } catch (const std::exception&) {
+    }
+  }
+  return fallback;
+}
+
+std::string state_word(char s) {
+  switch (s) {
+    case 'R': return "R running";
+    case 'S': return "S sleeping";
+    case 'D': return "D disk wait";
+    case 'T': case 't': return std::string(1, s) + " stopped";
+    case 'Z': return "Z zombie";
+    default: return std::string(1, s);
+  }
+}
+
+}  // namespace
+
+MonitorOptions monitor_options_from(const agent::Options& o) {
+  MonitorOptions m;
+  m.run_id = o.run_id;
+  m.straggler.fraction = o.straggler_fraction;
+  m.straggler.window = std::chrono::milliseconds(static_cast<int64_t>(o.straggler_window_s * 1000));
+  // --stack-capture names the tool for hang reports; stacks on request follow it.
+  if (o.stack_capture == "eu-stack") m.stacks.gdb.clear();
+  if (o.stack_capture == "gdb") m.stacks.eu_stack.clear();
+  if (o.stack_capture == "proc" || o.stack_capture == "none") {
+    m.stacks.eu_stack.clear();
+    m.stacks.gdb.clear();
+  }
+  return m;
+}
+
+IntrospectHook::IntrospectHook(boost::asio::io_context& io, MonitorOptions options,
+                               BeatSource beats, EventSource events)
+    : io_(io),
+      options_(std::move(options)),
+      beats_(std::move(beats)),
+      events_(std::move(events)),
+      host_(hostname()),
+      timer_(io) {
+  // Introspection is a convenience: the job runs without it.
+  try {
+    runtime_dir_ = make_runtime_dir();
+    fs::create_directory(runtime_dir_ + "/pystack");
+    fs::create_directory(runtime_dir_ + "/stacks");
+    server_ = std::make_unique<ControlServer>(
+        io_, runtime_dir_ + "/" + wire::kSocketName,
+        [this](const nlohmann::json& req, ControlServer::Reply reply) { handle(req, reply); });
+    AgentEntry e{options_.run_id, host_, ::getpid(), server_->path()};
+    registration_ = std::make_unique<Registration>(registry_dir(options_.registry_dir), e);
+  } catch (const std::exception& e) {
+    spdlog::warn("ddprun status/stacks unavailable for this job: {}", e.what());
+  }
+}
+
+IntrospectHook::~IntrospectHook() {
+  *alive_ = false;
+  if (capture_.joinable()) capture_.join();  // bounded by the tools' deadlines
+  registration_.reset();
+  server_.reset();
+  if (!runtime_dir_.empty()) {
+    std::error_code ignored;
+    fs::remove_all(runtime_dir_, ignored);
+  }
+}
+
+void IntrospectHook::add_worker_env(const agent::AttemptInfo&, int, agent::EnvMap& env) {
+  if (runtime_dir_.empty()) return;
+  env[kPyStackSignalEnv] = std::to_string(pystack_signal());
+  env[kPyStackDirEnv] = runtime_dir_ + "/pystack";
+}
+
+void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::AttemptControl&) {
+  restarts_ = attempt.restart_count;
+  attempt_ = attempt_number(attempt.log_dir, attempt.restart_count);
+  workers_.clear();
+  rates_.clear();
+  for (const auto& w : attempt.workers) workers_.push_back(Worker{w});
+  schedule_sample();
+}
+
+void IntrospectHook::worker_exited(const agent::WorkerEnd& end) {
+  for (auto& w : workers_) {
+    if (w.info.local_rank != end.worker.local_rank) continue;
+    w.exited = true;
+    w.state = "exited " + std::to_string(end.status.shell_code());
+    w.cpu_percent = 0;
+    rates_.forget(w.info.rank);
+  }
+}
+
+void IntrospectHook::attempt_ended(const agent::AttemptResult&) {
+  timer_.cancel();
+  sampling_ = false;
+}
+
+void IntrospectHook::schedule_sample() {
+  if (sampling_) return;
+  sampling_ = true;
+  timer_.expires_after(options_.sample_interval);
+  timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (ec || !*alive) return;
+    sampling_ = false;
+    sample();
+    schedule_sample();
+  });
+}
+
+const watchdog::WorkerStatus* IntrospectHook::beat_status(int rank) const {
+  const watchdog::Watchdog* dog = beats_ ? beats_() : nullptr;
+  if (!dog) return nullptr;
+  for (const auto& s : dog->workers())
+    if (s.global_rank == rank) return &s;
+  return nullptr;
+}
+
+void IntrospectHook::sample() {
+  const auto now = Clock::now();
+  const double hz = static_cast<double>(clock_ticks_per_second());
+  for (auto& w : workers_) {
+    if (w.exited) continue;
+    const auto u = read_proc_usage(w.info.pid);
+    if (!u) continue;  // exiting: the agent reports the exit
+    w.state = state_word(u->state);
+    w.rss_bytes = u->rss_bytes;
+    if (w.sampled) {
+      const double dt = std::chrono::duration<double>(now - w.last_sample).count();
+      if (dt > 0) w.cpu_percent = 100.0 * static_cast<double>(u->cpu_ticks - w.last_ticks) / hz / dt;
+    }
+    w.sampled = true;
+    w.last_ticks = u->cpu_ticks;
+    w.last_sample = now;
+    const auto* beat = beat_status(w.info.rank);
+    if (beat && beat->beats > 0 && beat->step >= 0) rates_.sample(w.info.rank, now, beat->step);
+  }
+  check_stragglers();
+}
+
+void IntrospectHook::check_stragglers() {
+  const auto slow = rates_.stragglers(options_.straggler);
+  const auto median = rates_.median_rate(options_.straggler.window);
+  const double window_s = std::chrono::duration<double>(options_.straggler.window).count();
+  for (auto& w : workers_) {
+    const bool now_slow = std::find(slow.begin(), slow.end(), w.info.rank) != slow.end();
+    if (now_slow == w.straggler) continue;
+    w.straggler = now_slow;
+    const double rate = rates_.rate(w.info.rank, options_.straggler.window).value_or(0);
+    std::string line;
+    if (now_slow) {
+      line = fmt::format("straggler: rank {} (pid {}) ran {:.2f} steps/s over the last {:.0f} s, "
+                         "{:.0f}% below the median {:.2f} steps/s (ddprun stacks {} --rank {})",
+                         w.info.rank, w.info.pid, rate, window_s,
+                         100.0 * (1.0 - rate / median.value_or(1)), median.value_or(0),
+                         options_.run_id, w.info.rank);
+      spdlog::warn("{}", line);
+    } else {
+      line = fmt::format("rank {} is no longer a straggler ({:.2f} steps/s)", w.info.rank, rate);
+      spdlog::info("{}", line);
+    }
+    if (auto* ev = events_ ? events_() : nullptr) {
+      ev->write(now_slow ? "straggler" : "straggler_recovered", attempt_, {w.info.rank}, line,
+                {{"steps_per_s", rate}, {"median_steps_per_s", median.value_or(0)},
+                 {"window_s", window_s}, {"fraction", options_.straggler.fraction}});
+    }
+  }
+}
+
+nlohmann::json IntrospectHook::status() const {
+  nlohmann::json rows = nlohmann::json::array();
+  const auto now = Clock::now();
+  for (const auto& w : workers_) {
+    nlohmann::json r = {{"rank", w.info.rank},          {"local_rank", w.info.local_rank},
+                        {"pid", w.info.pid},            {"state", w.state},
+                        {"cpu_percent", w.cpu_percent}, {"rss_bytes", w.rss_bytes},
+                        {"straggler", w.straggler},     {"step", nullptr},
+                        {"beat_age_s", nullptr},        {"steps_per_s", nullptr}};
+    if (const auto* b = beat_status(w.info.rank); b && b->beats > 0) {
+      if (b->step >= 0) r["step"] = b->step;
+      r["beat_age_s"] = std::chrono::duration<double>(now - b->last_beat).count();
+    }
+    if (auto rate = rates_.rate(w.info.rank, options_.rate_window)) r["steps_per_s"] = *rate;
+    rows.push_back(std::move(r));
+  }
+  return {{"run_id", options_.run_id},
+          {"host", host_},
+          {"agent_pid", ::getpid()},
+          {"attempt", attempt_},
+          {"restarts", restarts_},
+          {"straggler",
+           {{"fraction", options_.straggler.fraction},
+            {"window_s", std::chrono::duration<double>(options_.straggler.window).count()}}},
+          {"workers", rows}};
+}
+
+void IntrospectHook::handle(const nlohmann::json& request, ControlServer::Reply reply) {
+  const std::string op = request.is_object() ? request.value("op", "") : "";
+  if (op == "status") {
+    reply(status());
+  } else if (op == "stacks") {
+    int rank = -1;
+    if (request.contains("rank") && request["rank"].is_number_integer()) rank = request["rank"];
+    stacks(rank, std::move(reply));
+  } else {
+    reply({{"error", "unknown op '" + op + "' (status, stacks)"}});
+  }
+}
+
+void IntrospectHook::stacks(int rank, ControlServer::Reply reply) {
+  if (capturing_) {
+    reply({{"error", "a stacks request is already running on this agent; try again"}});
+    return;
+  }
+  std::vector<StackTarget> targets;
+  std::string local;
+  for (const auto& w : workers_) {
+    local += (local.empty() ? "" : ",") + std::to_string(w.info.rank);
+    if (w.exited || (rank >= 0 && w.info.rank != rank)) continue;
+    targets.push_back({w.info.rank, w.info.pid});
+  }
+  if (targets.empty()) {
+    reply({{"error", rank >= 0 ? fmt::format("rank {} is not running on this agent (ranks: {})",
+                                             rank, local.empty() ? "none" : local)
+                               : std::string("no worker is running")}});
+    return;
+  }
+  CollectOptions o;
+  o.dir = runtime_dir_ + "/stacks";
+  o.native = options_.stacks;
+  if (capture_.joinable()) capture_.join();  // finished: capturing_ is false
+  capturing_ = true;
+  capture_ = std::thread([this, targets, o, reply, alive = alive_, run_id = options_.run_id,
+                          host = host_] {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& s : collect_stacks(targets, o)) list.push_back(to_json(s));
+    nlohmann::json result = {{"run_id", run_id}, {"host", host}, {"stacks", list}};
+    boost::asio::post(io_, [this, alive, reply, result] {
+      if (!*alive) return;
+      capturing_ = false;
+      reply(result);
+    });
+  });
+}
+
+}  // namespace ddprun::introspect

@@ -1,0 +1,118 @@
+// IntrospectHook: the agent's side of `ddprun status` and `ddprun stacks`,
+// and the straggler detector (agent/hooks.h).
+//
+// At construction it makes the agent's private runtime folder (mkdtemp,
+// mode 0700, under $XDG_RUNTIME_DIR, else $TMPDIR, else /tmp) holding the
+// control socket (control_wire.h) and the workers' Python stack dumps, and
+// registers the agent in the per-user registry (registry.h); both go at
+// destruction. Workers get DDPRUN_PYSTACK_SIGNAL/DIR (stacks.h).
+// Once a second while an attempt runs it samples each worker's /proc (state,
+// CPU %, RSS) and its last heartbeat step (from the watchdog), keeps step
+// rates and reports stragglers (step_rates.h) on the console and in the
+// event log. A stacks request runs the capture on a thread (eu-stack or gdb
+// may take seconds) and replies from the loop when it is done.
+//
+// Thread safety: agent loop thread only, except the capture thread, which
+// touches nothing but its own copies and posts its result to the loop.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/hooks.h"
+#include "agent/options.h"
+#include "introspect/control_server.h"
+#include "introspect/registry.h"
+#include "introspect/step_rates.h"
+#include "watchdog/event_log.h"
+#include "watchdog/stack_capture.h"
+#include "watchdog/watchdog.h"
+
+namespace ddprun::introspect {
+
+struct MonitorOptions {
+  // The job's --rdzv-id / --run-id, as the registry lists it.
+  std::string run_id = "none";
+  // Registry folder; empty: registry_dir()'s choice.
+  std::string registry_dir;
+  StragglerOptions straggler;
+  // Native stack tools for `ddprun stacks`.
+  watchdog::StackCaptureOptions stacks;
+  // How often workers' /proc and steps are sampled.
+  std::chrono::milliseconds sample_interval{1000};
+  // Steps per second in status are over this window.
+  std::chrono::milliseconds rate_window{10000};
+};
+
+// The monitor's settings from the launcher's options (run id, straggler
+// flags, --stack-capture).
+MonitorOptions monitor_options_from(const agent::Options& options);
+
+class IntrospectHook : public agent::AgentHooks {
+ public:
+  // The watchdog's beats (null between attempts) and event log (may be null).
+  using BeatSource = std::function<const watchdog::Watchdog*()>;
+  using EventSource = std::function<watchdog::EventLog*()>;
+
+  IntrospectHook(boost::asio::io_context& io, MonitorOptions options, BeatSource beats,
+                 EventSource events);
+  ~IntrospectHook() override;
+
+  void add_worker_env(const agent::AttemptInfo& attempt, int local_rank,
+                      agent::EnvMap& env) override;
+  void workers_started(const agent::AttemptInfo& attempt,
+                       agent::AttemptControl& control) override;
+  void worker_exited(const agent::WorkerEnd& end) override;
+  void attempt_ended(const agent::AttemptResult& result) override;
+
+  // The runtime folder ("" when it could not be made).
+  const std::string& runtime_dir() const { return runtime_dir_; }
+  nlohmann::json status() const;
+
+ private:
+  struct Worker {
+    agent::WorkerInfo info;
+    std::string state = "starting";
+    double cpu_percent = 0;
+    uint64_t rss_bytes = 0;
+    uint64_t last_ticks = 0;
+    Clock::time_point last_sample{};
+    bool sampled = false;
+    bool exited = false;
+    bool straggler = false;
+  };
+  void schedule_sample();
+  void sample();
+  void check_stragglers();
+  void handle(const nlohmann::json& request, ControlServer::Reply reply);
+  void stacks(int rank, ControlServer::Reply reply);
+  const watchdog::WorkerStatus* beat_status(int rank) const;
+
+  boost::asio::io_context& io_;
+  MonitorOptions options_;
+  BeatSource beats_;
+  EventSource events_;
+  std::string host_;
+  std::string runtime_dir_;
+  std::unique_ptr<ControlServer> server_;
+  std::unique_ptr<Registration> registration_;
+  boost::asio::steady_timer timer_;
+  bool sampling_ = false;
+  int attempt_ = 0;
+  int restarts_ = 0;
+  std::vector<Worker> workers_;
+  StepRates rates_;
+  std::thread capture_;
+  bool capturing_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace ddprun::introspect

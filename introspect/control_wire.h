@@ -1,0 +1,34 @@
+// The agent's control socket: one request, one reply, then the agent closes.
+//
+// Transport: AF_UNIX stream socket "control.sock" in the agent's private
+// runtime folder (mode 0700, so only its user can connect); agents are found
+// through the registry (registry.h).
+// Request: one JSON object on one line, at most kMaxRequestBytes:
+//   {"op": "status"}
+//   {"op": "stacks", "rank": R}        R = -1: every local rank
+// Reply: one JSON object on one line, at most kMaxReplyBytes:
+//   status: {"run_id", "host", "agent_pid", "attempt", "restarts",
+//            "straggler": {"fraction", "window_s"},
+//            "workers": [{"rank", "local_rank", "pid", "state", "step",
+//                         "beat_age_s" (null without beats), "steps_per_s"
+//                         (null without two samples), "cpu_percent",
+//                         "rss_bytes", "straggler"}]}
+//   stacks: {"run_id", "host", "stacks": [{"rank", "pid", "python",
+//            "python_note", "native", "native_method", "native_note"}]}
+//   any failure: {"error": "one line"}
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+namespace ddprun::introspect::wire {
+
+inline constexpr const char* kSocketName = "control.sock";
+inline constexpr std::size_t kMaxRequestBytes = 4096;
+inline constexpr std::size_t kMaxReplyBytes = 8 * 1024 * 1024;
+// A client that has not sent its request by then is dropped.
+inline constexpr std::chrono::seconds kRequestDeadline{5};
+// Longest a stacks request may take on the agent (tools are bounded too).
+inline constexpr std::chrono::seconds kStacksDeadline{60};
+
+}  // namespace ddprun::introspect::wire

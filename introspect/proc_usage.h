@@ -1,0 +1,38 @@
+// What /proc says about a process's progress: scheduler state, CPU time,
+// resident memory, I/O bytes. Used by the agent's status sampler and by
+// `ddprun attach`. Safe on a pid that has exited: nullopt.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::introspect {
+
+struct ProcUsage {
+  char state = '?';
+  pid_t ppid = 0;
+  uint64_t cpu_ticks = 0;  // utime + stime, in clock ticks
+  uint64_t rss_bytes = 0;
+  // rchar + wchar from /proc/PID/io (every read/write, pipes and sockets
+  // included); nullopt when unreadable.
+  std::optional<uint64_t> io_bytes;
+};
+
+std::optional<ProcUsage> read_proc_usage(pid_t pid);
+long clock_ticks_per_second();
+
+// Direct children of `pid` (from /proc/PID/task/*/children).
+std::vector<pid_t> child_pids(pid_t pid);
+// `pid` and every descendant, parents before children.
+std::vector<pid_t> process_tree(pid_t pid);
+
+// Value of `key` in /proc/PID/environ; nullopt when absent or unreadable.
+std::optional<std::string> proc_environ_value(pid_t pid, const std::string& key);
+// True when the process has a handler installed for `sig` (SigCgt).
+bool catches_signal(pid_t pid, int sig);
+
+}  // namespace ddprun::introspect

@@ -1,0 +1,152 @@
+#include "introspect/stacks.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <fmt/format.h>
+#include <thread>
+#include <cstring>
+
+#include "introspect/proc_usage.h"
+
+namespace ddprun::introspect {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+int pystack_signal() { return SIGRTMIN + 6; }
+
+std::string python_dir() {
+  std::error_code ec;
+  const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+  const fs::path installed =
+      fs::path(exe).parent_path().parent_path() / DDPRUN_INTROSPECT_PYTHON_INSTALL_DIR;
+  if (!exe.empty() && fs::exists(installed / "sitecustomize.py", ec)) {
+    return installed.lexically_normal().string();
+  }
+  return DDPRUN_INTROSPECT_PYTHON_DIR;
+}
+
+namespace {
+
+uint64_t file_size(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+std::string read_from(const std::string& path, uint64_t offset) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return s;
+}
+
+void python_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) {
+  const auto sig_text = proc_environ_value(pid, kPyStackSignalEnv);
+  const auto dir = proc_environ_value(pid, kPyStackDirEnv);
+  if (!sig_text || !dir) {
+    out.python_note = "not started with ddprun's faulthandler signal (no DDPRUN_PYSTACK_* in "
+                      "its environment)";
+    return;
+  }
+  int sig = 0;
+  try {
+    sig = std::stoi(*sig_text);
+  } catch (const std::exception&) {
+  }
+  if (!catches_signal(pid, sig)) {
+    out.python_note = fmt::format("no handler for signal {} (not Python, or faulthandler was "
+                                  "not registered)", sig);
+    return;
+  }
+  const std::string path = *dir + "/pystack_" + std::to_string(pid) + ".txt";
+  const uint64_t before = file_size(path);
+  if (::kill(pid, sig) != 0) {
+    out.python_note = fmt::format("kill({}, {}): {}", pid, sig, std::strerror(errno));
+    return;
+  }
+  // faulthandler writes from the signal handler with a few write(2) calls:
+  // done once the file stops growing. Polling is bounded by python_timeout.
+  const auto deadline = Clock::now() + o.python_timeout;
+  uint64_t size = before;
+  auto changed = Clock::now();
+  while (Clock::now() < deadline) {
+    const uint64_t now_size = file_size(path);
+    if (now_size != size) {
+      size = now_size;
+      changed = Clock::now();
+    } else if (size > before && Clock::now() - changed > std::chrono::milliseconds(50)) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (size <= before) {
+    out.python_note = fmt::format("no traceback within {} ms (the interpreter may be stuck "
+                                  "in a call holding the signal)",
+                                  o.python_timeout.count());
+    return;
+  }
+  out.python = read_from(path, before);
+}
+
+}  // namespace
+
+std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& targets,
+                                          const CollectOptions& o) {
+  std::vector<ProcessStacks> out;
+  for (const auto& t : targets) {
+    ProcessStacks s;
+    s.rank = t.rank;
+    s.pid = t.pid;
+    python_stack(t.pid, o, s);
+    if (o.want_native) {
+      const auto c = watchdog::capture_native_stack(t.pid, t.rank, o.dir, o.native);
+      s.native = c.text;
+      s.native_method = watchdog::to_string(c.method);
+      s.native_note = c.note;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+nlohmann::json to_json(const ProcessStacks& s) {
+  return {{"rank", s.rank},          {"pid", s.pid},
+          {"python", s.python},      {"python_note", s.python_note},
+          {"native", s.native},      {"native_method", s.native_method},
+          {"native_note", s.native_note}};
+}
+
+ProcessStacks stacks_from_json(const nlohmann::json& j) {
+  ProcessStacks s;
+  s.rank = j.value("rank", -1);
+  s.pid = j.value("pid", 0);
+  s.python = j.value("python", "");
+  s.python_note = j.value("python_note", "");
+  s.native = j.value("native", "");
+  s.native_method = j.value("native_method", "");
+  s.native_note = j.value("native_note", "");
+  return s;
+}
+
+std::string to_text(const ProcessStacks& s, const std::string& host) {
+  std::string out = fmt::format("=== rank {} (pid {}{}) ===\n", s.rank, s.pid,
+                                host.empty() ? "" : ", " + host);
+  if (!s.python.empty()) {
+    out += "--- Python, every thread (faulthandler) ---\n" + s.python;
+    if (out.back() != '\n') out += '\n';
+  } else if (!s.python_note.empty()) {
+    out += "--- Python: " + s.python_note + "\n";
+  }
+  if (!s.native.empty()) {
+    out += "--- native (" + s.native_method + ") ---\n" + s.native;
+    if (out.back() != '\n') out += '\n';
+  }
+  if (!s.native_note.empty()) out += "--- native: " + s.native_note + "\n";
+  return out;
+}
+
+}  // namespace ddprun::introspect
