@@ -9,6 +9,9 @@
 #include <set>
 #include <thread>
 
+#include <filesystem>
+
+#include "introspect/attach.h"
 #include "introspect/client.h"
 #include "introspect/doctor.h"
 #include "introspect/registry.h"
@@ -206,6 +209,85 @@ int stacks_main(int argc, char** argv) {
   return 0;
 }
 
+int attach_main(int argc, char** argv) {
+  CLI::App app("ddprun attach: the hang watchdog for processes ddprun did not start (a torchrun, "
+               "srun or mpirun job): no CPU and no I/O progress, state T/D, a log file that "
+               "stops growing; on a hang a report with every rank's stacks, then --on-hang",
+               "ddprun attach");
+  AttachOptions o;
+  std::vector<int> pids;
+  double silence = 60, stuck = -1, poll = 0.2, grace = 10, command_timeout = 60;
+  std::string on_hang = "nothing", stack_capture = "auto";
+  app.add_option("pid", pids, "processes to watch with their trees (e.g. torchrun's pid)");
+  app.add_option("--pgid", o.pgid, "also watch every process of this process group");
+  app.add_option("--silence-timeout", silence,
+                 "seconds without CPU time and I/O progress that make a hang")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--stuck-timeout", stuck,
+                 "seconds in state T (stopped) or D (uninterruptible) that make a hang; 0 off "
+                 "[--silence-timeout]");
+  app.add_option("--watch-file", o.watch_files,
+                 "a log file that must change within --silence-timeout (repeatable)");
+  app.add_option("--on-hang", on_hang, "after the report: nothing (keep watching), kill "
+                 "(SIGTERM the trees, SIGKILL after --kill-grace) or command")
+      ->check(CLI::IsMember({"nothing", "kill", "command"}))->capture_default_str();
+  app.add_option("--hang-command", o.command, "for --on-hang command: run with /bin/sh -c, "
+                 "with DDPRUN_HANG_RANK, DDPRUN_HANG_PID, DDPRUN_HANG_REPORT set");
+  app.add_option("--command-timeout", command_timeout, "seconds --hang-command may run")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--kill-grace", grace, "seconds between SIGTERM and SIGKILL")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--report-dir", o.report_dir, "write hang_report.txt and hang_report.json here")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--poll-interval", poll, "seconds between /proc samples")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--stack-capture", stack_capture, "native stacks: auto, eu-stack, gdb, proc, none")
+      ->check(CLI::IsMember({"auto", "eu-stack", "gdb", "proc", "none"}))->capture_default_str();
+  app.add_flag("--once", o.once, "exit after the first hang is handled");
+  app.footer("Python stacks need the job started with ddprun's sitecustomize: PYTHONPATH=" +
+             python_dir() + ", DDPRUN_PYSTACK_SIGNAL=" + std::to_string(pystack_signal()) +
+             ", DDPRUN_PYSTACK_DIR=<a folder of yours>.\n"
+             "Exit status: 0 the processes ended without a hang, 1 a hang was reported, "
+             "2 wrong flags or no such process.");
+  if (int rc = parse(app, argc, argv); rc >= 0) return rc;
+  if (on_hang == "command" && o.command.empty()) {
+    std::fprintf(stderr, "ddprun attach: --on-hang command needs --hang-command\n");
+    return kUsageExit;
+  }
+  for (int p : pids) o.pids.push_back(p);
+  o.silence_timeout = millis(silence);
+  if (stuck >= 0) o.stuck_timeout = millis(stuck);
+  o.poll_interval = millis(poll);
+  o.kill_grace = millis(grace);
+  o.command_timeout = millis(command_timeout);
+  o.on_hang = on_hang == "kill" ? OnHang::kKill : on_hang == "command" ? OnHang::kCommand
+                                                                      : OnHang::kNothing;
+  if (stack_capture == "eu-stack") o.stacks.native.gdb.clear();
+  if (stack_capture == "gdb") o.stacks.native.eu_stack.clear();
+  if (stack_capture == "proc") o.stacks.native.eu_stack.clear(), o.stacks.native.gdb.clear();
+  o.stacks.want_native = stack_capture != "none";
+  // The native tools' output files: the report folder, else a private one.
+  std::string scratch;
+  if (o.report_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    scratch = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-attach-XXXXXX";
+    if (::mkdtemp(scratch.data()) == nullptr) scratch.clear();
+  }
+  o.stacks.dir = scratch.empty() ? o.report_dir : scratch;
+  int rc;
+  try {
+    rc = run_attach(o, std::cout);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "ddprun attach: %s\n", e.what());
+    rc = kUsageExit;
+  }
+  if (!scratch.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(scratch, ignored);
+  }
+  return rc;
+}
+
 }  // namespace
 
 bool is_subcommand(const std::string& a) {
@@ -217,8 +299,9 @@ int run_subcommand(int argc, char** argv) {
   if (name == "doctor") return doctor_main(argc, argv);
   if (name == "status") return status_main(argc, argv);
   if (name == "stacks") return stacks_main(argc, argv);
-  std::fprintf(stderr, "ddprun %s: not implemented yet\n", name.c_str());
-  return 1;
+  if (name == "attach") return attach_main(argc, argv);
+  std::fprintf(stderr, "ddprun: unknown subcommand %s\n", name.c_str());
+  return kUsageExit;
 }
 
 }  // namespace ddprun::introspect

@@ -1,0 +1,322 @@
+#include "introspect/attach.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "base/proc_stat.h"
+#include "introspect/proc_usage.h"
+#include "introspect/tool.h"
+
+namespace ddprun::introspect {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+struct Watched {
+  pid_t pid = 0;
+  int rank = -1;
+  std::string comm;
+  uint64_t ticks = 0;
+  std::optional<uint64_t> io;
+  char state = '?';
+  Clock::time_point last_progress;
+  std::optional<Clock::time_point> stuck_since;
+  bool reported = false;
+};
+
+struct Hang {
+  pid_t pid = 0;
+  int rank = -1;
+  std::string kind;
+  std::string detail;
+  Clock::time_point due;
+  Clock::time_point detected;
+  std::chrono::milliseconds timeout{0};
+};
+
+bool gone(pid_t pid) {
+  const auto st = base::read_proc_stat(pid);
+  return !st || st->state == 'Z' || st->state == 'X';
+}
+
+std::vector<pid_t> group_members(pid_t pgid) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    const auto st = base::read_proc_stat(static_cast<pid_t>(pid));
+    if (st && st->pgrp == pgid) out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::vector<pid_t> roots_of(const AttachOptions& o) {
+  std::vector<pid_t> roots = o.pids;
+  if (o.pgid > 0)
+    for (pid_t p : group_members(o.pgid)) roots.push_back(p);
+  return roots;
+}
+
+// Every process in the trees, parents first.
+std::vector<pid_t> all_processes(const std::vector<pid_t>& roots) {
+  std::vector<pid_t> out;
+  std::set<pid_t> seen;
+  for (pid_t r : roots) {
+    if (gone(r)) continue;
+    for (pid_t p : process_tree(r))
+      if (seen.insert(p).second) out.push_back(p);
+  }
+  return out;
+}
+
+// The ranks of each tree (RANK in the environment), else the tree's root.
+std::map<pid_t, int> discover(const std::vector<pid_t>& roots) {
+  std::map<pid_t, int> out;
+  for (pid_t r : roots) {
+    if (gone(r)) continue;
+    bool any = false;
+    for (pid_t p : process_tree(r)) {
+      const auto rank = proc_environ_value(p, "RANK");
+      if (!rank || gone(p)) continue;
+      // A rank's own children (DataLoader workers) inherit RANK: keep the
+      // topmost process carrying each rank.
+      const auto parent = base::read_proc_stat(p);
+      if (parent && proc_environ_value(parent->ppid, "RANK") == rank) continue;
+      try {
+        out[p] = std::stoi(*rank);
+        any = true;
+      } catch (const std::exception&) {
+      }
+    }
+    if (!any) out[r] = -1;
+  }
+  return out;
+}
+
+struct FileWatch {
+  std::string path;
+  off_t size = -1;
+  timespec mtime{};
+  Clock::time_point last_change;
+  bool reported = false;
+};
+
+std::string now_iso() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string who(int rank, pid_t pid) {
+  return rank >= 0 ? fmt::format("rank {} (pid {})", rank, pid) : fmt::format("pid {}", pid);
+}
+
+// Terminates every process of the trees: SIGTERM, then SIGKILL after the grace.
+void kill_trees(const AttachOptions& o, std::ostream& out) {
+  const auto roots = roots_of(o);
+  auto procs = all_processes(roots);
+  out << fmt::format("ddprun attach: sending SIGTERM to {} process{}\n", procs.size(),
+                     procs.size() == 1 ? "" : "es")
+      << std::flush;
+  for (pid_t p : procs) ::kill(p, SIGTERM);
+  const auto deadline = Clock::now() + o.kill_grace;
+  auto alive = [&] {
+    std::vector<pid_t> left;
+    for (pid_t p : all_processes(roots)) left.push_back(p);
+    for (pid_t p : procs)
+      if (!gone(p) && std::find(left.begin(), left.end(), p) == left.end()) left.push_back(p);
+    return left;
+  };
+  std::vector<pid_t> left = alive();
+  while (!left.empty() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(o.poll_interval);  // not our children: no wait() to block in
+    left = alive();
+  }
+  if (left.empty()) return;
+  out << fmt::format("ddprun attach: {} process{} still there after {:.1f} s: SIGKILL\n",
+                     left.size(), left.size() == 1 ? "" : "es", secs(o.kill_grace))
+      << std::flush;
+  for (pid_t p : left) ::kill(p, SIGKILL);
+}
+
+}  // namespace
+
+int run_attach(const AttachOptions& o, std::ostream& out) {
+  for (pid_t p : o.pids) {
+    if (p <= 0 || gone(p)) throw std::invalid_argument(fmt::format("no process {}", p));
+  }
+  if (o.pgid > 0 && group_members(o.pgid).empty()) {
+    throw std::invalid_argument(fmt::format("no process in group {}", o.pgid));
+  }
+  if (o.pids.empty() && o.pgid <= 0) throw std::invalid_argument("no process to watch");
+  const auto stuck_limit = o.stuck_timeout.value_or(o.silence_timeout);
+  std::map<pid_t, Watched> watched;
+  std::vector<FileWatch> files;
+  for (const auto& f : o.watch_files) files.push_back({f, -1, {}, Clock::now(), false});
+  bool hung = false;
+  out << fmt::format("ddprun attach: watching {} (silence {:.1f} s{}{})\n",
+                     [&] {
+                       std::string s;
+                       for (pid_t p : o.pids) s += (s.empty() ? "pid " : ", ") + std::to_string(p);
+                       if (o.pgid > 0) s += (s.empty() ? "" : ", ") + fmt::format("group {}", o.pgid);
+                       return s;
+                     }(),
+                     secs(o.silence_timeout),
+                     stuck_limit.count() > 0 ? fmt::format(", state T/D {:.1f} s", secs(stuck_limit)) : "",
+                     files.empty() ? "" : fmt::format(", {} file(s)", files.size()))
+      << std::flush;
+  for (;;) {
+    const auto now = Clock::now();
+    const auto roots = roots_of(o);
+    const auto ranks = discover(roots);
+    for (auto it = watched.begin(); it != watched.end();) {
+      it = ranks.count(it->first) ? std::next(it) : watched.erase(it);
+    }
+    if (ranks.empty()) {
+      out << "ddprun attach: every watched process has ended\n" << std::flush;
+      return hung ? 1 : 0;
+    }
+    std::optional<Hang> hang;
+    for (const auto& [pid, rank] : ranks) {
+      const auto u = read_proc_usage(pid);
+      if (!u) continue;
+      auto [it, fresh] = watched.try_emplace(pid);
+      Watched& w = it->second;
+      if (fresh) {
+        w.pid = pid;
+        w.rank = rank;
+        w.last_progress = now;
+        w.ticks = u->cpu_ticks;
+        w.io = u->io_bytes;
+        if (auto st = base::read_proc_stat(pid)) w.comm = st->comm;
+      }
+      if (u->cpu_ticks != w.ticks || u->io_bytes != w.io) {
+        w.last_progress = now;
+        w.reported = false;
+      }
+      w.ticks = u->cpu_ticks;
+      w.io = u->io_bytes;
+      w.state = u->state;
+      const bool stuck = u->state == 'T' || u->state == 't' || u->state == 'D';
+      if (!stuck) w.stuck_since.reset();
+      if (stuck && !w.stuck_since) w.stuck_since = now;
+      if (w.reported || hang) continue;
+      if (now - w.last_progress >= o.silence_timeout) {
+        hang = Hang{pid, rank, "no_progress",
+                    fmt::format("no CPU time and no I/O for {:.1f} s (state {})",
+                                secs(now - w.last_progress), u->state),
+                    w.last_progress + o.silence_timeout, now, o.silence_timeout};
+      } else if (w.stuck_since && stuck_limit.count() > 0 && now - *w.stuck_since >= stuck_limit) {
+        hang = Hang{pid, rank, u->state == 'D' ? "uninterruptible_sleep" : "process_stopped",
+                    fmt::format("process state {} for {:.1f} s", u->state, secs(now - *w.stuck_since)),
+                    *w.stuck_since + stuck_limit, now, stuck_limit};
+      }
+    }
+    for (auto& f : files) {
+      struct stat st{};
+      const bool exists = ::stat(f.path.c_str(), &st) == 0;
+      const off_t size = exists ? st.st_size : -1;
+      if (size != f.size || st.st_mtim.tv_sec != f.mtime.tv_sec ||
+          st.st_mtim.tv_nsec != f.mtime.tv_nsec) {
+        f.size = size;
+        f.mtime = st.st_mtim;
+        f.last_change = now;
+        f.reported = false;
+      }
+      if (!hang && !f.reported && now - f.last_change >= o.silence_timeout) {
+        hang = Hang{0, -1, "watch_file",
+                    fmt::format("{} has not changed for {:.1f} s", f.path, secs(now - f.last_change)),
+                    f.last_change + o.silence_timeout, now, o.silence_timeout};
+        f.reported = true;
+      }
+    }
+    if (hang) {
+      hung = true;
+      if (hang->pid) watched[hang->pid].reported = true;
+      // The hung rank's stacks first, then the others'.
+      std::vector<StackTarget> targets;
+      if (hang->pid) targets.push_back({hang->rank, hang->pid});
+      for (const auto& [pid, w] : watched)
+        if (pid != hang->pid) targets.push_back({w.rank, pid});
+      const auto stacks = collect_stacks(targets, o.stacks);
+      std::string text = fmt::format("ddprun attach: HANG at {}: {}: {}\n", now_iso(),
+                                     hang->pid ? who(hang->rank, hang->pid) : "the job",
+                                     hang->detail);
+      nlohmann::json watched_json = nlohmann::json::array();
+      for (const auto& [pid, w] : watched) {
+        text += fmt::format("  {} {}: state {}, last progress {:.1f} s ago\n", who(w.rank, pid),
+                            w.comm, w.state, secs(now - w.last_progress));
+        watched_json.push_back({{"rank", w.rank}, {"pid", pid}, {"comm", w.comm},
+                                {"state", std::string(1, w.state)},
+                                {"since_progress_s", secs(now - w.last_progress)}});
+      }
+      const char* action = o.on_hang == OnHang::kKill      ? "kill"
+                            : o.on_hang == OnHang::kCommand ? "command"
+                                                            : "nothing";
+      text += fmt::format("  action: {}\n", action);
+      nlohmann::json stacks_json = nlohmann::json::array();
+      for (const auto& s : stacks) {
+        text += to_text(s);
+        stacks_json.push_back(to_json(s));
+      }
+      const nlohmann::json report = {
+          {"time", now_iso()}, {"kind", hang->kind}, {"rank", hang->rank}, {"pid", hang->pid},
+          {"detail", hang->detail}, {"timeout_s", secs(hang->timeout)},
+          {"detected_after_due_ms", secs(hang->detected - hang->due) * 1000},
+          {"report_after_due_ms", secs(Clock::now() - hang->due) * 1000},
+          {"watched", watched_json}, {"stacks", stacks_json}, {"action", action}};
+      std::string report_path;
+      if (!o.report_dir.empty()) {
+        report_path = o.report_dir + "/hang_report.json";
+        std::ofstream(o.report_dir + "/hang_report.txt") << text;
+        std::ofstream(report_path + ".tmp") << report.dump(2) << "\n";
+        std::rename((report_path + ".tmp").c_str(), report_path.c_str());
+      }
+      out << text << std::flush;
+      if (o.on_hang == OnHang::kKill) {
+        kill_trees(o, out);
+        return 1;
+      }
+      if (o.on_hang == OnHang::kCommand) {
+        const auto r = run_tool({"/bin/sh", "-c", o.command}, o.command_timeout, 64 * 1024,
+                                {"DDPRUN_HANG_RANK=" + std::to_string(hang->rank),
+                                 "DDPRUN_HANG_PID=" + std::to_string(hang->pid),
+                                 "DDPRUN_HANG_REPORT=" + report_path});
+        out << r.output
+            << fmt::format("ddprun attach: --on-hang command {}\n",
+                           !r.started     ? "could not start: " + r.error
+                           : r.timed_out ? fmt::format("killed after {:.0f} s", secs(o.command_timeout))
+                                         : fmt::format("exited {}", r.exit_code))
+            << std::flush;
+      }
+      if (o.once) return 1;
+    }
+    std::this_thread::sleep_for(o.poll_interval);  // the sampling period itself
+  }
+}
+
+}  // namespace ddprun::introspect

@@ -1,0 +1,72 @@
+// `ddprun attach`: the hang watchdog for processes ddprun did not start (a
+// torchrun, srun or mpirun job). Only what is visible from outside is used:
+//  - progress: a watched process's CPU time (utime+stime) or I/O byte
+//    counters (rchar+wchar, pipes and sockets included) moved; none for
+//    silence_timeout is a hang;
+//  - state: stopped (T/t) or in uninterruptible sleep (D) continuously for
+//    stuck_timeout;
+//  - --watch-file: a log file that has not grown or been touched for
+//    silence_timeout (the whole job hangs, not one rank).
+// What is watched: each given process's tree is scanned every poll; the
+// processes in it with RANK in their environment are the ranks (torchrun's
+// workers); a tree without any is watched through its root. New ranks (a
+// launcher's restart) join, ended ones leave.
+// On a hang: one report (the hung rank, what was seen, every rank's stacks,
+// the hung one first: stacks.h) on stdout and, with report_dir, in
+// hang_report.{txt,json}; then on_hang: nothing (keep watching; a rank is
+// reported again only after it made progress), kill (SIGTERM to every
+// process of the trees, SIGKILL after kill_grace, so the job's own
+// launcher, if it is outside the trees, can restart it), or command (run
+// through /bin/sh with DDPRUN_HANG_RANK, DDPRUN_HANG_PID and
+// DDPRUN_HANG_REPORT set, bounded by command_timeout).
+//
+// Polling /proc is the only way to see processes we are not the parent of;
+// every wait is bounded.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "introspect/stacks.h"
+
+namespace ddprun::introspect {
+
+enum class OnHang { kNothing, kKill, kCommand };
+
+struct AttachOptions {
+  // Roots of the watched trees (at least one of pids, pgid).
+  std::vector<pid_t> pids;
+  // Every process of this process group is a root.
+  pid_t pgid = 0;
+  // No CPU and no I/O progress for this long is a hang.
+  std::chrono::milliseconds silence_timeout{60000};
+  // State T or D for this long is a hang; unset: silence_timeout; 0: off.
+  std::optional<std::chrono::milliseconds> stuck_timeout;
+  // Files that must keep growing (or being touched) within silence_timeout.
+  std::vector<std::string> watch_files;
+  // How often /proc is sampled (detection comes at most this late).
+  std::chrono::milliseconds poll_interval{200};
+  OnHang on_hang = OnHang::kNothing;
+  std::string command;  // for kCommand
+  std::chrono::milliseconds command_timeout{60000};
+  // SIGTERM-to-SIGKILL grace of kKill.
+  std::chrono::milliseconds kill_grace{10000};
+  // Where hang_report.{txt,json} go; empty: stdout only.
+  std::string report_dir;
+  CollectOptions stacks;
+  // Stop after the first hang whatever on_hang says (tests, scripts).
+  bool once = false;
+};
+
+// Watches until every watched process has ended (or, with kill or once, the
+// first hang was handled). Returns 0 when the processes ended without a
+// hang, 1 when a hang was reported; throws std::invalid_argument naming a
+// pid or group that does not exist.
+int run_attach(const AttachOptions& options, std::ostream& out);
+
+}  // namespace ddprun::introspect

@@ -1,0 +1,126 @@
+// ddprun attach on jobs ddprun did not start: Debian's torchrun
+// (/usr/bin/python3 -m torch.distributed.run, through scripts/torchrun_py311.py,
+// which repairs its flag parsing on Python 3.11) and plain processes.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/proc_stat.h"
+#include "introspect/stacks.h"
+#include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
+
+namespace {
+
+using ddprun::testing::DdprunProcess;
+using ddprun::testing::TempDir;
+using nlohmann::json;
+constexpr const char* kPython = "/usr/bin/python3";
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+bool torch_available() {
+  DdprunProcess p({"-c", "import torch.distributed.run"}, {}, kPython);
+  const auto r = p.finish(std::chrono::seconds(120));
+  return !r.timed_out && r.status == 0;
+}
+
+bool dead(pid_t pid) {
+  const auto st = ddprun::base::read_proc_stat(pid);
+  return !st || st->state == 'Z';
+}
+
+}  // namespace
+
+TEST_CASE("torchrun: attach on a job whose rank stops progressing reports its stack and kills "
+          "the tree") {
+  if (!torch_available()) {
+    // ctest reports the test skipped (SKIP_RETURN_CODE), not passed.
+    MESSAGE("SKIP: Debian's torch (" << kPython << " -m torch.distributed.run) is not installed");
+    std::exit(77);
+  }
+  TempDir dir;
+  const std::string pystacks = dir.file("pystacks");
+  ::mkdir(pystacks.c_str(), 0700);
+  // The job is started the way a user would to get Python stacks from it.
+  DdprunProcess torchrun(
+      {std::string(INTROSPECT_SCRIPTS) + "/torchrun_py311.py", "--nnodes", "1", "--nproc_per_node", "2", "--master_port",
+       std::to_string(free_port()), std::string(INTROSPECT_SCRIPTS) + "/torchrun_worker.py"},
+      {"PYTHONPATH=" + ddprun::introspect::python_dir(),
+       "DDPRUN_PYSTACK_SIGNAL=" + std::to_string(ddprun::introspect::pystack_signal()),
+       "DDPRUN_PYSTACK_DIR=" + pystacks, "OMP_NUM_THREADS=1"},
+      kPython);
+  REQUIRE(torchrun.wait_for_stdout(
+      [](const std::string& o) { return o.find("rank 1 stuck") != std::string::npos; },
+      std::chrono::seconds(180)));
+  const std::string reports = dir.file("report");
+  ::mkdir(reports.c_str(), 0700);
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(torchrun.pid()), "--silence-timeout", "2", "--on-hang", "kill",
+       "--kill-grace", "10", "--report-dir", reports},
+      {}, std::chrono::seconds(120));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("HANG") != std::string::npos);
+  std::ifstream in(reports + "/hang_report.json");
+  REQUIRE(in);
+  const json report = json::parse(in);
+  CHECK(report["rank"] == 1);
+  CHECK(report["kind"] == "no_progress");
+  CHECK(report["watched"].size() == 2);
+  MESSAGE("attach: report written " << report["report_after_due_ms"].get<double>()
+                                    << " ms after the silence timeout passed");
+  // The stuck rank's stacks come first: Python's from inside stuck(), and native.
+  const json& s = report["stacks"].at(0);
+  CHECK(s["rank"] == 1);
+  CHECK(s["python"].get<std::string>().find("in stuck") != std::string::npos);
+  CHECK(!s["native"].get<std::string>().empty());
+  // --on-hang kill ended the whole tree: torchrun and both ranks.
+  const auto end = torchrun.finish(std::chrono::seconds(60));
+  CHECK(!end.timed_out);
+  for (const auto& w : report["watched"]) CHECK(dead(w["pid"].get<pid_t>()));
+}
+
+TEST_CASE("attach: a log file that stops growing is a hang; --on-hang command runs with the "
+          "report") {
+  TempDir dir;
+  const std::string log = dir.file("train.log");
+  std::ofstream(log) << "step 0\n";
+  // A process that keeps using CPU, so only the file can tell.
+  DdprunProcess busy({"-c", "while True: pass"}, {}, kPython);
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(busy.pid()), "--silence-timeout", "1", "--watch-file", log,
+       "--on-hang", "command", "--hang-command", "echo hook rank=$DDPRUN_HANG_RANK report=$DDPRUN_HANG_REPORT",
+       "--report-dir", dir.path(), "--once", "--stack-capture", "none"},
+      {}, std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.find(log + " has not changed") != std::string::npos);
+  CHECK(r.out.find("hook rank=-1 report=" + dir.path() + "/hang_report.json") != std::string::npos);
+  CHECK(!dead(busy.pid()));  // command, not kill
+  busy.send(SIGKILL);
+  busy.finish(std::chrono::seconds(30));
+}
+
+TEST_CASE("attach: a pid that does not exist is a usage error naming it") {
+  const auto r = ddprun::testing::run_ddprun({"attach", "999999999"}, {}, std::chrono::seconds(30));
+  CHECK(r.status == 2);
+  CHECK(r.err.find("no process 999999999") != std::string::npos);
+}
