@@ -89,10 +89,19 @@ IntrospectHook::IntrospectHook(boost::asio::io_context& io, MonitorOptions optio
       beats_(std::move(beats)),
       events_(std::move(events)),
       host_(hostname()),
-      timer_(io) {
+      timer_(io) {}
+
+void IntrospectHook::set_up(const std::string& agent_runtime_dir) {
+  set_up_ = true;
   // Introspection is a convenience: the job runs without it.
   try {
-    runtime_dir_ = make_runtime_dir();
+    if (agent_runtime_dir.empty()) {
+      runtime_dir_ = make_runtime_dir();
+      own_runtime_dir_ = true;
+    } else {
+      runtime_dir_ = agent_runtime_dir + "/introspect";
+      fs::create_directory(runtime_dir_);
+    }
     fs::create_directory(runtime_dir_ + "/pystack");
     fs::create_directory(runtime_dir_ + "/stacks");
     server_ = std::make_unique<ControlServer>(
@@ -102,21 +111,29 @@ IntrospectHook::IntrospectHook(boost::asio::io_context& io, MonitorOptions optio
     registration_ = std::make_unique<Registration>(registry_dir(options_.registry_dir), e);
   } catch (const std::exception& e) {
     spdlog::warn("ddprun status/stacks unavailable for this job: {}", e.what());
+    server_.reset();
+    std::error_code ignored;
+    if (own_runtime_dir_) fs::remove_all(runtime_dir_, ignored);
+    own_runtime_dir_ = false;
+    runtime_dir_.clear();
   }
 }
 
 IntrospectHook::~IntrospectHook() {
   *alive_ = false;
-  if (capture_.joinable()) capture_.join();  // bounded by the tools' deadlines
+  cancel_->cancel();  // kills a stack tool still running
+  if (capture_.joinable()) capture_.join();
   registration_.reset();
   server_.reset();
-  if (!runtime_dir_.empty()) {
+  if (own_runtime_dir_) {
     std::error_code ignored;
     fs::remove_all(runtime_dir_, ignored);
   }
 }
 
-void IntrospectHook::add_worker_env(const agent::AttemptInfo&, int, agent::EnvMap& env) {
+void IntrospectHook::add_worker_env(const agent::AttemptInfo& attempt, int,
+                                    agent::EnvMap& env) {
+  if (!set_up_) set_up(attempt.runtime_dir);
   if (runtime_dir_.empty()) return;
   env[kPyStackSignalEnv] = std::to_string(pystack_signal());
   env[kPyStackDirEnv] = runtime_dir_ + "/pystack";
@@ -278,10 +295,12 @@ void IntrospectHook::stacks(int rank, ControlServer::Reply reply) {
   CollectOptions o;
   o.dir = runtime_dir_ + "/stacks";
   o.native = options_.stacks;
+  o.cancel = cancel_.get();
   if (capture_.joinable()) capture_.join();  // finished: capturing_ is false
   capturing_ = true;
+  // The thread holds the cancel flag it was given (o.cancel) through `keep`.
   capture_ = std::thread([this, targets, o, reply, alive = alive_, run_id = options_.run_id,
-                          host = host_] {
+                          host = host_, keep = cancel_] {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& s : collect_stacks(targets, o)) list.push_back(to_json(s));
     nlohmann::json result = {{"run_id", run_id}, {"host", host}, {"stacks", list}};

@@ -1,11 +1,11 @@
 // IntrospectHook: the agent's side of `ddprun status` and `ddprun stacks`,
 // and the straggler detector (agent/hooks.h).
 //
-// At construction it makes the agent's private runtime folder (mkdtemp,
-// mode 0700, under $XDG_RUNTIME_DIR, else $TMPDIR, else /tmp) holding the
-// control socket (control_wire.h) and the workers' Python stack dumps, and
-// registers the agent in the per-user registry (registry.h); both go at
-// destruction. Workers get DDPRUN_PYSTACK_SIGNAL/DIR (stacks.h).
+// Before the first worker starts it makes "introspect/" in the agent's
+// private runtime folder (agent/runtime_dir.h; its own mkdtemp'd 0700
+// folder when the agent has none) holding the control socket
+// (control_wire.h) and the workers' Python stack dumps, and registers the
+// agent in the per-user registry (registry.h); both go at destruction. Workers get DDPRUN_PYSTACK_SIGNAL/DIR (stacks.h).
 // Once a second while an attempt runs it samples each worker's /proc (state,
 // CPU %, RSS) and its last heartbeat step (from the watchdog), keeps step
 // rates and reports stragglers (step_rates.h) on the console and in the
@@ -89,6 +89,7 @@ class IntrospectHook : public agent::AgentHooks {
     bool exited = false;
     bool straggler = false;
   };
+  void set_up(const std::string& agent_runtime_dir);
   void schedule_sample();
   void sample();
   void check_stragglers();
@@ -101,7 +102,9 @@ class IntrospectHook : public agent::AgentHooks {
   BeatSource beats_;
   EventSource events_;
   std::string host_;
+  bool set_up_ = false;
   std::string runtime_dir_;
+  bool own_runtime_dir_ = false;
   std::unique_ptr<ControlServer> server_;
   std::unique_ptr<Registration> registration_;
   boost::asio::steady_timer timer_;
@@ -111,6 +114,7 @@ class IntrospectHook : public agent::AgentHooks {
   std::vector<Worker> workers_;
   StepRates rates_;
   std::thread capture_;
+  std::shared_ptr<watchdog::CaptureCancel> cancel_ = std::make_shared<watchdog::CaptureCancel>();
   bool capturing_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

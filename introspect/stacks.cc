@@ -98,12 +98,13 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
                                           const CollectOptions& o) {
   std::vector<ProcessStacks> out;
   for (const auto& t : targets) {
+    if (o.cancel && o.cancel->cancelled()) break;
     ProcessStacks s;
     s.rank = t.rank;
     s.pid = t.pid;
     python_stack(t.pid, o, s);
     if (o.want_native) {
-      const auto c = watchdog::capture_native_stack(t.pid, t.rank, o.dir, o.native);
+      const auto c = watchdog::capture_native_stack(t.pid, t.rank, o.dir, o.native, o.cancel);
       s.native = c.text;
       s.native_method = watchdog::to_string(c.method);
       s.native_note = c.note;

@@ -61,6 +61,8 @@ struct CollectOptions {
   std::string dir;
   watchdog::StackCaptureOptions native;
   bool want_native = true;
+  // Set from another thread to stop the native capture early; may be null.
+  watchdog::CaptureCancel* cancel = nullptr;
   // How long to wait for faulthandler's dump to appear.
   std::chrono::milliseconds python_timeout{3000};
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -183,8 +184,12 @@ TEST_CASE("a rank slowed down on purpose is named as the straggler") {
   const auto end = p.finish(std::chrono::seconds(60));
   CHECK(end.status == 0);
   CHECK(end.err.find("straggler: rank 1") != std::string::npos);
-  // The event log has it too.
-  std::ifstream events(logs + "/" + job.run_id + "/events.jsonl");
+  // The event log has it too (in the run's folder, <run_id>_<random>).
+  std::string run_dir;
+  for (const auto& e : std::filesystem::directory_iterator(logs))
+    if (e.path().filename().string().rfind(job.run_id + "_", 0) == 0) run_dir = e.path().string();
+  REQUIRE(!run_dir.empty());
+  std::ifstream events(run_dir + "/events.jsonl");
   std::string line;
   bool logged = false;
   while (std::getline(events, line)) {
