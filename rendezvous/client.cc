@@ -247,9 +247,13 @@ void Client::send_all(const Bytes& frame, Clock::time_point deadline, const std:
 Bytes Client::read_frame(Clock::time_point deadline, const std::string& what) {
   auto fill = [&](size_t need) {
     while (rbuf_.size() - rpos_ < need) {
-      if (!arm(deadline)) throw TimeoutError(what);
       uint8_t tmp[65536];
-      ssize_t n = ::recv(fd_, tmp, sizeof(tmp), 0);
+      // Past the deadline, what already came still counts: this process
+      // may have been stopped (SIGSTOP, a frozen container) while the reply
+      // arrived on time, and the server is not to blame for that.
+      const bool in_time = arm(deadline);
+      ssize_t n = ::recv(fd_, tmp, sizeof(tmp), in_time ? 0 : MSG_DONTWAIT);
+      if (!in_time && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) throw TimeoutError(what);
       if (n > 0) {
         rbuf_.insert(rbuf_.end(), tmp, tmp + n);
       } else if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {

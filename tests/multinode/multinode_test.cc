@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "tests/common/run_folder.h"
 #include "tests/multinode/netns.h"
@@ -448,6 +449,62 @@ TEST_CASE("multinode.barrierint") {
   INFO("node 2:\n" << job.log(2));
   CHECK(job.agents[2]->wait(kDeadline) != 0);
   CHECK(job.log(2).find("its agent was stopped by a signal") != std::string::npos);
+}
+
+TEST_CASE("multinode.pause") {
+  // Node 2's agent (not the host) is SIGSTOPped for 4 s, longer than its
+  // store calls' own deadlines but within the keep-alive window (2 s x 5):
+  // its store connection still works, so on resume it carries on, with no
+  // restart, and the job ends 0.
+  Job job("pause", 2);
+  const auto args = agent_args(",keep_alive_interval=2,keep_alive_max_attempt=5", "2");
+  job.start(1, {}, args);
+  job.start(2, {}, args);
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 4)) >= 0;
+  }, kDeadline));
+  job.agents[2]->signal(SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // the pause is the scenario
+  job.agents[2]->signal(SIGCONT);
+  job.stop_workers();
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+    CHECK(job.log(n).find("restarting") == std::string::npos);
+    CHECK(job.log(n).find("lost the rendezvous store") == std::string::npos);
+  }
+}
+
+TEST_CASE("multinode.pauselong") {
+  // Node 2's agent is SIGSTOPped for longer than the keep-alive window: node
+  // 1 finds it silent, ends the round and goes on alone (--nnodes=1:2). On
+  // resume node 2's round has moved on: it rejoins as a late node (scale-up)
+  // instead of failing, and the job ends 0 with both nodes.
+  Job job("pauselong", 2);
+  const auto args = agent_args("", "1:2");
+  job.start(1, {}, args);
+  job.start(2, {}, args);
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 4)) >= 0;
+  }, kDeadline));
+  job.agents[2]->signal(SIGSTOP);
+  // Node 1 goes on alone: a round of 2 workers after the first.
+  int alone = -1;
+  CHECK(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (alone = round_with(recs, 2, round)) >= 0;
+  }, kDeadline));
+  job.agents[2]->signal(SIGCONT);
+  int both = -1;
+  CHECK(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (both = round_with(recs, 4, alone)) >= 0;
+  }, kDeadline));
+  job.stop_workers();
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+  }
 }
 
 #ifdef TRAIN_BIN
