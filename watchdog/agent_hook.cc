@@ -323,6 +323,7 @@ agent::RestartDecision JobRestartPolicy::decide(const agent::AttemptResult& fail
     policy_.emplace(options_);
   }
   AttemptOutcome o;
+  o.restart_count = failed.restart_count;
   o.hang = hook_ && hook_->last_attempt_hung();
   o.max_step = hook_ ? hook_->last_attempt_max_step() : -1;
   // Only the root cause's own exit code: the rest were stopped by teardown.

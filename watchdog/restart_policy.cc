@@ -72,10 +72,11 @@ RestartDecision RestartPolicy::on_attempt_end(const AttemptOutcome& outcome) {
       return d;
     }
   }
-  if (restarts_ >= options_.max_restarts) {
+  const int done = outcome.restart_count;
+  if (done >= options_.max_restarts) {
     d.rule = StopRule::kMaxRestarts;
     d.reason = fmt::format("--max-restarts={} reached ({} restart(s) done)", options_.max_restarts,
-                           restarts_);
+                           done);
     return d;
   }
   if (options_.max_no_progress_restarts > 0 &&
@@ -89,15 +90,14 @@ RestartDecision RestartPolicy::on_attempt_end(const AttemptOutcome& outcome) {
   // The first restart is immediate: a one-off crash should cost no more
   // than the restart itself. Back-off starts with the second, for crash
   // loops. Doubling without overflow: stop doubling once at the cap.
-  if (restarts_ > 0) {
+  if (done > 0) {
     auto delay = options_.backoff_initial;
-    for (int i = 1; i < restarts_ && delay < options_.backoff_max; ++i) delay *= 2;
+    for (int i = 1; i < done && delay < options_.backoff_max; ++i) delay *= 2;
     d.delay = std::min(delay, options_.backoff_max);
   }
-  ++restarts_;
   d.restart = true;
   d.rule = StopRule::kRestart;
-  d.reason = fmt::format("restart {} of {} after {} ms back-off{}", restarts_,
+  d.reason = fmt::format("restart {} of {} after {} ms back-off{}", done + 1,
                          options_.max_restarts, d.delay.count(),
                          outcome.hang ? " (hang)" : "");
   return d;

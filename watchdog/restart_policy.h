@@ -41,6 +41,9 @@ struct RestartPolicyOptions {
 std::vector<int> parse_exit_code_list(const std::string& text);
 
 struct AttemptOutcome {
+  // Restarts the job had spent when the attempt started: its
+  // TORCHELASTIC_RESTART_COUNT, job-wide across nodes (the one count).
+  int restart_count = 0;
   bool succeeded = false;
   bool hang = false;
   // Exit codes of workers that failed by exiting (signals as 128+N).
@@ -68,13 +71,11 @@ class RestartPolicy {
   // Records the outcome of the attempt that just ended and decides.
   RestartDecision on_attempt_end(const AttemptOutcome& outcome);
 
-  int restarts_done() const { return restarts_; }
   int64_t best_step() const { return best_step_; }
   int no_progress_streak() const { return no_progress_streak_; }
 
  private:
   RestartPolicyOptions options_;
-  int restarts_ = 0;
   int64_t best_step_ = -1;
   int no_progress_streak_ = 0;
 };

@@ -18,8 +18,11 @@ using wd::test::TempDir;
 
 namespace {
 
-wd::AttemptOutcome failed(int64_t step, std::vector<int> codes = {1}, bool hang = false) {
+// An attempt that failed after `restarts` restarts of the job.
+wd::AttemptOutcome failed(int restarts, int64_t step, std::vector<int> codes = {1},
+                          bool hang = false) {
   wd::AttemptOutcome o;
+  o.restart_count = restarts;
   o.exit_codes = std::move(codes);
   o.max_step = step;
   o.hang = hang;
@@ -36,12 +39,12 @@ TEST_CASE("first restart is immediate, then back-off doubles and is capped") {
   wd::RestartPolicy p(opt);
   std::vector<long> delays;
   for (int i = 0; i < 6; ++i) {
-    auto d = p.on_attempt_end(failed(i));
+    auto d = p.on_attempt_end(failed(i, i));
     REQUIRE(d.restart);
     delays.push_back(d.delay.count());
   }
   CHECK(delays == std::vector<long>{0, 100, 200, 400, 500, 500});
-  auto last = p.on_attempt_end(failed(7));
+  auto last = p.on_attempt_end(failed(6, 7));
   CHECK_FALSE(last.restart);
   CHECK(last.rule == wd::StopRule::kMaxRestarts);
   CHECK(last.reason.find("--max-restarts=6") != std::string::npos);
@@ -52,8 +55,8 @@ TEST_CASE("a no-restart exit code stops at once, even with restarts left") {
   opt.max_restarts = 5;
   opt.no_restart_exit_codes = wd::parse_exit_code_list("2, 64");
   wd::RestartPolicy p(opt);
-  CHECK(p.on_attempt_end(failed(-1, {1})).restart);
-  auto d = p.on_attempt_end(failed(-1, {0, 64}));
+  CHECK(p.on_attempt_end(failed(0, -1, {1})).restart);
+  auto d = p.on_attempt_end(failed(1, -1, {0, 64}));
   CHECK_FALSE(d.restart);
   CHECK(d.rule == wd::StopRule::kNoRestartExitCode);
   CHECK(d.reason.find("64") != std::string::npos);
@@ -73,10 +76,10 @@ TEST_CASE("no-progress rule stops after K attempts without a higher step") {
   opt.max_restarts = 100;
   opt.max_no_progress_restarts = 2;
   wd::RestartPolicy p(opt);
-  CHECK(p.on_attempt_end(failed(50, {}, true)).restart);  // progress
-  CHECK(p.on_attempt_end(failed(80, {}, true)).restart);  // progress
-  CHECK(p.on_attempt_end(failed(80, {}, true)).restart);  // streak 1
-  auto d = p.on_attempt_end(failed(-1, {}, true));        // streak 2: stop
+  CHECK(p.on_attempt_end(failed(0, 50, {}, true)).restart);  // progress
+  CHECK(p.on_attempt_end(failed(1, 80, {}, true)).restart);  // progress
+  CHECK(p.on_attempt_end(failed(2, 80, {}, true)).restart);  // streak 1
+  auto d = p.on_attempt_end(failed(3, -1, {}, true));     // streak 2: stop
   CHECK_FALSE(d.restart);
   CHECK(d.rule == wd::StopRule::kNoProgress);
   CHECK(d.reason.find("step 80") != std::string::npos);
@@ -88,8 +91,8 @@ TEST_CASE("no-progress rule stays inactive when no attempt reports steps") {
   opt.max_restarts = 3;
   opt.max_no_progress_restarts = 1;
   wd::RestartPolicy p(opt);
-  for (int i = 0; i < 3; ++i) CHECK(p.on_attempt_end(failed(-1)).restart);
-  CHECK(p.on_attempt_end(failed(-1)).rule == wd::StopRule::kMaxRestarts);
+  for (int i = 0; i < 3; ++i) CHECK(p.on_attempt_end(failed(i, -1)).restart);
+  CHECK(p.on_attempt_end(failed(3, -1)).rule == wd::StopRule::kMaxRestarts);
   wd::RestartPolicy ok(opt);
   wd::AttemptOutcome success;
   success.succeeded = true;
