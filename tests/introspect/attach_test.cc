@@ -67,9 +67,13 @@ TEST_CASE("torchrun: attach on a job whose rank stops progressing reports its st
        "DDPRUN_PYSTACK_SIGNAL=" + std::to_string(ddprun::introspect::pystack_signal()),
        "DDPRUN_PYSTACK_DIR=" + pystacks, "OMP_NUM_THREADS=1"},
       kPython);
-  REQUIRE(torchrun.wait_for_stdout(
-      [](const std::string& o) { return o.find("rank 1 stuck") != std::string::npos; },
-      std::chrono::seconds(180)));
+  if (!torchrun.wait_for_stdout(
+          [](const std::string& o) { return o.find("rank 1 stuck") != std::string::npos; },
+          std::chrono::seconds(180))) {
+    const auto f = torchrun.finish(std::chrono::seconds(30));
+    FAIL("torchrun did not get its rank 1 stuck; exit " << f.status << "\nstdout: " << f.out
+                                                       << "\nstderr: " << f.err);
+  }
   const std::string reports = dir.file("report");
   ::mkdir(reports.c_str(), 0700);
   const auto r = ddprun::testing::run_ddprun(
