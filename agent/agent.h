@@ -6,6 +6,9 @@
 // exited child is reaped with waitpid(-1, WNOHANG) and handed to the running
 // attempt; other children, orphans re-parented to the subreaper agent, are
 // simply reaped), the handled signals, pipe output and timers. Nothing polls.
+// Waits on other nodes (a multi-node join, the exit barrier) run on a thread
+// of their own and post back (off_loop); a stop signal meanwhile abandons
+// them through RendezvousHandler::abandon, so ddprun exits at once.
 //
 // Containment: the workers run in a job cgroup of their own where one can be
 // made (job_cgroup.h), watched over by the guardian (guardian.h), so that
