@@ -240,6 +240,8 @@ void WatchdogHook::join_capture() {
   if (capture_cancel_) capture_cancel_->cancel();
   // Bounded: cancel kills the tool running, and the thread tries no other.
   if (capture_thread_.joinable()) capture_thread_.join();
+  // A result still queued in the loop is for workers that are gone: dropped.
+  capture_cancel_.reset();
 }
 
 void WatchdogHook::finish_hang() {

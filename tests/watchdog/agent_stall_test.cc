@@ -93,3 +93,39 @@ TEST_CASE("SIGINT while a slow stack capture runs stops ddprun at once") {
   // Deadline: shorter than one tool's own 10 s limit.
   CHECK(exit_code(ddprun.wait_for(std::chrono::seconds(8))) == 130);
 }
+
+TEST_CASE("a worker that dies during a slow stack capture is handled at once") {
+  // The same slow stand-in tools; this time the hung worker is SIGKILLed
+  // while its stack is being captured. The loop sees the exit at once: the
+  // attempt fails on it, the capture is cancelled, the group restarts and
+  // the next attempt completes, all within one tool's 10 s limit.
+  TempDir dir;
+  const std::string fifo = dir.path() + "/capturing";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const char* tool : {"eu-stack", "gdb"}) {
+    const std::string path = dir.path() + "/" + tool;
+    // eu-stack is called as `eu-stack -p PID`: the pid goes to the test.
+    std::ofstream(path) << "#!/bin/sh\necho \"$2\" > \"$CAPTURE_FIFO\"\nexec sleep 600\n";
+    REQUIRE(::chmod(path.c_str(), 0755) == 0);
+  }
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(reader >= 0);
+  const char* path = std::getenv("PATH");
+  Child ddprun({DDPRUN_BIN, "--rdzv-id=capdie", "--log-dir=" + dir.path() + "/logs",
+                "--nproc-per-node=2", "--max-restarts=1", "--heartbeat-timeout=1",
+                "--heartbeat-grace=30", "--stack-capture=eu-stack", WATCHDOG_TEST_WORKER,
+                "scenario", "nobeat"},
+               {{"PATH", dir.path() + ":" + (path ? path : "/usr/bin:/bin")},
+                {"CAPTURE_FIFO", fifo}},
+               true, "/dev/stdout");
+  pollfd p{reader, POLLIN, 0};
+  REQUIRE_MESSAGE(::poll(&p, 1, 60000) == 1, "the capture tool never started");
+  char buf[32] = {};
+  const ssize_t n = ::read(reader, buf, sizeof(buf) - 1);
+  ::close(reader);
+  REQUIRE(n > 0);
+  const pid_t hung = static_cast<pid_t>(std::atol(buf));
+  REQUIRE(hung > 0);
+  REQUIRE(::kill(hung, SIGKILL) == 0);
+  CHECK(exit_code(ddprun.wait_for(std::chrono::seconds(8))) == 0);
+}
