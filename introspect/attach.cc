@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -17,7 +18,12 @@
 #include <stdexcept>
 #include <thread>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include "base/proc_stat.h"
+#include "base/scoped_fd.h"
+#include "watchdog/heartbeat_server.h"
 #include "introspect/proc_usage.h"
 #include "introspect/tool.h"
 
@@ -163,6 +169,53 @@ void kill_trees(const AttachOptions& o, std::ostream& out) {
   for (pid_t p : left) ::kill(p, SIGKILL);
 }
 
+// The heartbeat socket: bound at start, unlinked at the end.
+class BeatSocket {
+ public:
+  explicit BeatSocket(const std::string& path) : path_(path) {
+    if (path.empty()) return;
+    sockaddr_un a{};
+    if (path.size() >= sizeof a.sun_path) {
+      throw std::invalid_argument("--heartbeat-socket " + path + ": too long for AF_UNIX");
+    }
+    fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+    ::unlink(path.c_str());
+    if (!fd_ || ::bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      throw std::invalid_argument("--heartbeat-socket " + path + ": " + std::strerror(errno));
+    }
+    bound_ = true;
+  }
+  ~BeatSocket() {
+    if (bound_) ::unlink(path_.c_str());
+  }
+  // Every beat queued since the last call.
+  std::vector<watchdog::Beat> drain() {
+    std::vector<watchdog::Beat> out;
+    char buf[256];
+    for (int i = 0; fd_ && i < 100000; ++i) {
+      const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
+      if (n < 0) break;  // EAGAIN: nothing more queued
+      if (auto b = watchdog::parse_beat(std::string_view(buf, static_cast<std::size_t>(n)))) {
+        out.push_back(*b);
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  base::ScopedFd fd_;
+  bool bound_ = false;
+};
+
+struct RankBeat {
+  Clock::time_point last;
+  int64_t step = -1;
+  bool reported = false;
+};
+
 }  // namespace
 
 int run_attach(const AttachOptions& o, std::ostream& out) {
@@ -178,6 +231,8 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
   std::vector<FileWatch> files;
   for (const auto& f : o.watch_files) files.push_back({f, -1, {}, Clock::now(), false});
   bool hung = false;
+  BeatSocket beat_socket(o.heartbeat_socket);
+  std::map<int, RankBeat> beats;
   out << fmt::format("ddprun attach: watching {} (silence {:.1f} s{}{})\n",
                      [&] {
                        std::string s;
@@ -234,6 +289,23 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
         hang = Hang{pid, rank, u->state == 'D' ? "uninterruptible_sleep" : "process_stopped",
                     fmt::format("process state {} for {:.1f} s", u->state, secs(now - *w.stuck_since)),
                     *w.stuck_since + stuck_limit, now, stuck_limit};
+      }
+    }
+    for (const auto& b : beat_socket.drain()) {
+      RankBeat& rb = beats[static_cast<int>(b.global_rank)];
+      rb.last = now;
+      rb.step = b.step;
+      rb.reported = false;
+    }
+    for (const auto& [pid, w] : watched) {
+      auto it = beats.find(w.rank);
+      if (hang || w.rank < 0 || it == beats.end() || it->second.reported) continue;
+      if (now - it->second.last >= o.heartbeat_timeout) {
+        hang = Hang{pid, w.rank, "heartbeat_timeout",
+                    fmt::format("no heartbeat for {:.1f} s (last step {})",
+                                secs(now - it->second.last), it->second.step),
+                    it->second.last + o.heartbeat_timeout, now, o.heartbeat_timeout};
+        it->second.reported = true;
       }
     }
     for (auto& f : files) {

@@ -6,7 +6,13 @@
 //  - state: stopped (T/t) or in uninterruptible sleep (D) continuously for
 //    stuck_timeout;
 //  - --watch-file: a log file that has not grown or been touched for
-//    silence_timeout (the whole job hangs, not one rank).
+//    silence_timeout (the whole job hangs, not one rank);
+//  - heartbeats: with heartbeat_socket, attach binds that AF_UNIX datagram
+//    socket; workers started with DDPRUN_HEARTBEAT_SOCKET set to it beat
+//    through ddprun's heartbeat modules (beats sent before attach started
+//    are dropped by the clients). A rank that has beaten and then stays
+//    silent for heartbeat_timeout is hung; ranks never heard from are not
+//    judged by this rule.
 // What is watched: each given process's tree is scanned every poll; the
 // processes in it with RANK in their environment are the ranks (torchrun's
 // workers); a tree without any is watched through its root. New ranks (a
@@ -49,6 +55,10 @@ struct AttachOptions {
   std::optional<std::chrono::milliseconds> stuck_timeout;
   // Files that must keep growing (or being touched) within silence_timeout.
   std::vector<std::string> watch_files;
+  // Heartbeat socket path to bind (empty: no heartbeats) and the longest
+  // gap between two beats of a rank.
+  std::string heartbeat_socket;
+  std::chrono::milliseconds heartbeat_timeout{60000};
   // How often /proc is sampled (detection comes at most this late).
   std::chrono::milliseconds poll_interval{200};
   OnHang on_hang = OnHang::kNothing;

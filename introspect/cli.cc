@@ -228,6 +228,13 @@ int attach_main(int argc, char** argv) {
                  "[--silence-timeout]");
   app.add_option("--watch-file", o.watch_files,
                  "a log file that must change within --silence-timeout (repeatable)");
+  double heartbeat_timeout = 60;
+  app.add_option("--heartbeat-socket", o.heartbeat_socket,
+                 "bind this AF_UNIX socket for beats of workers started with "
+                 "DDPRUN_HEARTBEAT_SOCKET set to it (ddprun_heartbeat.beat(step))");
+  app.add_option("--heartbeat-timeout", heartbeat_timeout,
+                 "seconds without a beat from a rank that has beaten before that make a hang")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--on-hang", on_hang, "after the report: nothing (keep watching), kill "
                  "(SIGTERM the trees, SIGKILL after --kill-grace) or command")
       ->check(CLI::IsMember({"nothing", "kill", "command"}))->capture_default_str();
@@ -256,6 +263,7 @@ int attach_main(int argc, char** argv) {
   }
   for (int p : pids) o.pids.push_back(p);
   o.silence_timeout = millis(silence);
+  o.heartbeat_timeout = millis(heartbeat_timeout);
   if (stuck >= 0) o.stuck_timeout = millis(stuck);
   o.poll_interval = millis(poll);
   o.kill_grace = millis(grace);

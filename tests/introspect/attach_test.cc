@@ -128,3 +128,26 @@ TEST_CASE("attach: a pid that does not exist is a usage error naming it") {
   CHECK(r.status == 2);
   CHECK(r.err.find("no process 999999999") != std::string::npos);
 }
+
+TEST_CASE("attach: a rank whose heartbeats stop while it burns CPU is hung") {
+  TempDir dir;
+  const std::string sock = dir.file("hb.sock"), stop = dir.file("stop");
+  DdprunProcess worker({std::string(INTROSPECT_SCRIPTS) + "/beat_then_spin.py", stop},
+                       {"RANK=3", "DDPRUN_HEARTBEAT_SOCKET=" + sock,
+                        "PYTHONPATH=" + std::string(WATCHDOG_PYTHON_DIR)},
+                       kPython);
+  DdprunProcess attach({"attach", std::to_string(worker.pid()), "--heartbeat-socket", sock,
+                        "--heartbeat-timeout", "1", "--silence-timeout", "600", "--once",
+                        "--stack-capture", "none"});
+  // A beat has reached the bound socket: from now on rank 3 is judged by its beats.
+  REQUIRE(worker.wait_for_stdout([](const std::string& o) { return o.find("heard") != std::string::npos; },
+                                 std::chrono::seconds(60)));
+  std::ofstream(stop).put('\n');
+  const auto r = attach.finish(std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("rank 3") != std::string::npos);
+  CHECK(r.out.find("no heartbeat for") != std::string::npos);
+  worker.send(SIGKILL);
+  worker.finish(std::chrono::seconds(30));
+}
