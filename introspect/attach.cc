@@ -57,26 +57,6 @@ struct Hang {
   std::chrono::milliseconds timeout{0};
 };
 
-bool gone(pid_t pid) {
-  const auto st = base::read_proc_stat(pid);
-  return !st || st->state == 'Z' || st->state == 'X';
-}
-
-std::vector<pid_t> group_members(pid_t pgid) {
-  std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0) continue;
-    const auto st = base::read_proc_stat(static_cast<pid_t>(pid));
-    if (st && st->pgrp == pgid) out.push_back(static_cast<pid_t>(pid));
-  }
-  ::closedir(d);
-  return out;
-}
-
 std::vector<pid_t> roots_of(const AttachOptions& o) {
   std::vector<pid_t> roots = o.pids;
   if (o.pgid > 0)
@@ -89,33 +69,9 @@ std::vector<pid_t> all_processes(const std::vector<pid_t>& roots) {
   std::vector<pid_t> out;
   std::set<pid_t> seen;
   for (pid_t r : roots) {
-    if (gone(r)) continue;
+    if (process_gone(r)) continue;
     for (pid_t p : process_tree(r))
       if (seen.insert(p).second) out.push_back(p);
-  }
-  return out;
-}
-
-// The ranks of each tree (RANK in the environment), else the tree's root.
-std::map<pid_t, int> discover(const std::vector<pid_t>& roots) {
-  std::map<pid_t, int> out;
-  for (pid_t r : roots) {
-    if (gone(r)) continue;
-    bool any = false;
-    for (pid_t p : process_tree(r)) {
-      const auto rank = proc_environ_value(p, "RANK");
-      if (!rank || gone(p)) continue;
-      // A rank's own children (DataLoader workers) inherit RANK: keep the
-      // topmost process carrying each rank.
-      const auto parent = base::read_proc_stat(p);
-      if (parent && proc_environ_value(parent->ppid, "RANK") == rank) continue;
-      try {
-        out[p] = std::stoi(*rank);
-        any = true;
-      } catch (const std::exception&) {
-      }
-    }
-    if (!any) out[r] = -1;
   }
   return out;
 }
@@ -154,7 +110,7 @@ void kill_trees(const AttachOptions& o, std::ostream& out) {
     std::vector<pid_t> left;
     for (pid_t p : all_processes(roots)) left.push_back(p);
     for (pid_t p : procs)
-      if (!gone(p) && std::find(left.begin(), left.end(), p) == left.end()) left.push_back(p);
+      if (!process_gone(p) && std::find(left.begin(), left.end(), p) == left.end()) left.push_back(p);
     return left;
   };
   std::vector<pid_t> left = alive();
@@ -220,7 +176,7 @@ struct RankBeat {
 
 int run_attach(const AttachOptions& o, std::ostream& out) {
   for (pid_t p : o.pids) {
-    if (p <= 0 || gone(p)) throw std::invalid_argument(fmt::format("no process {}", p));
+    if (p <= 0 || process_gone(p)) throw std::invalid_argument(fmt::format("no process {}", p));
   }
   if (o.pgid > 0 && group_members(o.pgid).empty()) {
     throw std::invalid_argument(fmt::format("no process in group {}", o.pgid));
@@ -247,7 +203,7 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
   for (;;) {
     const auto now = Clock::now();
     const auto roots = roots_of(o);
-    const auto ranks = discover(roots);
+    const auto ranks = find_ranks(roots);
     for (auto it = watched.begin(); it != watched.end();) {
       it = ranks.count(it->first) ? std::next(it) : watched.erase(it);
     }

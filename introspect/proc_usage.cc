@@ -1,5 +1,6 @@
 #include "introspect/proc_usage.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -102,6 +103,50 @@ bool catches_signal(pid_t pid, int sig) {
     return sig >= 1 && sig <= 64 && ((mask >> (sig - 1)) & 1);
   }
   return false;
+}
+
+bool process_gone(pid_t pid) {
+  const auto st = base::read_proc_stat(pid);
+  return !st || st->state == 'Z' || st->state == 'X';
+}
+
+std::vector<pid_t> group_members(pid_t pgid) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    const auto st = base::read_proc_stat(static_cast<pid_t>(pid));
+    if (st && st->pgrp == pgid) out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+  return out;
+}
+
+// The ranks of each tree (RANK in the environment), else the tree's root.
+std::map<pid_t, int> find_ranks(const std::vector<pid_t>& roots) {
+  std::map<pid_t, int> out;
+  for (pid_t r : roots) {
+    if (process_gone(r)) continue;
+    bool any = false;
+    for (pid_t p : process_tree(r)) {
+      const auto rank = proc_environ_value(p, "RANK");
+      if (!rank || process_gone(p)) continue;
+      // A rank's own children (DataLoader workers) inherit RANK: keep the
+      // topmost process carrying each rank.
+      const auto parent = base::read_proc_stat(p);
+      if (parent && proc_environ_value(parent->ppid, "RANK") == rank) continue;
+      try {
+        out[p] = std::stoi(*rank);
+        any = true;
+      } catch (const std::exception&) {
+      }
+    }
+    if (!any) out[r] = -1;
+  }
+  return out;
 }
 
 }  // namespace ddprun::introspect

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,16 @@ long clock_ticks_per_second();
 std::vector<pid_t> child_pids(pid_t pid);
 // `pid` and every descendant, parents before children.
 std::vector<pid_t> process_tree(pid_t pid);
+
+// True once `pid` has exited (zombie) or does not exist.
+bool process_gone(pid_t pid);
+// Every process whose process group is `pgid`.
+std::vector<pid_t> group_members(pid_t pgid);
+// The ranks in the trees of `roots`: processes with RANK in their
+// environment (the topmost one of each rank; a DataLoader child inheriting
+// RANK is not another rank), by pid; a tree without any counts as its
+// root, with rank -1.
+std::map<pid_t, int> find_ranks(const std::vector<pid_t>& roots);
 
 // Value of `key` in /proc/PID/environ; nullopt when absent or unreadable.
 std::optional<std::string> proc_environ_value(pid_t pid, const std::string& key);
