@@ -1,0 +1,240 @@
+// The rendezvous on a real etcd (Debian's etcd-server) started by the test
+// on loopback: the Store contract over the HTTP/JSON gateway, rounds of two
+// and three nodes, dead members (the first one too: no node hosts the
+// store), and etcd stopped and restarted. Exits 77 (skipped) without etcd.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <future>
+#include <set>
+
+#include "rendezvous/etcd_store.h"
+#include "rendezvous/rendezvous.h"
+#include "tests/common/temp_dir.h"
+#include "tests/rendezvous/test_util.h"
+
+extern char** environ;
+
+using namespace ddprun::rendezvous;
+using namespace std::chrono_literals;
+using ddprun::testing::TempDir;
+
+namespace {
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One etcd member on 127.0.0.1, its data in a temporary directory.
+class Etcd {
+ public:
+  Etcd() : client_port_(free_port()), peer_port_(free_port()) { start(); }
+  ~Etcd() { stop(); }
+  void start() {
+    const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+    const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+    std::vector<std::string> args = {"etcd", "--name", "t", "--data-dir", dir_.file("data"),
+                                     "--listen-client-urls", client, "--advertise-client-urls", client,
+                                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                                     "--initial-cluster", "t=" + peer, "--logger", "zap",
+                                     "--log-level", "error"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    REQUIRE(posix_spawnp(&pid_, "etcd", nullptr, nullptr, argv.data(), environ) == 0);
+    // Ready when it answers (deadline 30 s).
+    EtcdStore probe(options());
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    for (;;) {
+      try {
+        probe.ping();
+        return;
+      } catch (const StoreError&) {
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(20ms);  // polling a daemon that has no readiness event
+      }
+    }
+  }
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  EtcdOptions options() const {
+    EtcdOptions o;
+    o.endpoints = "127.0.0.1:" + std::to_string(client_port_);
+    o.request_timeout = 2s;
+    return o;
+  }
+
+ private:
+  TempDir dir_;
+  uint16_t client_port_, peer_port_;
+  pid_t pid_ = -1;
+};
+
+RendezvousOptions member(int i, int min, int max) {
+  RendezvousOptions o;
+  o.run_id = "job" + std::to_string(getpid());
+  o.min_nodes = min;
+  o.max_nodes = max;
+  o.local_world_size = 2;
+  o.node_id = "node" + std::to_string(i);
+  o.local_addr = "10.0.0." + std::to_string(i);
+  o.join_timeout = 30s;
+  o.last_call_timeout = 1s;
+  o.close_timeout = 5s;
+  o.keep_alive_interval = 300ms;
+  o.keep_alive_max_attempt = 5;
+  return o;
+}
+
+std::vector<RoundResult> form(std::vector<Rendezvous*> nodes) {
+  std::vector<std::future<RoundResult>> f;
+  for (auto* n : nodes) f.push_back(std::async(std::launch::async, [n] { return n->next_round(); }));
+  std::vector<RoundResult> out;
+  for (auto& x : f) {
+    REQUIRE(x.wait_for(60s) == std::future_status::ready);
+    out.push_back(x.get());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("etcd: the store contract over the HTTP/JSON gateway") {
+  Etcd etcd;
+  EtcdStore s(etcd.options());
+  s.set("a", to_bytes("1"));
+  CHECK(to_string(s.get("a", 0ms)) == "1");
+  s.set("bin", Bytes{0, 255, 10, 9});
+  CHECK(s.get("bin", 0ms) == Bytes{0, 255, 10, 9});
+  CHECK(s.add("n", 2) == 2);
+  CHECK(s.add("n", -5) == -3);
+  CHECK(to_string(s.compare_set("c", {}, to_bytes("x"))) == "x");   // absent -> set
+  CHECK(to_string(s.compare_set("c", {}, to_bytes("y"))) == "x");   // present: current value
+  CHECK(to_string(s.compare_set("c", to_bytes("x"), to_bytes("z"))) == "z");
+  CHECK(s.check({"a", "c"}));
+  CHECK_FALSE(s.check({"a", "missing"}));
+  CHECK_THROWS_AS(s.get("missing", 100ms), TimeoutError);
+  CHECK(s.remove("a"));
+  CHECK_FALSE(s.remove("a"));
+  CHECK(s.num_keys() >= 3);
+  // A write from another client wakes a blocked read.
+  auto later = std::async(std::launch::async, [&] {
+    EtcdStore w(etcd.options());
+    w.set("late", to_bytes("here"));
+  });
+  CHECK(to_string(s.get("late", 10s)) == "here");
+  later.get();
+  // Concurrent adds from two clients never lose an increment.
+  auto adder = [&] {
+    EtcdStore c(etcd.options());
+    for (int i = 0; i < 20; ++i) c.add("ctr", 1);
+  };
+  auto t1 = std::async(std::launch::async, adder), t2 = std::async(std::launch::async, adder);
+  t1.get();
+  t2.get();
+  CHECK(s.add("ctr", 0) == 40);
+}
+
+TEST_CASE("etcd: two and three nodes form one round with unique ranks") {
+  Etcd etcd;
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    std::vector<std::unique_ptr<Rendezvous>> nodes;
+    for (int i = 1; i <= n; ++i) {
+      auto o = member(i, n, n);
+      o.run_id += "-" + std::to_string(n);
+      nodes.push_back(std::make_unique<Rendezvous>(
+          [&] { return std::make_unique<EtcdStore>(etcd.options()); }, o));
+    }
+    std::vector<Rendezvous*> raw;
+    for (auto& x : nodes) raw.push_back(x.get());
+    auto r = form(raw);
+    std::set<int> ranks;
+    for (const auto& x : r) {
+      CHECK(x.group_world_size == n);
+      CHECK(x.world_size == 2 * n);
+      CHECK(x.round == r[0].round);
+      CHECK(x.master_addr == r[0].master_addr);
+      ranks.insert(x.group_rank);
+    }
+    CHECK(ranks.size() == static_cast<size_t>(n));
+  }
+}
+
+TEST_CASE("etcd: a non-first and then the first node die; the survivors re-form each time") {
+  Etcd etcd;
+  auto f = [&] { return std::make_unique<EtcdStore>(etcd.options()); };
+  Rendezvous a(f, member(1, 1, 3)), b(f, member(2, 1, 3)), c(f, member(3, 1, 3));
+  auto first = form({&a, &b, &c});
+  REQUIRE(first[0].group_world_size == 3);
+  // Node 3 (group rank 2 or not: it is not the first to join) stops
+  // heartbeating, as if its host vanished: a and b see it and re-form.
+  std::promise<RoundEnd> ended;
+  auto ka = a.watch([&](const RoundEnd& e) { ended.set_value(e); });
+  auto kb = b.watch([](const RoundEnd&) {});
+  auto fut = ended.get_future();
+  REQUIRE(fut.wait_for(30s) == std::future_status::ready);
+  RoundEnd end = fut.get();
+  CHECK(end.kind == RoundEnd::kPeerDead);
+  CHECK(end.reason.find("node node3") != std::string::npos);
+  ka.reset();
+  kb.reset();
+  auto second = form({&a, &b});
+  CHECK(second[0].group_world_size == 2);
+  CHECK(a.restart_count() == 1);
+
+  // Now node 1, the first to join the job, dies:
+  // b alone re-forms (MIN is 1), since no node hosts the store.
+  std::promise<RoundEnd> ended2;
+  auto kb3 = b.watch([&](const RoundEnd& e) { ended2.set_value(e); });
+  auto fut2 = ended2.get_future();
+  REQUIRE(fut2.wait_for(30s) == std::future_status::ready);
+  CHECK(fut2.get().reason.find("node node1") != std::string::npos);
+  kb3.reset();
+  auto third = form({&b});
+  CHECK(third[0].group_world_size == 1);
+  CHECK(third[0].group_rank == 0);
+  CHECK(b.restart_count() == 2);
+}
+
+TEST_CASE("etcd: stopped, the store fails with a clear error within its deadline; restarted, it works again") {
+  Etcd etcd;
+  EtcdStore s(etcd.options());
+  s.set("k", to_bytes("v"));
+  etcd.stop();
+  std::string error;
+  try {  // refused at once: a StoreError, not the get's 10 s timeout
+    s.get("k", 10s);
+  } catch (const StoreError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("etcd range('k') failed at every endpoint (127.0.0.1:") != std::string::npos);
+  etcd.start();
+  CHECK(to_string(s.get("k", 5s)) == "v");  // same data dir: the key survived
+}
+
+int main(int argc, char** argv) {
+  if (::access("/usr/bin/etcd", X_OK) != 0) {
+    std::puts("SKIP: etcd not found (scripts/setup.sh installs etcd-server)");
+    return 77;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
