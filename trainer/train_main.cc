@@ -1,8 +1,9 @@
 // train: data-parallel MLP training on the digits (or MNIST, or random data).
 //
 // Thin main: flags -> TrainOptions, environment -> WorkerInfo/StoreChoice,
-// SIGTERM -> a flag the training loop polls at step boundaries. Exit codes:
-// 0 done (or stopped by SIGTERM after checkpointing), 1 training failed,
+// SIGTERM or SIGUSR1 (Slurm's --signal=USR1@90 early warning) -> a flag the
+// training loop polls at step boundaries. Exit codes:
+// 0 done (or stopped by the signal after checkpointing), 1 training failed,
 // 2 bad flags or environment, 17 injected fault (--fail-at-step).
 #include <unistd.h>
 
@@ -24,7 +25,7 @@ namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
 
-extern "C" void on_sigterm(int) { g_stop = 1; }
+extern "C" void on_sigterm(int sig) { g_stop = sig; }  // nonzero: which signal stopped us
 
 // Integer environment variable; `fallback` when unset; exits 2 when malformed.
 int env_int(const char* name, int fallback) {
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_sigterm;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
 
   try {
     if (w.rank == 0) {
@@ -124,7 +126,8 @@ int main(int argc, char** argv) {
     }
     const TrainResult r = run_training(o, w, make_store(sc), &g_stop);
     if (r.stopped_by_signal) {
-      spdlog::warn("stopped by SIGTERM after step {}", r.steps_done);
+      spdlog::warn("stopped by {} after step {}", g_stop == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+                   r.steps_done);
       return 0;
     }
     std::printf("%s\n", final_line(r).c_str());

@@ -106,7 +106,10 @@ TEST_CASE("shm: a segment left by a killed rank 0 is removed by the next job") {
   CHECK_FALSE(std::ifstream(orphan).good());
 }
 
-TEST_CASE("SIGTERM: rank 0 checkpoints the last completed step and every rank exits 0") {
+namespace {
+// Stops two training ranks with `sig` once rank 0 is past step 20, and
+// checks the checkpoint rank 0 wrote on the way out.
+void checkpoints_on(int sig, const std::string& name) {
   TempDir tmp;
   // Listen for the ranks' heartbeats to know training is under way.
   const std::string sock_path = tmp.file("hb.sock");
@@ -146,7 +149,7 @@ TEST_CASE("SIGTERM: rank 0 checkpoints the last completed step and every rank ex
   }
   ::close(sock);
   REQUIRE(seen >= 20);
-  for (auto& p : procs) p->signal(SIGTERM);
+  for (auto& p : procs) p->signal(sig);
   const auto stop_deadline = std::chrono::steady_clock::now() + 60s;
   for (int r = 0; r < 2; ++r) {
     INFO("rank ", r, " output:\n", procs[r]->output());
@@ -154,7 +157,7 @@ TEST_CASE("SIGTERM: rank 0 checkpoints the last completed step and every rank ex
     CHECK(final_lines(procs[r]->output()).empty());
   }
   INFO("rank 0 output:\n", procs[0]->output());
-  CHECK(procs[0]->output().find("stopped by SIGTERM after step") != std::string::npos);
+  CHECK(procs[0]->output().find("stopped by " + name + " after step") != std::string::npos);
   // The checkpoint exists, verifies, and is at or after the observed step.
   std::vector<std::string> manifests;
   for (const auto& e : std::filesystem::directory_iterator(tmp.file("ckpt"))) {
@@ -166,6 +169,15 @@ TEST_CASE("SIGTERM: rank 0 checkpoints the last completed step and every rank ex
   REQUIRE(std::regex_search(m, step, std::regex(R"("step": (\d+))")));
   CHECK(std::stoll(step[1]) >= seen);
   CHECK(std::stoll(step[1]) < 1000000);
+}
+}  // namespace
+
+TEST_CASE("SIGTERM: rank 0 checkpoints the last completed step and every rank exits 0") {
+  checkpoints_on(SIGTERM, "SIGTERM");
+}
+
+TEST_CASE("SIGUSR1 (Slurm's early warning): the same checkpoint and exit 0") {
+  checkpoints_on(SIGUSR1, "SIGUSR1");
 }
 
 TEST_CASE("--backend nccl: runs on a GPU build, else refused with the reason") {
