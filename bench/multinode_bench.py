@@ -11,8 +11,9 @@ launchers with the c10d backend and --nnodes=3 (so no last-call wait):
   (b) the store-hosting agent's peak RSS (VmHWM from /proc, sampled);
   (c) ddprun only: from SIGKILL of one agent to both survivors' re-formed
       workers running (--nnodes=2:3, keep_alive_interval=0.5, max_attempt 3,
-      last_call_timeout=0.5). torchrun 1.13 hard-codes a 5 s keep-alive, so
-      it gets no ratio here.
+      last_call_timeout=0.5; the store sees the agent's connection close).
+      torchrun's agents do not notice a dead peer while these workers run:
+      bench/reform_bench.py compares the two with workers that fail.
 
 Needs root and `ip netns`. Usage:
   /usr/bin/python3 bench/multinode_bench.py [--ddprun build/bin/ddprun]
