@@ -7,7 +7,8 @@
 # rendezvous flags; the test checks that ranks form from Slurm's
 # environment, that a worker crash restarts the group on both nodes, and
 # that scancel stops every worker after its checkpoint (SIGTERM forwarded),
-# leaving nothing running. Exit 77 (skipped) without root or the packages.
+# leaving nothing running, and that SIGUSR1 (--signal=USR1@90) is forwarded
+# the same way. Exit 77 (skipped) without root or the packages.
 # Usage: slurm_test.sh DDPRUN_BIN_DIR SOURCE_DIR
 set -uo pipefail
 bin_dir=$1
@@ -26,7 +27,7 @@ chmod 755 "$T"
 pids=()
 fail() {
   echo "FAIL: $*"
-  for f in "$T"/job.out "$T"/ctld.log "$T"/d/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }; done
+  for f in "$T"/job.out "$T"/job2.out "$T"/ctld.log "$T"/d/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }; done
   exit 1
 }
 cleanup() {
@@ -170,5 +171,22 @@ for n in 1 2; do
   [[ -z $left ]] || fail "left running on node $n: $left"
 done
 grep -q "got SIGTERM; stopping the workers" "$T/job.out" || fail "ddprun did not log the SIGTERM"
+
+# --- Slurm's early warning: SIGUSR1 (what --signal=USR1@90 sends the steps)
+# reaches every worker, which checkpoints; the job ends.
+out=$T/out2
+mkdir -m 777 "$out"
+export SW_OUT=$out SW_FAIL_RANK=
+job=$(ip netns exec $hub sbatch --parsable -N2 -o "$T/job2.out" \
+        "$src/examples/slurm/ddprun.sbatch" "$src/tests/slurm/slurm_worker.py") ||
+  fail "sbatch refused the second job"
+formed() { [[ $(ranks_of 0) == 4 ]]; }
+wait_until 90 formed || fail "the second job did not form ($(ls "$out"))"
+ip netns exec $hub scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 failed"
+ckpts0() { [[ $(ls "$out" | grep -c '^ckpt[0-3]\.r0$') == 4 ]]; }
+wait_until 60 ckpts0 || fail "not every worker checkpointed on SIGUSR1: $(ls "$out")"
+grep -q "^signal=SIGUSR1 " "$out/ckpt0.r0" || fail "checkpoint: $(cat "$out/ckpt0.r0")"
+wait_until 60 gone || fail "the second job is still listed after SIGUSR1"
+grep -q "got SIGUSR1; stopping the workers" "$T/job2.out" || fail "ddprun did not log the SIGUSR1"
 job=
 echo "PASS"
