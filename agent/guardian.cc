@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,6 +16,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include "agent/process_tree.h"
 
@@ -49,50 +49,36 @@ long now_ms() {
 // Keeps the pipe (moved to fd 3) and nothing else the agent had open; stdio
 // goes to /dev/null.
 void keep_only_pipe(int pipe_fd) {
-  if (pipe_fd != kPipeFd) {
-    dup2(pipe_fd, kPipeFd);
-  }
-#ifdef SYS_close_range
-  if (syscall(SYS_close_range, kPipeFd + 1, ~0U, 0) != 0)
-#endif
-  {
-    rlimit rl{};
-    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-                   ? static_cast<long>(rl.rlim_cur)
-                   : 65536;
-    for (long fd = kPipeFd + 1; fd < max; ++fd) close(static_cast<int>(fd));
-  }
-  int null = open("/dev/null", O_RDWR);
+  if (pipe_fd != kPipeFd) dup2(pipe_fd, kPipeFd);
+  base::close_from(kPipeFd + 1);
+  base::ScopedFd null(open("/dev/null", O_RDWR));
   for (int fd = 0; fd <= 2; ++fd)
-    if (null >= 0 && null != fd) dup2(null, fd);
-  if (null > 2) close(null);
+    if (null && null.get() != fd) dup2(null.get(), fd);
+  if (null.get() <= 2) null.release();  // it is one of stdio now
 }
 
 bool write_one(const char* path) {
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = write(fd, "1", 1) == 1;
-  close(fd);
-  return ok;
+  base::ScopedFd fd(open(path, O_WRONLY | O_CLOEXEC));
+  return fd && write(fd.get(), "1", 1) == 1;
 }
 
 // cgroup.kill, then wait (bounded) for "populated 0" and remove the folder.
 void kill_cgroup(const GuardianPaths& p) {
   if (!write_one(p.cgroup_kill)) return;
-  int events = open(p.cgroup_events, O_RDONLY | O_CLOEXEC);
+  base::ScopedFd events(open(p.cgroup_events, O_RDONLY | O_CLOEXEC));
   long deadline = now_ms() + kCgroupWaitMs;
-  while (events >= 0) {
+  while (events) {
     char buf[256];
-    ssize_t n = pread(events, buf, sizeof buf - 1, 0);
+    ssize_t n = pread(events.get(), buf, sizeof buf - 1, 0);
     if (n <= 0) break;
     buf[n] = '\0';
     if (!strstr(buf, "populated 1")) break;
     long left = deadline - now_ms();
     if (left <= 0) break;
-    pollfd pfd{events, POLLPRI, 0};
+    pollfd pfd{events.get(), POLLPRI, 0};
     poll(&pfd, 1, static_cast<int>(left));
   }
-  if (events >= 0) close(events);
+  events.reset();
   rmdir(p.cgroup_dir);
 }
 
@@ -103,13 +89,13 @@ bool has_token(const char* pid, const GuardianPaths& p) {
   size_t len = 6;
   for (const char* c = pid; *c && len < 40; ++c) path[len++] = *c;
   memcpy(path + len, "/environ", 9);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  base::ScopedFd fd(open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
   static char buf[65536];
   long matched = 0;  // chars of the token matched in this entry; -1: no match
   bool found = false;
   ssize_t n;
-  while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
+  while (!found && (n = read(fd.get(), buf, sizeof buf)) > 0) {
     for (ssize_t i = 0; i < n; ++i) {
       char c = buf[i];
       if (c == '\0') {
@@ -125,7 +111,6 @@ bool has_token(const char* pid, const GuardianPaths& p) {
       }
     }
   }
-  close(fd);
   return found;
 }
 
@@ -134,12 +119,12 @@ bool has_token(const char* pid, const GuardianPaths& p) {
 void kill_by_token(const GuardianPaths& p) {
   const pid_t self = getpid();
   for (int pass = 0; pass < 8; ++pass) {
-    int dir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0) return;
+    base::ScopedFd dir(open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) return;
     int killed = 0;
     static char buf[32768];
     long n;
-    while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+    while ((n = syscall(SYS_getdents64, dir.get(), buf, sizeof buf)) > 0) {
       for (long off = 0; off < n;) {
         auto* d = reinterpret_cast<dirent64*>(buf + off);
         off += d->d_reclen;
@@ -150,7 +135,7 @@ void kill_by_token(const GuardianPaths& p) {
         if (kill(pid, SIGKILL) == 0) ++killed;
       }
     }
-    close(dir);
+    dir.reset();
     if (killed == 0) return;
   }
 }
@@ -196,10 +181,12 @@ Guardian::Guardian(const std::string& cgroup_dir, const std::string& env_token) 
   const std::string events_path = cgroup_dir.empty() ? "" : cgroup_dir + "/cgroup.events";
   GuardianPaths paths{cgroup_dir.c_str(), kill_path.c_str(), events_path.c_str(),
                       env_token.c_str(), env_token.size()};
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0)
-    throw std::runtime_error(std::string("guardian pipe2: ") + strerror(errno));
-  base::ScopedFd read_end(fds[0]), write_end(fds[1]);
+  base::Pipe pipe;
+  try {
+    pipe = base::make_pipe(O_CLOEXEC);
+  } catch (const std::system_error& e) {
+    throw std::runtime_error(std::string("guardian ") + e.what());
+  }
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old);
@@ -208,7 +195,7 @@ Guardian::Guardian(const std::string& cgroup_dir, const std::string& env_token) 
     // A session of its own: signals to ddprun's process group or session
     // (kill -9 -<pgid>, a terminal hangup) do not reach the guardian.
     setsid();
-    keep_only_pipe(read_end.get());
+    keep_only_pipe(pipe.read.get());
     if (chdir("/") != 0) {
       // Staying in the agent's folder only keeps a mount busy; go on.
     }
@@ -227,7 +214,7 @@ Guardian::Guardian(const std::string& cgroup_dir, const std::string& env_token) 
   sigprocmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) throw std::runtime_error(std::string("guardian fork: ") + strerror(fork_errno));
   pid_ = pid;
-  fd_ = std::move(write_end);
+  fd_ = std::move(pipe.write);
 }
 
 Guardian::Guardian(Guardian&& other) noexcept

@@ -1,6 +1,8 @@
 #include "base/scoped_fd.h"
 
 #include <errno.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <system_error>
@@ -11,6 +13,17 @@ Pipe make_pipe(int flags) {
   int fds[2];
   if (::pipe2(fds, flags) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
   return Pipe{ScopedFd(fds[0]), ScopedFd(fds[1])};
+}
+
+void close_from(int lowest) {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, static_cast<unsigned>(lowest), ~0U, 0) == 0) return;
+#endif
+  rlimit rl{};
+  long max = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                 ? static_cast<long>(rl.rlim_cur)
+                 : 65536;
+  for (long fd = lowest; fd < max; ++fd) (void)::close(static_cast<int>(fd));
 }
 
 bool write_fully(int fd, const void* data, size_t size) {

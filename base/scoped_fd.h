@@ -56,6 +56,11 @@ struct Pipe {
 // (EMFILE with a low fd limit).
 Pipe make_pipe(int flags = O_CLOEXEC);
 
+// Closes every descriptor numbered `lowest` or above (close_range, else one
+// close per number up to the soft limit). Async-signal-safe: for a forked
+// child that must not keep what its parent had open.
+void close_from(int lowest);
+
 // Writes all of `data`, retrying on EINTR and short writes; false with errno
 // set on any other error (EPIPE, EAGAIN on a non-blocking fd).
 bool write_fully(int fd, const void* data, size_t size);

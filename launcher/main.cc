@@ -14,7 +14,9 @@
 #include "watchdog/agent_hook.h"
 
 int main(int argc, char** argv) {
-  auto logger = spdlog::stderr_logger_st("ddprun");
+  // The multi-threaded sink: the store host, the keep-alive and the
+  // rendezvous join threads log alongside the loop thread.
+  auto logger = spdlog::stderr_logger_mt("ddprun");
   logger->set_pattern("ddprun: %v");
   spdlog::set_default_logger(logger);
 

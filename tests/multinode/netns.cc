@@ -19,6 +19,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/pidfd.h"
+
 extern char** environ;
 
 namespace ddprun::testing {
@@ -35,13 +37,7 @@ int left_ms(Clock::time_point until) {
 
 // Waits for our child `pid` on a pidfd until the deadline.
 bool wait_pid(pid_t pid, Clock::time_point until, int* status) {
-  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd >= 0) {
-    pollfd p{fd, POLLIN, 0};
-    int r = poll(&p, 1, left_ms(until));
-    close(fd);
-    if (r <= 0) return false;
-  }
+  if (!base::wait_exited(pid, until)) return false;
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }

@@ -22,6 +22,7 @@
 
 extern char** environ;
 
+#include "base/pidfd.h"
 #include "tests/common/temp_dir.h"
 
 namespace ddprun::watchdog::test {
@@ -114,19 +115,10 @@ class Child {
   // Waits at most `timeout`; on timeout the child is killed (and reaped)
   // and nullopt returned.
   std::optional<int> wait_for(std::chrono::milliseconds timeout) {
-    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
-    if (pidfd >= 0) {
-      pollfd p{pidfd, POLLIN, 0};
-      int rc;
-      do {
-        rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
-      } while (rc < 0 && errno == EINTR);
-      ::close(pidfd);
-      if (rc == 0) {
-        ::kill(pid_, SIGKILL);
-        wait();
-        return std::nullopt;
-      }
+    if (!ddprun::base::wait_exited(pid_, std::chrono::steady_clock::now() + timeout)) {
+      ::kill(pid_, SIGKILL);
+      wait();
+      return std::nullopt;
     }
     return wait();
   }
