@@ -65,9 +65,13 @@ bool gone(pid_t pid) {
   return !st || st->state == 'Z';
 }
 
-// Runs two workers in "escape" mode, SIGKILLs ddprun (its pid, or its
-// process group), and checks that every process it started is gone.
-void kill_and_check(bool by_group, bool with_cgroup) {
+enum class Stop { kKillPid, kKillGroup, kTerm };
+
+// Runs two workers in "escape" mode, stops ddprun (SIGKILL to its pid or its
+// process group, or a plain SIGTERM), and checks that every process it
+// started is gone.
+void kill_and_check(Stop how, bool with_cgroup) {
+  const bool by_group = how == Stop::kKillGroup;
   // Orphans come to this test process, so it can see them die and reap them.
   REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   std::vector<std::string> env;
@@ -117,10 +121,10 @@ void kill_and_check(bool by_group, bool with_cgroup) {
     if (by_group)
       REQUIRE(kill(-p.pid(), SIGKILL) == 0);
     else
-      p.send(SIGKILL);
+      p.send(how == Stop::kTerm ? SIGTERM : SIGKILL);
     auto r = p.finish(Seconds(30));
     REQUIRE_FALSE(r.timed_out);
-    CHECK(r.status == 128 + SIGKILL);
+    CHECK(r.status == 128 + (how == Stop::kTerm ? SIGTERM : SIGKILL));
     if (!with_cgroup) CHECK(r.err.find("no job cgroup (DDPRUN_CGROUP=off)") != std::string::npos);
   }
   // The guardian does its work, then exits.
@@ -144,19 +148,27 @@ void kill_and_check(bool by_group, bool with_cgroup) {
 }  // namespace
 
 TEST_CASE("cgroup: kill -9 of ddprun's pid ends setsid grandchildren and daemons") {
-  kill_and_check(/*by_group=*/false, /*with_cgroup=*/true);
+  kill_and_check(Stop::kKillPid, /*with_cgroup=*/true);
 }
 
 TEST_CASE("cgroup: kill -9 of ddprun's process group ends setsid grandchildren and daemons") {
-  kill_and_check(/*by_group=*/true, /*with_cgroup=*/true);
+  kill_and_check(Stop::kKillGroup, /*with_cgroup=*/true);
+}
+
+TEST_CASE("cgroup: SIGTERM to ddprun ends setsid grandchildren and daemons, exit 143") {
+  kill_and_check(Stop::kTerm, /*with_cgroup=*/true);
+}
+
+TEST_CASE("no cgroup: SIGTERM to ddprun ends setsid grandchildren and daemons, exit 143") {
+  kill_and_check(Stop::kTerm, /*with_cgroup=*/false);
 }
 
 TEST_CASE("no cgroup: kill -9 of ddprun's pid ends setsid grandchildren and daemons") {
-  kill_and_check(/*by_group=*/false, /*with_cgroup=*/false);
+  kill_and_check(Stop::kKillPid, /*with_cgroup=*/false);
 }
 
 TEST_CASE("no cgroup: kill -9 of ddprun's process group ends setsid grandchildren and daemons") {
-  kill_and_check(/*by_group=*/true, /*with_cgroup=*/false);
+  kill_and_check(Stop::kKillGroup, /*with_cgroup=*/false);
 }
 
 // prlimit(1) starts ddprun with a soft fd limit of 64 (hard 4096): ddprun
