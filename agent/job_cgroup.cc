@@ -1,5 +1,6 @@
 #include "agent/job_cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -11,6 +12,7 @@
 
 #include <fstream>
 #include <random>
+#include <vector>
 #include <sstream>
 
 namespace ddprun::agent {
@@ -80,6 +82,22 @@ int probe_join(int procs_fd) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
 }
 
+// Removes empty job.<pid>.* cgroups whose agent is gone (one that died
+// before its guardian started). rmdir fails on a populated cgroup, and a
+// live agent's pid exists, so neither is touched.
+void remove_stale_cgroups(const std::string& parent) {
+  DIR* dir = opendir(parent.c_str());
+  if (!dir) return;
+  std::vector<std::string> stale;
+  while (dirent* e = readdir(dir)) {
+    if (strncmp(e->d_name, "job.", 4) != 0) continue;
+    pid_t pid = static_cast<pid_t>(atoi(e->d_name + 4));
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) stale.emplace_back(e->d_name);
+  }
+  closedir(dir);
+  for (const auto& name : stale) (void)rmdir((parent + "/" + name).c_str());
+}
+
 }  // namespace
 
 std::optional<Cgroup2Mount> find_cgroup2_mount(std::string_view mountinfo) {
@@ -137,6 +155,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
       return fail("cannot create " + parent + ": " + strerror(errno));
   }
+  remove_stale_cgroups(parent);
   std::string path;
   for (int tries = 0;; ++tries) {
     path = parent + "/job." + std::to_string(getpid()) + "." + random_suffix();

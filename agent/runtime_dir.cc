@@ -35,6 +35,21 @@ std::vector<std::string> with_tmp(std::vector<std::string> out) {
   return out;
 }
 
+// Removes the folder with its lock file last: a removal cut short (a file
+// appearing meanwhile) leaves the lock, so the next ddprun tries again.
+bool remove_locked_dir(const std::string& path) {
+  std::error_code ec;
+  bool ok = true;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec))
+    if (e.path().filename() != "lock") {
+      std::filesystem::remove_all(e.path(), ec);
+      ok = ok && !ec;
+    }
+  if (!ok) return false;
+  std::filesystem::remove(path + "/lock", ec);
+  return std::filesystem::remove(path, ec) && !ec;
+}
+
 }  // namespace
 
 std::vector<std::string> runtime_bases(const EnvMap& env) {
@@ -94,10 +109,7 @@ RuntimeDir::RuntimeDir(const std::vector<std::string>& bases) {
   throw std::runtime_error("cannot create a private runtime folder (" + tried + ")");
 }
 
-RuntimeDir::~RuntimeDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
+RuntimeDir::~RuntimeDir() { remove_locked_dir(path_); }
 
 int remove_stale_runtime_dirs(const std::string& base) {
   DIR* dir = opendir(base.c_str());
@@ -115,9 +127,7 @@ int remove_stale_runtime_dirs(const std::string& base) {
     base::ScopedFd lock(::open((path + "/lock").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
     // No lock file: not one of ours as we make them; leave it.
     if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-    if (!ec) ++removed;
+    if (remove_locked_dir(path)) ++removed;
   }
   return removed;
 }
