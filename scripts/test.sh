@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The newest PyPI torch in .venv-torch, for the torch2 test label (a fresh
+# machine downloads ~4 GB: about 17 min measured on a loaded 2-core machine).
+bash scripts/setup-torch.sh
 bash scripts/build.sh
 cd build
 # Integration tests start real processes; two at a time on two cores.

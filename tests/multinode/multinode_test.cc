@@ -13,6 +13,7 @@
 
 #include "tests/common/run_folder.h"
 #include "tests/multinode/netns.h"
+#include "tests/common/test_python.h"
 
 namespace ddprun::testing {
 namespace {
@@ -360,13 +361,14 @@ TEST_CASE("multinode.interrupt") {
 TEST_CASE("multinode.pytorch") {
   // An unmodified PyTorch script (init_process_group("gloo"), env://) across
   // two network stacks: MASTER_ADDR must be group rank 0's reachable address.
-  if (run_command({"/usr/bin/python3", "-c", "import torch.distributed"}) != 0) {
-    MESSAGE("skipped: /usr/bin/python3 has no torch (python3-torch)");
+  const std::string python = test_python();
+  if (run_command({python, "-c", "import torch.distributed"}) != 0) {
+    MESSAGE("skipped: " << python << " has no torch");
     return;
   }
   Job job("pytorch", 2);
   for (int n = 1; n <= 2; ++n)
-    job.start(n, {"DDPRUN_PYTHON=/usr/bin/python3", "GLOO_SOCKET_IFNAME=eth0"},
+    job.start(n, {"DDPRUN_PYTHON=" + python, "GLOO_SOCKET_IFNAME=eth0"},
               {"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
                "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=py", EXAMPLES_DIR "/hello_ddp.py"});
   for (int n = 1; n <= 2; ++n) {

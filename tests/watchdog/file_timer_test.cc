@@ -7,10 +7,12 @@
 #include <optional>
 
 #include "tests/watchdog/test_util.h"
+#include "tests/common/test_python.h"
 #include "watchdog/file_timer_server.h"
 #include "watchdog/watchdog.h"
 
 namespace wd = ddprun::watchdog;
+using ddprun::testing::test_python;
 using wd::test::Child;
 using wd::test::run_until;
 using wd::test::TempDir;
@@ -72,7 +74,7 @@ TEST_CASE("an expired torch FileTimerClient timer is reported as a hang of that 
     expiry = e;
     dog.on_file_timer_expiry(e);
   });
-  Child child({"/usr/bin/python3", "-c", kHangingScript}, {{"TORCHELASTIC_TIMER_FILE", server.path()}},
+  Child child({test_python(), "-c", kHangingScript}, {{"TORCHELASTIC_TIMER_FILE", server.path()}},
               true);
   dog.add_worker(0, 4, child.pid());
   REQUIRE(child.wait_for_output("ready", std::chrono::seconds(60)));

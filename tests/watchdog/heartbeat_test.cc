@@ -8,9 +8,11 @@
 #include <boost/asio/io_context.hpp>
 
 #include "tests/watchdog/test_util.h"
+#include "tests/common/test_python.h"
 #include "watchdog/heartbeat_server.h"
 
 namespace wd = ddprun::watchdog;
+using ddprun::testing::test_python;
 using wd::test::Child;
 using wd::test::run_until;
 using wd::test::TempDir;
@@ -106,7 +108,7 @@ TEST_CASE("beats from the Python client arrive; it is a no-op when the agent is 
     wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
                                [&](const wd::Beat& b) { beats.push_back(b); });
     path = server.path();
-    Child child({"/usr/bin/python3", "-c",
+    Child child({test_python(), "-c",
                  "import ddprun_heartbeat as h; assert h.enabled(); h.beat(12); h.beat()"},
                 {{"DDPRUN_HEARTBEAT_SOCKET", path}, {"RANK", "3"},
                  {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
@@ -117,10 +119,10 @@ TEST_CASE("beats from the Python client arrive; it is a no-op when the agent is 
     CHECK(WEXITSTATUS(child.wait()) == 0);
   }
   // Server closed: beats are dropped silently, the worker carries on.
-  Child gone({"/usr/bin/python3", "-c", "import ddprun_heartbeat as h; h.beat(1); print('ok')"},
+  Child gone({test_python(), "-c", "import ddprun_heartbeat as h; h.beat(1); print('ok')"},
              {{"DDPRUN_HEARTBEAT_SOCKET", path}, {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
   CHECK(WEXITSTATUS(gone.wait()) == 0);
-  Child outside({"/usr/bin/python3", "-c",
+  Child outside({test_python(), "-c",
                  "import ddprun_heartbeat as h; assert not h.enabled(); h.beat(1)"},
                 {{"DDPRUN_HEARTBEAT_SOCKET", ""}, {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
   CHECK(WEXITSTATUS(outside.wait()) == 0);
@@ -140,7 +142,7 @@ TEST_CASE("clients never block when the agent stops reading: beats are dropped")
   auto status = native.wait_for(std::chrono::seconds(60));
   REQUIRE_MESSAGE(status.has_value(), "the C++ client blocked on a full socket");
   CHECK(WEXITSTATUS(*status) == 0);
-  Child python({"/usr/bin/python3", "-c",
+  Child python({test_python(), "-c",
                 "import ddprun_heartbeat as h\nfor i in range(200000): h.beat(i)\n"},
                env);
   status = python.wait_for(std::chrono::seconds(60));

@@ -9,7 +9,9 @@
 
 #include "tests/common/run_folder.h"
 #include "tests/watchdog/test_util.h"
+#include "tests/common/test_python.h"
 
+using ddprun::testing::test_python;
 using ddprun::watchdog::test::Child;
 using ddprun::watchdog::test::TempDir;
 using ddprun::watchdog::test::tool_installed;
@@ -39,7 +41,7 @@ struct Job {
     std::vector<std::string> argv = {DDPRUN_BIN, "--rdzv-id=wd", "--log-dir=" + dir.path() + "/logs"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), program.begin(), program.end());
-    env.emplace("DDPRUN_PYTHON", "/usr/bin/python3");  // Debian's, with torch
+    env.emplace("DDPRUN_PYTHON", test_python());  // with torch (tests/common/test_python.h)
     Child ddprun(argv, env, false, dir.path() + "/ddprun.stderr", dir.path() + "/ddprun.stdout");
     auto status = ddprun.wait_for(kJobDeadline);
     REQUIRE_MESSAGE(status.has_value(), "ddprun did not finish within its deadline");

@@ -9,10 +9,12 @@
 #include <fstream>
 
 #include "tests/watchdog/test_util.h"
+#include "tests/common/test_python.h"
 #include "watchdog/proc.h"
 #include "watchdog/stack_capture.h"
 
 namespace wd = ddprun::watchdog;
+using ddprun::testing::test_python;
 using wd::test::Child;
 using wd::test::TempDir;
 using wd::test::tool_installed;
@@ -132,7 +134,7 @@ TEST_CASE("without eu-stack and gdb the kernel's view of the threads is saved") 
 TEST_CASE("SIGABRT makes a faulthandler-enabled Python worker log its traceback") {
   TempDir dir;
   const std::string log = dir.path() + "/stderr.log";
-  Child child({"/usr/bin/python3", "-c",
+  Child child({test_python(), "-c",
                "import time\n"
                "def blocked_in_barrier_here():\n"
                "    print('ready', flush=True)\n"
@@ -151,7 +153,7 @@ TEST_CASE("SIGABRT makes a faulthandler-enabled Python worker log its traceback"
 }
 
 TEST_CASE("a Python worker without faulthandler is not sent SIGABRT for a traceback") {
-  Child child({"/usr/bin/python3", "-c", "print('ready', flush=True); import time; time.sleep(60)"},
+  Child child({test_python(), "-c", "print('ready', flush=True); import time; time.sleep(60)"},
               {{"PYTHONFAULTHANDLER", ""}}, true);
   REQUIRE(child.wait_for_output("ready"));
   CHECK(wd::is_python_process(child.pid()));
