@@ -12,7 +12,7 @@ The worker is the same compiled C program for both (torchrun gets
 runs with --standalone and --monitor_interval=0.1, its modern default.
 
 Usage: /usr/bin/python3 bench/launch_bench.py [--ddprun build/bin/ddprun]
-       [--torchrun ../shared/anchors/torchrun] [--reps 10]
+       [--torchrun bench/torchrun-1.13 or .venv-torch/bin/torchrun] [--reps 10]
 Prints a Markdown table; medians over --reps repetitions.
 """
 import argparse
@@ -82,7 +82,7 @@ def run_once(cmd, mode, worker, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", default=os.path.join(ROOT, "build", "bin", "ddprun"))
-    ap.add_argument("--torchrun", default=os.path.join(ROOT, "..", "shared", "anchors", "torchrun"))
+    ap.add_argument("--torchrun", default=os.path.join(ROOT, "bench", "torchrun-1.13"))
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="launch_bench_")

@@ -17,7 +17,7 @@ launchers with the c10d backend and --nnodes=3 (so no last-call wait):
 
 Needs root and `ip netns`. Usage:
   /usr/bin/python3 bench/multinode_bench.py [--ddprun build/bin/ddprun]
-      [--torchrun ../shared/anchors/torchrun] [--reps 5]
+      [--torchrun bench/torchrun-1.13 or .venv-torch/bin/torchrun] [--reps 5]
 Prints a Markdown table; medians over --reps repetitions.
 """
 import argparse
@@ -173,7 +173,7 @@ def reform_once(ddprun, worker, tmp, rep):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", default=os.path.join(ROOT, "build", "bin", "ddprun"))
-    ap.add_argument("--torchrun", default=os.path.join(ROOT, "..", "shared", "anchors", "torchrun"))
+    ap.add_argument("--torchrun", default=os.path.join(ROOT, "bench", "torchrun-1.13"))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--reform-only", action="store_true", help="only (c), ddprun")
     args = ap.parse_args()

@@ -18,7 +18,7 @@ torchrun (same workers, --max_restarts=1): never notices; the bench waits
 started, and kills it.
 
 Usage: /usr/bin/python3 bench/watchdog_bench.py [--ddprun build/bin/ddprun]
-       [--torchrun ../shared/anchors/torchrun] [--reps 5]
+       [--torchrun bench/torchrun-1.13 or .venv-torch/bin/torchrun] [--reps 5]
 Prints a Markdown table (medians, with the worst case in brackets).
 """
 import argparse
@@ -128,7 +128,7 @@ def fmt(values, key):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", default=os.path.join(ROOT, "build", "bin", "ddprun"))
-    ap.add_argument("--torchrun", default=os.path.join(ROOT, "..", "shared", "anchors", "torchrun"))
+    ap.add_argument("--torchrun", default=os.path.join(ROOT, "bench", "torchrun-1.13"))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--timeouts", default="0.5,1,2")
     ap.add_argument("--anchor-wait", type=float, default=20.0,

@@ -1,13 +1,17 @@
-// The model and data of the `train` program, as plain ATen tensors.
+// The models and data of the `train` program, as plain ATen tensors.
 //
-// Mlp is 784-hidden-hidden-10 with ReLU, initialised as torch.nn.Linear is
-// (uniform in +-1/sqrt(fan_in) for weight and bias, from the default
-// generator), built on ATen ops with autograd rather than torch::nn so that
-// the trainer compiles fast; DistributedDataParallel takes any parameter
-// list, so a torch::nn::Module's parameters() work the same way.
+// Mlp is 784-hidden-hidden-10 with ReLU. Cnn takes the 784 pixels as a
+// 1x28x28 image: conv 1->16 5x5 pad 2, ReLU, max-pool 2, conv 16->32 5x5
+// pad 2, ReLU, max-pool 2, linear 1568-hidden, ReLU, linear hidden-10 (the
+// reference script's --model cnn), so GPU runs do real compute. Both are
+// initialised as torch.nn.Linear/Conv2d are (uniform in +-1/sqrt(fan_in) for
+// weight and bias, from the default generator) and built on ATen ops with
+// autograd rather than torch::nn so that the trainer compiles fast;
+// DistributedDataParallel takes any parameter list.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,12 +20,12 @@
 
 namespace ddprun::trainer {
 
-class Mlp {
+class Model {
  public:
-  Mlp(int64_t inputs, int64_t hidden, int64_t classes);
+  virtual ~Model() = default;
 
-  // Logits, [batch, classes].
-  at::Tensor forward(const at::Tensor& x) const;
+  // Logits, [batch, classes], of rows of 784 pixels.
+  virtual at::Tensor forward(const at::Tensor& x) const = 0;
   // Mean cross-entropy of forward(x) against labels y (int64).
   at::Tensor loss(const at::Tensor& x, const at::Tensor& y) const;
   // Fraction of rows whose argmax equals y, without autograd.
@@ -30,13 +34,27 @@ class Mlp {
   // Moves the parameters to `device` (as new leaf tensors).
   void to(const at::Device& device);
 
-  // Order: w1, b1, w2, b2, w3, b3 (as nn.Sequential lists them).
+  // Weight, bias of each layer in order (as nn.Sequential lists them).
   const std::vector<at::Tensor>& parameters() const { return params_; }
-  static std::vector<std::string> parameter_names();
 
- private:
+ protected:
   std::vector<at::Tensor> params_;
 };
+
+class Mlp : public Model {
+ public:
+  Mlp(int64_t inputs, int64_t hidden, int64_t classes);
+  at::Tensor forward(const at::Tensor& x) const override;
+};
+
+class Cnn : public Model {
+ public:
+  Cnn(int64_t hidden, int64_t classes);  // inputs: 784 = 1x28x28
+  at::Tensor forward(const at::Tensor& x) const override;
+};
+
+// "mlp" or "cnn"; throws TrainerError naming anything else.
+std::unique_ptr<Model> make_model(const std::string& name, int64_t hidden, int64_t classes);
 
 // A data set in memory: x float32 [n, features] scaled to [0, 1], y int64 [n].
 struct Dataset {

@@ -1,4 +1,4 @@
-// train: data-parallel MLP training on the digits (or MNIST, or random data).
+// train: data-parallel MLP or CNN training on the digits (or MNIST, or random data).
 //
 // Thin main: flags -> TrainOptions, environment -> WorkerInfo/StoreChoice,
 // SIGTERM or SIGUSR1 (Slurm's --signal=USR1@90 early warning) -> a flag the
@@ -60,8 +60,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "gloo", "nccl", "shm"}));
   app.add_option("--data", o.data_dir, "idx folder (train-*/t10k-* files)")->capture_default_str();
   app.add_flag("--synthetic", o.synthetic, "random data instead of --data (speed tests)");
-  app.add_option("--hidden", o.hidden, "MLP width")->capture_default_str();
+  app.add_option("--model", o.model, "mlp (784-H-H-10) or cnn (two conv, two linear layers)")
+      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
+  app.add_option("--hidden", o.hidden, "hidden linear width")->capture_default_str();
   app.add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
+  std::string lr_scale = "none";
+  app.add_option("--lr-scale", lr_scale, "linear: multiply --lr by WORLD_SIZE")
+      ->check(CLI::IsMember({"none", "linear"}))
+      ->capture_default_str();
   app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--batch", o.batch, "samples per rank per step")->capture_default_str();
   app.add_option("--steps", o.steps, "optimizer steps of the whole job")->capture_default_str();
@@ -81,6 +88,7 @@ int main(int argc, char** argv) {
                  "fault injection for tests: the last rank hangs after step N on the first attempt only")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  o.lr_scale_linear = lr_scale == "linear";
   // One folder per job: a restart of this job resumes from it, a new job
   // (standalone run ids are fresh) starts clean; --rdzv-id resumes across jobs.
   if (o.checkpoint_dir.empty()) o.checkpoint_dir = "checkpoints/" + env_str("TORCHELASTIC_RUN_ID", "default");

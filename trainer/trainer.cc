@@ -211,7 +211,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
   std::unique_ptr<Communicator> comm = make_communicator(o, w, store, &device);
 
   at::manual_seed(o.seed);
-  Mlp model(kFeatures, o.hidden, kClasses);
+  std::unique_ptr<Model> model = make_model(o.model, o.hidden, kClasses);
   Dataset train = o.synthetic ? synthetic_dataset(4096, kFeatures, kClasses, o.seed)
                               : load_idx_dataset(o.data_dir, "train");
   Dataset test = o.synthetic ? synthetic_dataset(512, kFeatures, kClasses, o.seed + 1)
@@ -221,11 +221,11 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
                        " pixels, the model wants 784 (28x28)");
   }
   if (!device.is_cpu()) {
-    model.to(device);
+    model->to(device);
     train = Dataset{train.x.to(device), train.y.to(device)};
     test = Dataset{test.x.to(device), test.y.to(device)};
   }
-  std::vector<at::Tensor> params = model.parameters();  // handles, shared with model
+  std::vector<at::Tensor> params = model->parameters();  // handles, shared with model
   TrainState state{params, {}};
   if (o.momentum != 0) {
     for (const at::Tensor& p : params) state.momentum.push_back(at::zeros_like(p.detach()));
@@ -261,6 +261,9 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
   int64_t position = resume.position;
   int64_t last_checkpoint = resume.step;
   const int64_t per_step = o.batch * w.world_size;
+  // --lr-scale linear: the learning rate grows with the global batch (Goyal
+  // et al., the rule the Horovod guide gives).
+  const double lr = o.lr_scale_linear ? o.lr * w.world_size : o.lr;
   // Nothing is timed when this run starts at or past its last step.
   const int64_t timed_from = step >= o.steps ? step : std::min(o.steps, step + kWarmupSteps);
   Clock::time_point t0 = Clock::now();
@@ -286,7 +289,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
 
       for (at::Tensor& p : params) p.mutable_grad().reset();
       ddp.begin_backward();
-      loss = model.loss(xb, yb);
+      loss = model->loss(xb, yb);
       loss.backward();
       ddp.finish_backward();
       {
@@ -296,7 +299,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
         for (size_t k = 0; k < weights.size(); ++k) {
           const at::Tensor& g = ddp.averaged_grad(k);
           if (state.momentum.empty()) {
-            weights[k].add_(g, -o.lr);
+            weights[k].add_(g, -lr);
           } else {
             at::Tensor& buf = state.momentum[k];
             if (step == 0) {
@@ -304,7 +307,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
             } else {
               buf.mul_(o.momentum).add_(g);
             }
-            weights[k].add_(buf, -o.lr);
+            weights[k].add_(buf, -lr);
           }
         }
       }
@@ -367,7 +370,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
     }
   }
   result.steps = step;
-  result.test_acc = model.accuracy(test.x, test.y);
+  result.test_acc = model->accuracy(test.x, test.y);
   if (w.rank == 0) {
     if (o.checkpoint_every > 0) checkpoint_if_new();
     const std::vector<uint8_t> bytes = tensor_bytes(params);

@@ -28,8 +28,10 @@ struct TrainOptions {
   Backend backend = Backend::kAuto;
   std::string data_dir;          // idx folder; empty = the embedded digits
   bool synthetic = false;        // random data (4096 train / 512 test), like the reference
-  int64_t hidden = 256;          // MLP width
+  std::string model = "mlp";     // mlp or cnn (model.h)
+  int64_t hidden = 256;          // width of the hidden linear layer(s)
   double lr = 0.1;               // SGD learning rate
+  bool lr_scale_linear = false;  // --lr-scale linear: lr x WORLD_SIZE
   double momentum = 0.0;         // SGD momentum (its buffers are checkpointed)
   int64_t batch = 32;            // per rank
   int64_t steps = 300;           // total optimizer steps of the job

@@ -5,12 +5,13 @@
 #include <string>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/test_python.h"
 
 using namespace ddprun::testing;
 
 namespace {
 
-const char* kPython = "/usr/bin/python3";
+const std::string kPython = test_python();
 
 bool have(const std::string& path) {
   if (access(path.c_str(), R_OK) == 0) return true;
@@ -21,7 +22,7 @@ bool have(const std::string& path) {
 }  // namespace
 
 TEST_CASE("ddp_reference.py trains unmodified with 2 workers and gloo") {
-  std::string script = std::string(ANCHORS_DIR) + "/ddp_reference.py";
+  std::string script = std::string(BENCH_DIR) + "/ddp_reference.py";
   if (!have(script) || !have(kPython)) return;
   auto r = run_ddprun({"--nproc-per-node=2", script, "--data", DATA_DIR, "--steps", "30"},
                       {std::string("DDPRUN_PYTHON=") + kPython}, Seconds(240));
@@ -48,4 +49,39 @@ TEST_CASE("two jobs started at the same moment get different ports and both succ
   REQUIRE(la.size() == 1);
   REQUIRE(lb.size() == 1);
   CHECK(la[0] != lb[0]);  // the lines differ only in the port
+}
+
+TEST_CASE("ddp_reference.py --model cnn --lr-scale linear trains with 2 workers") {
+  std::string script = std::string(BENCH_DIR) + "/ddp_reference.py";
+  if (!have(script) || !have(kPython)) return;
+  auto r = run_ddprun({"--nproc-per-node=2", script, "--model", "cnn", "--lr-scale", "linear",
+                       "--lr", "0.05", "--steps", "20"},
+                      {"DDPRUN_PYTHON=" + kPython}, Seconds(240));
+  REQUIRE_FALSE(r.timed_out);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(lines_with(r.out, "[default0]:rank 0 steps 20 ").size() == 1);
+}
+
+TEST_CASE("a Python worker's @record error file reaches the failure summary") {
+  std::string script = std::string(WORKERS_DIR) + "/record_error.py";
+  if (!have(kPython)) return;
+  MESSAGE("python: " << kPython);
+  auto r = run_ddprun({"--nproc-per-node=1", script}, {"DDPRUN_PYTHON=" + kPython}, Seconds(120));
+  REQUIRE_FALSE(r.timed_out);
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("  error: RuntimeError: loss is NaN at step 7") != std::string::npos);
+  CHECK(r.err.find("  traceback:\n    Traceback (most recent call last):\n") != std::string::npos);
+}
+
+TEST_CASE("workers that open a c10d TCPStore themselves run under ddprun") {
+  std::string script = std::string(WORKERS_DIR) + "/c10d_store.py";
+  if (!have(kPython)) return;
+  auto r = run_ddprun({"--nproc-per-node=2", script}, {"DDPRUN_PYTHON=" + kPython}, Seconds(180));
+  REQUIRE_FALSE(r.timed_out);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(lines_with(r.out, "[default0]:rank 0 store ok 0,1").size() == 1);
+  CHECK(lines_with(r.out, "[default1]:rank 1 store ok 0,1").size() == 1);
 }

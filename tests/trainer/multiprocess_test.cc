@@ -271,3 +271,37 @@ TEST_CASE("killed mid-run and resumed: bit-identical to an uninterrupted run") {
   CHECK(a.size() == (784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10) * 4);
   CHECK(a == b);
 }
+
+TEST_CASE("--model cnn: 2 ranks train the convolutional net, parameters identical every step") {
+  TempDir tmp;
+  RankRun run = run_ranks({kTrain, "--model", "cnn", "--backend", "gloo", "--steps", "120",
+                           "--check-params", "--log-every", "0", "--checkpoint-every", "60",
+                           "--checkpoint-dir", tmp.file("ckpt")},
+                          2, tmp.file("cnn"), 300s);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank ", r, " output:\n", run.outputs[r]);
+    REQUIRE(run.codes[r] == 0);
+    REQUIRE(final_lines(run.outputs[r]).size() == 1);
+    CHECK(final_lines(run.outputs[r])[0].test_acc > 0.80);
+  }
+  CHECK(final_lines(run.outputs[0])[0].test_acc == final_lines(run.outputs[1])[0].test_acc);
+}
+
+TEST_CASE("--lr-scale linear multiplies the learning rate by the world size") {
+  TempDir tmp;
+  auto params_of = [&](const std::string& name, std::vector<std::string> lr) {
+    std::vector<std::string> argv = {kTrain, "--backend", "gloo", "--steps", "30", "--log-every",
+                                     "0", "--checkpoint-every", "0", "--checkpoint-dir",
+                                     tmp.file(name), "--save-params", tmp.file(name + ".params")};
+    argv.insert(argv.end(), lr.begin(), lr.end());
+    RankRun run = run_ranks(argv, 2, tmp.file(name), 180s);
+    INFO(run.outputs[0]);
+    REQUIRE(run.codes == std::vector<int>{0, 0});
+    return slurp(tmp.file(name + ".params"));
+  };
+  const std::string scaled = params_of("scaled", {"--lr", "0.05", "--lr-scale", "linear"});
+  const std::string plain = params_of("plain", {"--lr", "0.1"});
+  const std::string unscaled = params_of("unscaled", {"--lr", "0.05"});
+  CHECK(scaled == plain);  // 0.05 x 2 ranks is 0.1, to the bit
+  CHECK(scaled != unscaled);
+}
