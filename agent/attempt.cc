@@ -132,8 +132,10 @@ void Attempt::spawn_worker(int lr) {
   in.store_prefix = round.store_prefix;
   in.store_token = round.store_token;
   if (options_.is_python) in.pythonpath_prepend = options_.pythonpath_prepend;
+  in.signals_to_handle = options_.signals_to_handle_spec;
   EnvMap env = setup_.base_env;
   add_worker_env(in, env);
+  if (options_.virtual_local_rank) use_virtual_local_rank(lr, env);
   for (auto* h : hooks_) h->add_worker_env(info_, lr, env);
 
   base::Pipe out = output_pipe(), err = output_pipe();
@@ -145,6 +147,7 @@ void Attempt::spawn_worker(int lr) {
   req.stderr_fd = err.write.get();
   req.cgroup_procs_fd = setup_.cgroup ? setup_.cgroup->procs_fd() : -1;
   req.nofile_limit = setup_.worker_nofile_limit;
+  if (static_cast<size_t>(lr) < options_.worker_cpus.size()) req.cpus = options_.worker_cpus[lr];
   w.pid = spawn_process(req);
   guardian_.add_group(w.pid);
 

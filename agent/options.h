@@ -119,6 +119,8 @@ struct Options {
   // --signals-to-handle: signals forwarded to workers before ddprun exits
   // with 128+signal.
   std::vector<int> signals_to_handle;  // launcher fills SIGTERM,SIGINT,SIGHUP,SIGQUIT
+  // The same list as given (workers' TORCHELASTIC_SIGNALS_TO_HANDLE, torch 2.x).
+  std::string signals_to_handle_spec;
 
   // --- Output --------------------------------------------------------------
   // --log-dir: per attempt+rank files under <log_dir>/<run_id>/attempt_<n>/
@@ -136,6 +138,16 @@ struct Options {
   std::string log_line_prefix_template;
   // This node's host name, for ${host} and the failure summary.
   std::string hostname;
+
+  // --- torchrun 2.x -------------------------------------------------------
+  // --numa-binding: the CPUs of each local rank (launcher/numa_binding.h),
+  // applied with sched_setaffinity before exec; empty: inherited.
+  std::vector<std::vector<int>> worker_cpus;
+  // --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES names the
+  // rank's one GPU (the <local rank>th of the agent's list, else its index).
+  bool virtual_local_rank = false;
+  // --event-log-handler=console: each events.jsonl line also on stderr.
+  bool events_to_console = false;
 };
 
 }  // namespace ddprun::agent

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -34,8 +35,11 @@ struct ChildReport {
 
 // Runs in the forked child: async-signal-safe calls only.
 [[noreturn]] void child_exec(const char* path, char* const* argv, char* const* envp,
-                             const SpawnRequest& req, int report_fd, pid_t agent) {
+                             const SpawnRequest& req, int report_fd, pid_t agent,
+                             const cpu_set_t* cpus) {
   ChildReport report{ChildReport::kSetup, 0};
+  // --numa-binding: bound before the program (and its threads) exist.
+  if (cpus != nullptr && sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) goto fail;
   // Own process group, so the agent can signal the worker and its children
   // as one, and a terminal's ctrl-c goes to the agent only.
   if (setpgid(0, 0) != 0) goto fail;
@@ -82,6 +86,10 @@ pid_t spawn_process(const SpawnRequest& request) {
   // async-signal-safe calls are allowed.
   std::vector<char*> argv = to_cstrings(request.argv);
   std::vector<char*> envp = to_cstrings(request.env);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : request.cpus)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
   base::Pipe report;
   try {
     report = base::make_pipe(O_CLOEXEC);
@@ -99,7 +107,7 @@ pid_t spawn_process(const SpawnRequest& request) {
   pid_t pid = fork();
   if (pid == 0)
     child_exec(request.path.c_str(), argv.data(), envp.data(), request, report.write.get(),
-               agent);
+               agent, request.cpus.empty() ? nullptr : &cpus);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
   report.write.reset();

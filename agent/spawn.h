@@ -57,6 +57,9 @@ struct SpawnRequest {
   // raises its own soft limit and gives workers back the one they would have
   // had without ddprun (agent.cc says why).
   std::optional<rlimit> nofile_limit;
+  // CPUs the child is bound to (sched_setaffinity) before exec; empty: the
+  // agent's own affinity (--numa-binding).
+  std::vector<int> cpus;
 };
 
 // Starts the process; returns its pid, which is also its process group id.

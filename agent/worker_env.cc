@@ -1,5 +1,7 @@
 #include "agent/worker_env.h"
 
+#include <stdexcept>
+
 namespace ddprun::agent {
 
 EnvMap env_from_strings(const std::vector<std::string>& entries) {
@@ -17,6 +19,26 @@ std::vector<std::string> env_to_strings(const EnvMap& env) {
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);
   return out;
+}
+
+void use_virtual_local_rank(int local_rank, EnvMap& env) {
+  env[kEnvLocalRank] = "0";
+  std::string gpu = std::to_string(local_rank);
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
+    std::vector<std::string> list;
+    size_t pos = 0;
+    while (pos <= it->second.size()) {
+      size_t comma = it->second.find(',', pos);
+      if (comma == std::string::npos) comma = it->second.size();
+      list.push_back(it->second.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+    if (local_rank >= static_cast<int>(list.size()))
+      throw std::invalid_argument("--virtual-local-rank: local rank " + std::to_string(local_rank) +
+                                  " has no GPU in CUDA_VISIBLE_DEVICES=" + it->second);
+    gpu = list[local_rank];
+  }
+  env["CUDA_VISIBLE_DEVICES"] = gpu;
 }
 
 void add_worker_env(const WorkerEnvInput& in, EnvMap& env) {
@@ -38,6 +60,7 @@ void add_worker_env(const WorkerEnvInput& in, EnvMap& env) {
   // init must host its own TCPStore at MASTER_PORT.
   env[kEnvUseAgentStore] = "False";
   env[kEnvErrorFile] = in.error_file;
+  if (!in.signals_to_handle.empty()) env[kEnvSignalsToHandle] = in.signals_to_handle;
   env.emplace(kEnvTorchNcclAsync, "1");
   env.emplace(kEnvNcclAsync, "1");
   if (in.local_world_size > 1) env.emplace(kEnvOmpNumThreads, "1");

@@ -27,6 +27,8 @@ inline constexpr const char* kEnvMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kEnvRunId = "TORCHELASTIC_RUN_ID";
 inline constexpr const char* kEnvUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kEnvErrorFile = "TORCHELASTIC_ERROR_FILE";
+// torch 2.x: the launcher's --signals-to-handle, as given.
+inline constexpr const char* kEnvSignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 inline constexpr const char* kEnvTorchNcclAsync = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr const char* kEnvNcclAsync = "NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr const char* kEnvOmpNumThreads = "OMP_NUM_THREADS";
@@ -46,6 +48,11 @@ inline constexpr const char* kEnvContainmentToken = "DDPRUN_CONTAINMENT_TOKEN";
 inline constexpr const char* kEnvCgroup = "DDPRUN_CGROUP";
 
 using EnvMap = std::map<std::string, std::string>;
+
+// torchrun 2.x --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES
+// set to the rank's one GPU (the <local_rank>th entry of the inherited list,
+// else the index itself). Throws std::invalid_argument when the list is short.
+void use_virtual_local_rank(int local_rank, EnvMap& env);
 
 // "KEY=VALUE" strings to a map; entries without '=' are dropped.
 EnvMap env_from_strings(const std::vector<std::string>& entries);
@@ -73,6 +80,7 @@ struct WorkerEnvInput {
   std::string store_prefix;      // DDPRUN_STORE_PREFIX; empty: not set
   std::string store_token;       // DDPRUN_RDZV_TOKEN; empty: not set
   std::vector<std::string> pythonpath_prepend;
+  std::string signals_to_handle;  // TORCHELASTIC_SIGNALS_TO_HANDLE; empty: not set
 };
 
 // Adds the worker's variables to `env` (a copy of the agent's base env).

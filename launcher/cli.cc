@@ -1,5 +1,6 @@
 #include "launcher/cli.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "agent/exit_status.h"
 #include "launcher/command.h"
 #include "launcher/nproc.h"
+#include "launcher/numa_binding.h"
 #include "launcher/slurm_env.h"
 
 extern char** environ;
@@ -118,6 +120,11 @@ struct RawFlags {
   int max_no_progress_restarts = 0;
   std::string no_restart_exit_codes;
   std::string prefix_template;
+  // torchrun 2.x
+  std::string numa_binding;
+  std::string event_log_handler = "null";
+  std::string logs_specs, dup_stdout, dup_stderr, print_completion;
+  bool virtual_local_rank = false;
 };
 
 void define_flags(CLI::App& app, RawFlags& f) {
@@ -176,8 +183,8 @@ void define_flags(CLI::App& app, RawFlags& f) {
       "Group restarts after a failure before giving up [0]");
   opt("--monitor-interval,--monitor_interval", f.monitor_interval, "PET_MONITOR_INTERVAL", T,
       "Accepted for torchrun compatibility; exits are seen at once, nothing polls");
-  opt("--term-timeout,--term_timeout", f.term_timeout, "PET_TERM_TIMEOUT", T,
-      "Seconds between the stop signal and SIGKILL [30]");
+  opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", f.term_timeout,
+      "PET_TERM_TIMEOUT", T, "Seconds between the stop signal and SIGKILL [30]");
   opt("--signals-to-handle,--signals_to_handle", f.signals, "PET_SIGNALS_TO_HANDLE", T,
       "Signals forwarded to the workers before ddprun exits 128+N [SIGTERM,SIGINT,SIGHUP,SIGQUIT]");
 
@@ -224,6 +231,55 @@ void define_flags(CLI::App& app, RawFlags& f) {
   opt("--log-line-prefix-template,--log_line_prefix_template", f.prefix_template,
       "PET_LOG_LINE_PREFIX_TEMPLATE", O,
       "Console line prefix with ${role_name} ${rank} ${local_rank} ${host} [[${role_name}${local_rank}]:]");
+
+  // torchrun 2.x's newer flags (docs/TORCHRUN_2.md).
+  const char* X = "torchrun 2.x";
+  opt("--numa-binding,--numa_binding", f.numa_binding, "PET_NUMA_BINDING", X,
+      "Bind each worker to CPUs near its GPU (no GPU: NUMA node <local rank> mod <nodes>): "
+      "node, socket, exclusive or core-complex")
+      ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}));
+  opt("--event-log-handler,--event_log_handler", f.event_log_handler, "PET_EVENT_LOG_HANDLER", X,
+      "null (events.jsonl only) or console (its lines also on stderr) [null]");
+  flag("--virtual-local-rank,--virtual_local_rank", f.virtual_local_rank, nullptr, X,
+       "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its one GPU");
+  opt("--logs-specs,--logs_specs", f.logs_specs, nullptr, X, "Refused: a Python entry point");
+  opt("--duplicate-stdout-filters,--duplicate_stdout_filters", f.dup_stdout, nullptr, X,
+      "Refused unless empty");
+  opt("--duplicate-stderr-filters,--duplicate_stderr_filters", f.dup_stderr, nullptr, X,
+      "Refused unless empty");
+  opt("--print-completion,--print_completion", f.print_completion, nullptr, X, "Refused");
+}
+
+// torchrun 2.x flags into `o` (after interpret: needs nproc_per_node).
+void apply_torch2_flags(const RawFlags& f, agent::Options& o) {
+  if (!f.logs_specs.empty())
+    throw UsageError("--logs-specs=" + f.logs_specs + ": names a Python entry point "
+                     "(torchrun.logs_specs) that ddprun cannot load; use --log-dir, "
+                     "--redirects, --tee and --local-ranks-filter");
+  for (const auto& [flag, v] : {std::pair{"--duplicate-stdout-filters", &f.dup_stdout},
+                                std::pair{"--duplicate-stderr-filters", &f.dup_stderr}})
+    if (!v->empty())
+      throw UsageError(std::string(flag) + "=" + *v + ": not supported by ddprun yet; "
+                       "--log-dir keeps every line in <dir>/<run>/attempt_<n>/<rank>/");
+  if (!f.print_completion.empty())
+    throw UsageError("--print-completion: not available in ddprun (no shell completion yet)");
+  if (f.event_log_handler != "null" && f.event_log_handler != "console")
+    throw UsageError("--event-log-handler=" + f.event_log_handler + ": not available in ddprun "
+                     "(torch's handlers are Python); use null or console");
+  o.events_to_console = f.event_log_handler == "console";
+  o.virtual_local_rank = f.virtual_local_rank;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); f.virtual_local_rank && v &&
+      static_cast<int>(split(v, ',').size()) < o.nproc_per_node)
+    throw UsageError("--virtual-local-rank: CUDA_VISIBLE_DEVICES=" + std::string(v) +
+                     " names fewer GPUs than --nproc-per-node=" + std::to_string(o.nproc_per_node));
+  if (!f.numa_binding.empty()) {
+    cpu_set_t mask;
+    std::set<int> allowed;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &mask)) allowed.insert(c);
+    o.worker_cpus = numa_cpu_sets(f.numa_binding, o.nproc_per_node, "/", allowed);
+  }
 }
 
 agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest) {
@@ -332,6 +388,7 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
       throw UsageError("--signals-to-handle: " + name + " cannot be handled");
     o.signals_to_handle.push_back(sig);
   }
+  o.signals_to_handle_spec = f.signals;
   o.log_dir = f.log_dir;
   o.redirects = parse_std("--redirects", f.redirects);
   o.tee = parse_std("--tee", f.tee);
@@ -443,6 +500,7 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
   if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
   if (!raw.standalone) take_from_slurm(app, raw, result.notes);
   result.options = interpret(raw, rest);
+  apply_torch2_flags(raw, result.options);
   return result;
 }
 

@@ -56,6 +56,7 @@ HookOptions hook_options_from(const agent::Options& o) {
   }
   if (o.stack_capture == "none") h.max_native_captures = 0;
   h.is_python = o.is_python;
+  h.events_to_console = o.events_to_console;
   // torchrun: the server runs only for the exact value "1".
   h.file_timer = base_env_value(o, kEnableFileTimerEnv) == "1";
   h.timer_file = base_env_value(o, kTimerFileEnv);
@@ -92,6 +93,7 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
     const std::string run_dir = fs::path(attempt_dir_).parent_path().string();
     try {
       events_ = std::make_unique<EventLog>(run_dir + "/events.jsonl");
+      events_->echo_to_console(options_.events_to_console);
       events_->write("start", attempt_, {}, "job started",
                      {{"heartbeat_timeout_s", options_.detect.heartbeat_timeout.count() / 1e3},
                       {"silence_timeout_s", options_.detect.silence_timeout.count() / 1e3},

@@ -49,6 +49,8 @@ struct HookOptions {
   // Workers run a Python interpreter: set PYTHONFAULTHANDLER=1 (unless the
   // user set it) while any detector is on, so SIGABRT prints tracebacks.
   bool is_python = false;
+  // --event-log-handler=console: events.jsonl lines also on stderr.
+  bool events_to_console = false;
   // Serve torch's file timer (the agent's TORCHELASTIC_ENABLE_FILE_TIMER=1).
   bool file_timer = false;
   // FIFO path (the agent's TORCHELASTIC_TIMER_FILE); empty: a file in the

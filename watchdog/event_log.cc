@@ -54,6 +54,7 @@ void EventLog::write(const std::string& event, int attempt, const std::vector<in
   };
   if (extra.is_object()) j.update(extra);
   std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (echo_) spdlog::info("event: {}", line.substr(0, line.size() - 1));
   std::size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(fd_.get(), line.data() + done, line.size() - done);

@@ -35,9 +35,12 @@ class EventLog {
              const std::string& reason, const nlohmann::json& extra = nlohmann::json::object());
 
   const std::string& path() const { return path_; }
+  // Also log every line on ddprun's stderr (--event-log-handler=console).
+  void echo_to_console(bool on) { echo_ = on; }
 
  private:
   std::string path_;
+  bool echo_ = false;
   base::ScopedFd fd_;
 };
 

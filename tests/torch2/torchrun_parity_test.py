@@ -24,6 +24,8 @@ import tempfile
 REFUSED = {
     "--logs-specs": "Python entry point",
     "--print-completion": "not available",
+    "--duplicate-stdout-filters": "not supported by ddprun yet",
+    "--duplicate-stderr-filters": "not supported by ddprun yet",
 }
 
 # Worker variables that differ on purpose (docs/TORCHRUN_2.md):
@@ -46,14 +48,22 @@ ENV_DIFFERENCES = {
 # Variables whose values legitimately differ between two launches.
 PER_JOB = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "DDPRUN_STORE_ADDR",
            "DDPRUN_STORE_PREFIX", "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_LOG_DIR", "DDPRUN_RUNTIME_DIR",
-           "PYTHONPATH", "TORCHELASTIC_USE_AGENT_STORE"}
+           "PYTHONPATH"}
+# Same variable, a different value on purpose: name -> (torchrun's, ddprun's, why).
+VALUE_DIFFERENCES = {
+    "TORCHELASTIC_USE_AGENT_STORE": ("True", "False",
+                                     "torchrun's agent hosts a c10d TCPStore at MASTER_PORT; ddprun's "
+                                     "store speaks its own protocol, so rank 0 hosts it (torch's env:// "
+                                     "and scripts reading the variable do so)"),
+    "MASTER_ADDR": ("localhost", "127.0.0.1", "both loopback with --standalone; ddprun gives the address"),
+}
 
 
 def sample_value(action):
     dest = action.dest
     samples = {"log_dir": tempfile.mkdtemp(prefix="ddprun-parity-"), "local_addr": "127.0.0.1",
                "logs_specs": "default", "shutdown_timeout": "5", "master_port": "29500",
-               "event_log_handler": "null"}
+               "event_log_handler": "null", "rdzv_conf": "join_timeout=60"}
     if dest in samples:
         return [samples[dest]]
     if action.choices:
@@ -115,13 +125,14 @@ def run_job(argv, out, script):
 
 
 def check_env(ddprun, workdir):
+    os.makedirs(workdir, exist_ok=True)
     script = os.path.join(workdir, "dump_env.py")
     with open(script, "w") as f:
         f.write(DUMP)
-    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}
+    os.environ.pop("OMP_NUM_THREADS", None)
+    os.environ.update(PYTHON_EXEC=sys.executable, DDPRUN_PYTHON=sys.executable)
+    base = dict(os.environ)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    env = dict(base, PYTHON_EXEC=sys.executable, DDPRUN_PYTHON=sys.executable)
-    os.environ.update(env)
     theirs = run_job([torchrun, "--standalone", "--nproc-per-node=2"], os.path.join(workdir, "t"), script)
     ours = run_job([ddprun, "--standalone", "--nproc-per-node=2"], os.path.join(workdir, "d"), script)
     ok = True
@@ -140,11 +151,17 @@ def check_env(ddprun, workdir):
                 print(f"FAIL rank {rank} {key}: only under {'torchrun' if key in t else 'ddprun'} "
                       f"= {t.get(key, d.get(key))!r}")
                 ok = False
+            elif key in VALUE_DIFFERENCES:
+                want = VALUE_DIFFERENCES[key][:2]
+                if (t[key], d[key]) != want:
+                    print(f"FAIL rank {rank} {key}: documented as torchrun {want[0]!r} ddprun "
+                          f"{want[1]!r}, seen {t[key]!r} and {d[key]!r}")
+                    ok = False
             elif key not in PER_JOB and t[key] != d[key]:
                 print(f"FAIL rank {rank} {key}: torchrun {t[key]!r} ddprun {d[key]!r}")
                 ok = False
-        print(f"rank {rank}: torchrun sets {len(t)} variables, ddprun {len(d)}; "
-              f"same: {sorted(k for k in t if k in d and (k in PER_JOB or t[k] == d[k]))}")
+        print(f"rank {rank}: torchrun sets {len(t)} variables, ddprun {len(d)}; same meaning: "
+              f"{sorted(k for k in t if k in d)}")
     # Same meanings for the per-job ones: a port, a run id, an error file per rank.
     for name, env_ in (("torchrun", theirs), ("ddprun", ours)):
         for rank in range(2):
