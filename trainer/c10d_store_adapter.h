@@ -2,7 +2,8 @@
 //
 // Under ddprun the job has one rendezvous endpoint, our store
 // (rendezvous/store.h); c10d's process groups want a c10d::Store. This
-// adapter forwards set/get/add/compareSet/check/wait/deleteKey/getNumKeys.
+// adapter forwards set/get/add/compareSet/check/wait/deleteKey/getNumKeys
+// (and clone, for torch 2.x).
 // Timeouts: c10d's get() and wait(keys) use the store's own timeout
 // (setTimeout); c10d's kNoTimeout (zero) becomes kNoTimeoutCap, because
 // every wait in ddprun has a deadline. Our TimeoutError and StoreError pass
@@ -45,12 +46,15 @@ class C10dStoreAdapter : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
+  // torch 2.x's c10d::Store::clone (pure there, absent in 1.13, hence no
+  // `override`): another handle on the same connection and lock.
+  virtual c10::intrusive_ptr<c10d::Store> clone();
 
  private:
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
-  std::mutex mu_;
-  std::shared_ptr<rendezvous::Store> store_;  // guarded by mu_ (shared only in tests)
+  std::shared_ptr<std::mutex> mu_ = std::make_shared<std::mutex>();  // shared with clones
+  std::shared_ptr<rendezvous::Store> store_;  // guarded by *mu_
 };
 
 }  // namespace ddprun::trainer

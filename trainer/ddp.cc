@@ -1,6 +1,7 @@
 #include "trainer/ddp.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "trainer/error.h"
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "trainer/error.h"
 #include "trainer/idx_reader.h"

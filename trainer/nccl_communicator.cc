@@ -6,10 +6,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #endif
 
@@ -46,19 +49,18 @@ ncclDataType_t nccl_type(const at::Tensor& t) {
   }
 }
 
-// LibTorch computes on the legacy default stream unless told otherwise.
-constexpr cudaStream_t kTorchStream = nullptr;
+class NcclCommunicator;
 
+// wait(): until the collective's event fires, within --collective-timeout.
 class NcclHandle : public CollectiveHandle {
  public:
-  explicit NcclHandle(cudaEvent_t done) : done_(done) {}
+  NcclHandle(cudaEvent_t done, NcclCommunicator* comm) : done_(done), comm_(comm) {}
   ~NcclHandle() override { cudaEventDestroy(done_); }
-  void wait() override {
-    check_cuda(cudaStreamWaitEvent(kTorchStream, done_, 0), "stream wait");
-  }
+  void wait() override;
 
  private:
   cudaEvent_t done_;
+  NcclCommunicator* comm_;
 };
 
 class NcclCommunicator : public Communicator {
@@ -85,9 +87,15 @@ class NcclCommunicator : public Communicator {
     check_cuda(cudaMalloc(&scratch_, sizeof(float)), "malloc");
   }
   ~NcclCommunicator() override {
-    cudaStreamSynchronize(stream_);
+    if (!aborted_) {
+      // Bounded: a hung collective must not turn into a hung exit.
+      try {
+        wait_done(record_done(), "shutdown");
+      } catch (const TrainerError&) {
+      }
+    }
     cudaFree(scratch_);
-    ncclCommDestroy(comm_);
+    if (!aborted_) ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
 
@@ -101,7 +109,7 @@ class NcclCommunicator : public Communicator {
     check_nccl(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t),
                              ncclSum, comm_, stream_),
                "all-reduce");
-    return std::make_unique<NcclHandle>(record_done());
+    return std::make_unique<NcclHandle>(record_done(), this);
   }
 
   void broadcast(at::Tensor& t, int root) override {
@@ -110,13 +118,51 @@ class NcclCommunicator : public Communicator {
     check_nccl(ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t),
                              root, comm_, stream_),
                "broadcast");
-    check_cuda(cudaStreamSynchronize(stream_), "broadcast sync");
+    wait_done(record_done(), "broadcast");
   }
 
   void barrier() override {
     check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_),
                "barrier");
-    check_cuda(cudaStreamSynchronize(stream_), "barrier sync");
+    wait_done(record_done(), "barrier");
+  }
+
+  // Blocks until `ev` (recorded on our stream after a collective) fires,
+  // then orders LibTorch's current stream after it; destroys `ev` unless it
+  // belongs to a handle. CUDA has no wait with a deadline, so the event is
+  // polled; past --collective-timeout, or on an asynchronous NCCL error, the
+  // communicator is aborted (ncclCommAbort, as torch's NCCL watchdog does)
+  // and the rank fails cleanly for the agent to restart the group.
+  void wait_done(cudaEvent_t ev, const char* what, bool owned = true) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point deadline = Clock::now() + options_.timeout;
+    struct Destroy {
+      cudaEvent_t ev;
+      bool owned;
+      ~Destroy() { if (owned) cudaEventDestroy(ev); }
+    } destroy{ev, owned};
+    for (int polls = 0;; ++polls) {
+      const cudaError_t q = cudaEventQuery(ev);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) check_cuda(q, what);
+      ncclResult_t async = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(comm_, &async), "async error query");
+      if (async != ncclSuccess && async != ncclInProgress) {
+        abort_comm();
+        throw TrainerError(std::string("NCCL ") + what + " failed: " + ncclGetErrorString(async) +
+                           " (communicator aborted)");
+      }
+      if (Clock::now() >= deadline) {
+        abort_comm();
+        throw TrainerError(std::string("NCCL ") + what + " did not finish within " +
+                           std::to_string(options_.timeout.count() / 1000.0) +
+                           " s (--collective-timeout): communicator aborted (ncclCommAbort)");
+      }
+      // Spin briefly (most collectives end within microseconds of the
+      // kernel), then poll every 50 us instead of burning a core.
+      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    check_cuda(cudaStreamWaitEvent(torch_stream(), ev, 0), "stream wait");
   }
 
  private:
@@ -125,11 +171,21 @@ class NcclCommunicator : public Communicator {
       throw TrainerError("NCCL: collectives need contiguous CUDA tensors");
     }
   }
+  // LibTorch's current stream on our device (not the legacy default one:
+  // code under a torch::StreamGuard queues its kernels elsewhere).
+  cudaStream_t torch_stream() const {
+    return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(options_.device)).stream();
+  }
+  void abort_comm() {
+    if (!aborted_) ncclCommAbort(comm_);
+    aborted_ = true;
+  }
   // The collective must see everything LibTorch queued before it.
   void follow_torch_stream() {
+    if (aborted_) throw TrainerError("NCCL: the communicator was aborted after an earlier failure");
     cudaEvent_t ev;
     check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event create");
-    check_cuda(cudaEventRecord(ev, kTorchStream), "event record");
+    check_cuda(cudaEventRecord(ev, torch_stream()), "event record");
     check_cuda(cudaStreamWaitEvent(stream_, ev, 0), "stream wait");
     cudaEventDestroy(ev);
   }
@@ -144,7 +200,12 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
+  bool aborted_ = false;
+
+  friend class NcclHandle;
 };
+
+void NcclHandle::wait() { comm_->wait_done(done_, "all-reduce", /*owned=*/false); }
 
 }  // namespace
 #endif

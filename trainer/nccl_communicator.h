@@ -3,9 +3,12 @@
 // Rank 0 draws an ncclUniqueId and publishes it in the store under
 // "<key_prefix>nccl_id"; the others read it (store timeout) and every rank
 // calls ncclCommInitRank on device `device`. Collectives run on a stream of
-// their own: each waits for LibTorch's default stream (an event), and a
-// handle's wait() makes the default stream wait for the collective, so the
-// host never blocks on an all-reduce and later kernels see its result.
+// their own: each waits for LibTorch's current stream (an event); a handle's
+// wait() blocks until the collective finished (communicator.h), within
+// `timeout`, then orders the current stream after it. A collective that
+// does not finish in time, or an asynchronous NCCL error, aborts the
+// communicator (ncclCommAbort) and throws: a GPU hang becomes a clean
+// worker failure the agent restarts, as torch's NCCL watchdog makes it.
 //
 // Built only when CUDA, NCCL and a CUDA-enabled LibTorch are found
 // (DDPRUN_WITH_NCCL); elsewhere `--backend nccl` is refused by the trainer.
@@ -28,6 +31,7 @@ struct NcclOptions {
   int world_size = 1;
   int device = 0;                  // CUDA device index (LOCAL_RANK)
   std::string key_prefix = "ddprun_train/";
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);  // --collective-timeout
 };
 
 // Whether this build has the NCCL backend and a GPU is visible; `why` gets

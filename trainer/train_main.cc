@@ -18,6 +18,7 @@
 
 #include "trainer/blas_setup.h"
 #include "trainer/error.h"
+#include "trainer/nccl_communicator.h"
 #include "trainer/store_select.h"
 #include "trainer/trainer.h"
 
@@ -74,6 +75,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "optimizer steps of the whole job")->capture_default_str();
   app.add_option("--seed", o.seed, "model init and shuffle seed")->capture_default_str();
   app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
+  app.add_option("--collective-timeout", o.collective_timeout_s,
+                 "seconds a collective may take before the rank fails (NCCL: ncclCommAbort)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--check-params", o.check_params, "debug: verify parameters identical on every rank each step");
   app.add_option("--log-every", o.log_every, "rank 0 progress every N steps (0 = never)")->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "checkpoint folder [checkpoints/$TORCHELASTIC_RUN_ID]");
@@ -95,6 +100,15 @@ int main(int argc, char** argv) {
   o.backend = backend == "gloo" ? Backend::kGloo : backend == "nccl" ? Backend::kNccl
                                                    : backend == "shm"  ? Backend::kShm
                                                                        : Backend::kAuto;
+
+  if (o.backend == Backend::kNccl) {
+    // Before anything else prints: no GPU (or no NCCL build) is one line.
+    std::string why;
+    if (!nccl_available(&why)) {
+      std::fprintf(stderr, "train: --backend nccl: %s\n", why.c_str());
+      return 1;
+    }
+  }
 
   WorkerInfo w;
   w.rank = env_int("RANK", 0);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "trainer/error.h"

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
@@ -44,6 +45,7 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
                                                 const c10::intrusive_ptr<c10d::Store>& store,
                                                 at::Device* device) {
   Backend backend = o.backend;
+  const auto timeout = std::chrono::milliseconds(int64_t(o.collective_timeout_s * 1000));
   std::string why;
   const bool one_host = w.local_world_size == w.world_size;
   if (backend == Backend::kAuto) {
@@ -58,6 +60,7 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
     no.rank = w.rank;
     no.world_size = w.world_size;
     no.device = w.local_rank;
+    no.timeout = timeout;
     return make_nccl_communicator(*store, no);
   }
   *device = at::Device(at::kCPU);
@@ -70,11 +73,13 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
     ShmOptions so;
     so.rank = w.rank;
     so.world_size = w.world_size;
+    so.timeout = timeout;
     return make_shm_communicator(*store, so);
   }
   GlooOptions go;
   go.rank = w.rank;
   go.world_size = w.world_size;
+  go.timeout = timeout;
   go.single_host = w.local_world_size == w.world_size;
   go.peer_addr = w.master_addr;
   return std::make_unique<GlooCommunicator>(store, go);

@@ -37,6 +37,7 @@ struct TrainOptions {
   int64_t steps = 300;           // total optimizer steps of the job
   uint64_t seed = 0;             // model init and sampler shuffle
   double bucket_mb = 25.0;       // gradient bucket size
+  double collective_timeout_s = 300;  // a collective not done by then fails the rank
   bool check_params = false;     // verify identical parameters after every step
   int64_t log_every = 50;        // rank 0 progress cadence (0 = never)
   std::string checkpoint_dir;     // empty: the caller picks (train: checkpoints/<run id>)

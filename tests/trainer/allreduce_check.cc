@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "trainer/ddp.h"
 #include "trainer/gloo_communicator.h"
