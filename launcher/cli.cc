@@ -244,9 +244,9 @@ void define_flags(CLI::App& app, RawFlags& f) {
        "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its one GPU");
   opt("--logs-specs,--logs_specs", f.logs_specs, nullptr, X, "Refused: a Python entry point");
   opt("--duplicate-stdout-filters,--duplicate_stdout_filters", f.dup_stdout, nullptr, X,
-      "Refused unless empty");
+      "Refused: not supported yet");
   opt("--duplicate-stderr-filters,--duplicate_stderr_filters", f.dup_stderr, nullptr, X,
-      "Refused unless empty");
+      "Refused: not supported yet");
   opt("--print-completion,--print_completion", f.print_completion, nullptr, X, "Refused");
 }
 

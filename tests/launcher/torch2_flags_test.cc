@@ -59,5 +59,4 @@ TEST_CASE("torch 2.x flags ddprun cannot honour are refused with the reason") {
   }
   // --shutdown-timeout is --term-timeout's torchrun 2.x name.
   CHECK(run_ddprun({"--shutdown-timeout=5", "/bin/true"}).status == 0);
-  CHECK(run_ddprun({"--duplicate-stderr-filters=", "/bin/true"}).status == 0);
 }

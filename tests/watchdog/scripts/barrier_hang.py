@@ -3,7 +3,6 @@
 # that keeps its connections open, as a leftover data-loader process or a
 # wedged NCCL communicator would. Later attempts finish.
 import os
-import sys
 import time
 
 import ddprun_heartbeat as hb
@@ -20,7 +19,9 @@ if first and rank == 1:
         time.sleep(3600)  # holds rank 1's sockets; the teardown kills it
         os._exit(0)
     print("rank 1 leaves early", flush=True)
-    sys.exit(0)
+    # os._exit, not sys.exit: torch 2.x's interpreter teardown takes seconds
+    # on a loaded machine, longer than this test's 2 s heartbeat timeout.
+    os._exit(0)
 hb.beat(3)
 
 
@@ -32,3 +33,4 @@ if first:
     wait_for_peer_in_barrier()
 dist.destroy_process_group()
 print("done", flush=True)
+os._exit(0)  # as above: the beats stop here, the teardown must not count
