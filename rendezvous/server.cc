@@ -20,8 +20,10 @@ using asio::ip::tcp;
 using wire::Bytes;
 
 namespace {
-// A connection stops parsing while a whole frame of output waits to be sent.
-constexpr size_t kMaxOutBuffered = wire::kMaxFrameSize;
+// A connection stops parsing while this much output waits to be sent: a
+// client that pipelines requests for big replies it does not read gets one
+// built, not a queue of them (each costs the loop a copy of the value).
+constexpr size_t kMaxOutBuffered = 64 * 1024;
 // Reads go through one buffer of this size, shared by every connection.
 constexpr size_t kReadChunk = 64 * 1024;
 // Behind a blocked request a connection buffers at most this much; the rest
@@ -31,11 +33,15 @@ constexpr size_t kMaxBufferedBehindWait = kReadChunk;
 // the parsed key string and its registration in the table's waiter lists.
 constexpr size_t kWaitBytesPerKey = 192;
 
-// Frees a buffer's memory once it is empty, so an idle connection that once
-// carried a 4 MiB frame does not keep holding it.
+// Buffers up to this size are part of a connection's fixed cost (bounded by
+// the connection limits); larger ones are charged to max_buffered_bytes and
+// freed as soon as they are empty, so an idle connection that once carried
+// a 4 MiB frame does not keep holding it.
+constexpr size_t kKeepCapacity = 1024;
 void release(Bytes& b) {
-  if (b.capacity() > kReadChunk) Bytes().swap(b);
+  if (b.capacity() > kKeepCapacity) Bytes().swap(b);
 }
+size_t charge(const Bytes& b) { return b.capacity() > kKeepCapacity ? b.capacity() : 0; }
 }  // namespace
 
 struct Conn;
@@ -312,7 +318,7 @@ void Conn::finish_wait(bool timed_out) {
 
 void Conn::account() {
   if (closed) return;
-  size_t now = in.capacity() + out.capacity() + sending.capacity() + pending_bytes + on_close_bytes;
+  size_t now = charge(in) + charge(out) + charge(sending) + pending_bytes + on_close_bytes;
   srv->buffered = srv->buffered - charged + now;
   charged = now;
   if (srv->buffered > srv->options.max_buffered_bytes) srv->enforce_buffer_limit();

@@ -4,6 +4,7 @@
 // node uses; the old DDPRUN_STORE_TOKEN is read with a warning), and is never
 // printed. An empty token from any source is refused (exit 2): it would turn
 // authentication off. Runs until SIGINT/SIGTERM.
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -64,6 +65,11 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Buffers over 256 KiB (frames, replies) get their own mappings and go
+  // back to the system when freed; glibc's default raises this threshold
+  // after the first free, and memory an attack made it hold would then
+  // stay resident after the attack.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   uint64_t fds = rdzv::raise_fd_limit();
   try {
     boost::asio::io_context io;

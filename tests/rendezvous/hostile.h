@@ -1,0 +1,247 @@
+// Attacks on a store at 127.0.0.1:port, and a well-behaved client measured
+// while they run: shared by the hostile test suite (store_hostile_test.cc)
+// and bench/store_attack_bench.cc.
+//
+// An attacker keeps `connections` sockets from its own loopback address
+// (127.0.0.2: every 127/8 address is loopback on Linux, so the store sees
+// another host), sends each one its bytes without blocking, and reconnects
+// whatever the store closes, until told to stop.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/client.h"
+#include "rendezvous/wire.h"
+
+namespace ddprun::rendezvous::hostile {
+
+using Clock = std::chrono::steady_clock;
+using wire::Bytes;
+
+struct AttackOptions {
+  uint16_t port = 0;
+  const char* source = "127.0.0.2";
+  size_t connections = 100;
+  // What each connection sends after connecting (the greeting is not
+  // waited for); empty: it only holds the slot.
+  // (Shared, so a hundred connections sending the same 8 MiB cost one copy.)
+  std::function<std::shared_ptr<const Bytes>(size_t conn, uint64_t round)> script;
+  // Read and discard what the store sends (false: never read a reply).
+  bool drain = true;
+};
+
+// Runs until `stop`; counts the connections it made and those closed on it.
+class Attacker {
+ public:
+  explicit Attacker(AttackOptions o) : o_(std::move(o)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Attacker() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint64_t connects() const { return connects_; }
+  uint64_t closed() const { return closed_; }
+
+ private:
+  struct Sock {
+    int fd = -1;
+    std::shared_ptr<const Bytes> pending;
+    size_t off = 0;
+    uint64_t round = 0;
+  };
+
+  bool open(Sock& s, size_t i) {
+    s.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    ::inet_pton(AF_INET, o_.source, &local.sin_addr);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(o_.port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (s.fd < 0 || ::bind(s.fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+        (::connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS)) {
+      if (s.fd >= 0) ::close(s.fd);
+      s.fd = -1;
+      return false;
+    }
+    ++connects_;
+    s.pending = o_.script ? o_.script(i, s.round++) : std::make_shared<const Bytes>();
+    s.off = 0;
+    return true;
+  }
+
+  void run() {
+    std::vector<Sock> socks(o_.connections);
+    auto next_open = Clock::now();
+    while (!stop_) {
+      // (Re)open closed sockets, at most every 10 ms so a refused flood
+      // does not spin.
+      if (Clock::now() >= next_open) {
+        for (size_t i = 0; i < socks.size(); ++i)
+          if (socks[i].fd < 0) open(socks[i], i);
+        next_open = Clock::now() + std::chrono::milliseconds(10);
+      }
+      std::vector<pollfd> fds;
+      std::vector<size_t> idx;
+      for (size_t i = 0; i < socks.size(); ++i) {
+        if (socks[i].fd < 0) continue;
+        short ev = POLLRDHUP | (o_.drain ? POLLIN : 0) |
+                   (socks[i].off < socks[i].pending->size() ? POLLOUT : 0);
+        fds.push_back({socks[i].fd, ev, 0});
+        idx.push_back(i);
+      }
+      if (fds.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // all refused: back off
+        continue;
+      }
+      if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
+      for (size_t k = 0; k < fds.size(); ++k) {
+        Sock& s = socks[idx[k]];
+        bool dead = fds[k].revents & (POLLERR | POLLHUP | POLLRDHUP);
+        if (!dead && (fds[k].revents & POLLIN)) {
+          char buf[65536];
+          ssize_t n = ::recv(s.fd, buf, sizeof buf, 0);
+          if (n == 0 || (n < 0 && errno != EAGAIN)) dead = true;
+        }
+        if (!dead && (fds[k].revents & POLLOUT)) {
+          ssize_t n = ::send(s.fd, s.pending->data() + s.off, s.pending->size() - s.off, MSG_NOSIGNAL);
+          if (n > 0) s.off += static_cast<size_t>(n);
+          else if (n < 0 && errno != EAGAIN) dead = true;
+        }
+        if (dead) {
+          ::close(s.fd);
+          s.fd = -1;
+          ++closed_;
+        }
+      }
+    }
+    for (auto& s : socks)
+      if (s.fd >= 0) ::close(s.fd);
+  }
+
+  AttackOptions o_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> connects_{0}, closed_{0};
+  std::thread thread_;
+};
+
+// A well-behaved client: set then get on its connection in a loop, and a
+// fresh connection (connect, handshake, one set/get) every `fresh_every`
+// operations; every latency is kept.
+struct GoodStats {
+  std::vector<double> latency_ms;  // one set+get round
+  uint64_t failures = 0;
+  uint64_t fresh_ok = 0;
+  std::string first_error;
+  double p(double q) const {
+    if (latency_ms.empty()) return 0;
+    std::vector<double> v = latency_ms;
+    size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+    return v[i];
+  }
+};
+
+inline GoodStats good_client(const ClientOptions& co, std::chrono::milliseconds duration,
+                             int fresh_every = 25) {
+  GoodStats st;
+  auto end = Clock::now() + duration;
+  std::unique_ptr<Client> c;
+  Bytes value(64, 'g');
+  for (uint64_t i = 0; Clock::now() < end; ++i) {
+    try {
+      bool fresh = !c || i % static_cast<uint64_t>(fresh_every) == 0;
+      auto t0 = Clock::now();
+      if (fresh) c = std::make_unique<Client>(co);
+      std::string key = "good/" + std::to_string(i % 64);
+      c->set(key, value);
+      if (c->get(key, std::chrono::milliseconds(5000)) != value) throw StoreError("wrong value");
+      st.latency_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (fresh) ++st.fresh_ok;
+    } catch (const std::exception& e) {
+      ++st.failures;
+      if (st.first_error.empty()) st.first_error = e.what();
+      c.reset();
+    }
+  }
+  return st;
+}
+
+// --- The attacks' bytes. ---
+
+inline Bytes header(uint32_t n) {
+  return {static_cast<uint8_t>(n), static_cast<uint8_t>(n >> 8), static_cast<uint8_t>(n >> 16),
+          static_cast<uint8_t>(n >> 24)};
+}
+
+// A 4 MiB frame announced and 1 MiB of it sent: the partial frame a store
+// would park for the slow-loris window.
+inline std::shared_ptr<const Bytes> partial_big_frame(size_t = 0, uint64_t = 0) {
+  static const auto b = [] {
+    Bytes f = header(wire::kMaxFrameSize);
+    f.push_back(static_cast<uint8_t>(wire::Op::kSet));
+    f.resize(4 + (1 << 20), 'p');
+    return std::make_shared<const Bytes>(std::move(f));
+  }();
+  return b;
+}
+
+// A ~4 MiB wait on keys that never appear, with another ~4 MiB one
+// queued behind it (built once: the attacker's time goes into sending).
+inline std::shared_ptr<const Bytes> wait_flood(size_t = 0, uint64_t = 0) {
+  static const auto two = [] {
+    wire::Request q;
+    q.op = wire::Op::kWait;
+    q.timeout_ms = 3600 * 1000;
+    std::string pad(4000, 'w');
+    for (int i = 0; i < 1000; ++i) q.keys.push_back("never/" + std::to_string(i) + pad);
+    Bytes f = wire::encode_request(q);
+    Bytes b = f;
+    b.insert(b.end(), f.begin(), f.end());
+    return std::make_shared<const Bytes>(std::move(b));
+  }();
+  return two;
+}
+
+// multi_gets of three 1 MiB values, pipelined, never read.
+inline std::shared_ptr<const Bytes> unread_replies(size_t = 0, uint64_t = 0) {
+  wire::Request q;
+  q.op = wire::Op::kMultiGet;
+  q.timeout_ms = 1000;
+  q.keys = {"hostile/big", "hostile/big", "hostile/big"};
+  Bytes f = wire::encode_request(q), all;
+  for (int i = 0; i < 8; ++i) all.insert(all.end(), f.begin(), f.end());
+  return std::make_shared<const Bytes>(std::move(all));
+}
+
+// Tiny unique keys, as many as the store takes.
+inline std::shared_ptr<const Bytes> key_flood(size_t conn, uint64_t round) {
+  Bytes all;
+  for (int i = 0; i < 4096; ++i) {
+    wire::Request q;
+    q.op = wire::Op::kSet;
+    q.keys = {std::to_string(conn) + "." + std::to_string(round) + "." + std::to_string(i)};
+    q.values = {Bytes{'x'}};
+    Bytes f = wire::encode_request(q);
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  return std::make_shared<const Bytes>(std::move(all));
+}
+
+}  // namespace ddprun::rendezvous::hostile
