@@ -42,6 +42,8 @@ struct AttackOptions {
   std::function<std::shared_ptr<const Bytes>(size_t conn, uint64_t round)> script;
   // Read and discard what the store sends (false: never read a reply).
   bool drain = true;
+  // Send the next round's script once one is out (a flood that never ends).
+  bool repeat = false;
 };
 
 // Runs until `stop`; counts the connections it made and those closed on it.
@@ -123,6 +125,10 @@ class Attacker {
           ssize_t n = ::send(s.fd, s.pending->data() + s.off, s.pending->size() - s.off, MSG_NOSIGNAL);
           if (n > 0) s.off += static_cast<size_t>(n);
           else if (n < 0 && errno != EAGAIN) dead = true;
+          if (!dead && o_.repeat && s.off == s.pending->size()) {
+            s.pending = o_.script(idx[k], s.round++);
+            s.off = 0;
+          }
         }
         if (dead) {
           ::close(s.fd);

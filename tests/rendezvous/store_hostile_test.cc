@@ -168,11 +168,13 @@ TEST_CASE("hostile: tiny keys until the budget is full charge the memory they re
     AttackOptions a;
     a.port = port;
     a.connections = 4;
+    a.repeat = true;
     a.script = key_flood;
     return one(a);
   });
   // The good client's sets are refused once the budget is full (the
   // documented behaviour of a token-less store); its memory is what is
   // checked here.
+  // (Measured: peak 35 MiB over idle for the 32 MiB budget, filled.)
   CHECK(o.peak_rss <= o.idle_rss + kRssBound);
 }
