@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -33,8 +34,6 @@ std::string env_value(const EnvMap& env, const char* key) {
   return it == env.end() ? "" : it->second;
 }
 
-void print(const std::string& text) { write_all(STDERR_FILENO, text.data(), text.size()); }
-
 }  // namespace
 
 Agent::Agent(Options options, std::unique_ptr<RendezvousHandler> rendezvous,
@@ -42,6 +41,7 @@ Agent::Agent(Options options, std::unique_ptr<RendezvousHandler> rendezvous,
     : options_(std::move(options)),
       children_(io_),
       stop_signals_(io_),
+      job_control_(io_),
       rendezvous_(std::move(rendezvous)),
       policy_(policy ? std::move(policy) : std::make_unique<MaxRestartsPolicy>()) {}
 
@@ -81,6 +81,78 @@ void Agent::watch_signals() {
     }
     watch_signals();
   });
+}
+
+void Agent::watch_job_control() {
+  job_control_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (sig == SIGTSTP) {
+      suspend();
+    } else if (sig == SIGCONT) {
+      // bg/fg after a stop we did not see (SIGSTOP from outside), or a
+      // start in the background: the stopped input may be read again.
+      if (current_) current_->continue_workers();
+      if (stdin_) stdin_->resume();
+    } else if (sig == SIGWINCH && current_) {
+      current_->resize_terminals();
+    }
+    watch_job_control();
+  });
+}
+
+void Agent::suspend() {
+  // Ctrl-Z reaches only our process group; the workers have their own.
+  if (current_) current_->stop_workers();
+  for (auto* h : hooks_) h->job_stopped();
+  // Stop as the terminal meant us to (SIGTSTP's default action, so the shell
+  // says "Stopped"); the kernel discards it in an orphaned process group
+  // (no parent in another group of our session), so there SIGSTOP.
+  struct sigaction dfl {}, old {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGTSTP, &dfl, &old);
+  pid_t parent = getppid();
+  bool orphaned = getsid(parent) != getsid(0) || getpgid(parent) == getpgrp();
+  raise(orphaned ? SIGSTOP : SIGTSTP);  // returns once fg/bg continued us
+  sigaction(SIGTSTP, &old, nullptr);
+  if (current_) current_->continue_workers();
+  for (auto* h : hooks_) h->job_continued();
+  if (stdin_) stdin_->resume();
+}
+
+void Agent::print(const std::string& text) { consoles_.err->write(nullptr, text); }
+
+void Agent::drain_consoles() {
+  // What is queued still goes out, unless ddprun is stopping (a stop signal:
+  // 250 ms more at most, the promise is --term-timeout plus a fraction) or
+  // the console has taken nothing for 60 s.
+  using std::chrono::milliseconds;
+  auto queued = [&] {
+    return consoles_.out->bytes_queued() +
+           (consoles_.err != consoles_.out ? consoles_.err->bytes_queued() : 0);
+  };
+  auto now = Clock::now();
+  auto last_progress = now;
+  std::optional<Clock::time_point> stop_by;
+  size_t written = consoles_.out->bytes_written() + consoles_.err->bytes_written();
+  while (queued() > 0) {
+    now = Clock::now();
+    if (pending_signal_ && !stop_by) stop_by = now + milliseconds(250);
+    if ((stop_by && now >= *stop_by) || now - last_progress > std::chrono::seconds(60)) break;
+    size_t w = consoles_.out->bytes_written() + consoles_.err->bytes_written();
+    if (w != written) written = w, last_progress = now;
+    io_.run_one_for(milliseconds(20));
+  }
+  size_t lost = queued() + consoles_.out->dropped() +
+                (consoles_.err != consoles_.out ? consoles_.err->dropped() : 0);
+  if (lost == 0) return;
+  // Never through the logger: stderr may be the stalled console itself.
+  std::string msg = "ddprun: the console did not take " + std::to_string(lost) +
+                    " bytes of the workers' output" +
+                    (options_.log_dir.empty() ? "" : " (the log files under --log-dir have them)") +
+                    "\n";
+  consoles_.err->write(nullptr, msg);
+  consoles_.err->drain_until(Clock::now() + milliseconds(100));
 }
 
 void Agent::run_until(const std::function<bool()>& done) {
@@ -184,10 +256,27 @@ int Agent::run() {
     rlimit raised{nofile.rlim_max, nofile.rlim_max};
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) worker_nofile_limit_ = nofile;
   }
+  consoles_ = open_consoles(io_);
+  if (options_.stdin_rank >= 0 && isatty(STDIN_FILENO)) {
+    try {
+      stdin_ = std::make_unique<StdinForwarder>(io_, STDIN_FILENO, [this] {
+        // The terminal echoed the line: a prompt's open line has ended there.
+        for (auto* c : {consoles_.out.get(), consoles_.err.get()})
+          if (c->terminal()) c->line_typed();
+      });
+      // In the background the terminal answers EIO instead of stopping us.
+      signal(SIGTTIN, SIG_IGN);
+      stdin_->start();
+    } catch (const std::exception& e) {
+      spdlog::warn("typed input is not forwarded to rank {}: {}", options_.stdin_rank, e.what());
+    }
+  }
   children_.add(SIGCHLD);
   for (int sig : options_.signals_to_handle) stop_signals_.add(sig);
+  for (int sig : {SIGTSTP, SIGCONT, SIGWINCH}) job_control_.add(sig);
   watch_children();
   watch_signals();
+  watch_job_control();
   EnvMap env = env_from_strings(options_.base_env);
   make_cgroup(env);
   auto token = env.find(kEnvContainmentToken);
@@ -202,6 +291,13 @@ int Agent::run() {
   guardian_pid_ = guardian->pid();
   int status = run_job(*guardian, std::move(env));
   cgroup_.reset();  // before the guardian: the agent removes it, not the safety net
+  if (!log_errors_.empty()) {
+    std::string text = "ddprun: " + std::to_string(log_errors_.size()) +
+                       " log file(s) could not be written; their output went to the console:\n";
+    for (const auto& e : log_errors_) text += "  " + e + "\n";
+    print(text);
+  }
+  drain_consoles();
   return status;
 }
 
@@ -211,7 +307,11 @@ int Agent::run_job(Guardian& guardian, EnvMap env) {
   setup.cgroup = cgroup_.get();
   setup.worker_nofile_limit = worker_nofile_limit_;
   setup.log_every_stream = !options_.log_dir.empty();
-  bool redirected = options_.redirects.all != kStdNone || !options_.redirects.per_rank.empty();
+  setup.consoles = consoles_;
+  setup.stdin_forwarder = stdin_.get();
+  // Teed streams have files too (torchrun's tee), kept like redirected ones.
+  bool redirected = options_.redirects.all != kStdNone || !options_.redirects.per_rank.empty() ||
+                    options_.tee.all != kStdNone || !options_.tee.per_rank.empty();
   try {
     if (!rendezvous_) rendezvous_ = std::make_unique<StandaloneRendezvous>(options_);
     setup.run_id = rendezvous_->run_id();
@@ -268,6 +368,7 @@ int Agent::run_job(Guardian& guardian, EnvMap env) {
     run_until([&] { return attempt.done(); });
     current_ = nullptr;
     const AttemptResult& result = attempt.result();
+    log_errors_.insert(log_errors_.end(), result.log_errors.begin(), result.log_errors.end());
     GroupOutcome go = result.outcome == Outcome::kSucceeded   ? GroupOutcome::kSucceeded
                       : result.outcome == Outcome::kFailed    ? GroupOutcome::kFailed
                                                               : GroupOutcome::kInterrupted;

@@ -9,6 +9,8 @@
 // Waits on other nodes (a multi-node join, the exit barrier) run on a thread
 // of their own and post back (off_loop); a stop signal meanwhile abandons
 // them through RendezvousHandler::abandon, so ddprun exits at once.
+// Console output is queued to writer threads (console.h), so a console
+// nobody reads slows the workers, never the loop.
 //
 // Containment: the workers run in a job cgroup of their own where one can be
 // made (job_cgroup.h), watched over by the guardian (guardian.h), so that
@@ -28,6 +30,8 @@
 #include <vector>
 
 #include "agent/attempt.h"
+#include "agent/console.h"
+#include "agent/stdin_forwarder.h"
 #include "agent/hooks.h"
 #include "agent/job_cgroup.h"
 #include "agent/runtime_dir.h"
@@ -56,6 +60,10 @@ class Agent {
  private:
   void watch_children();
   void watch_signals();
+  void watch_job_control();
+  void suspend();
+  void print(const std::string& text);
+  void drain_consoles();
   void reap();
   void run_until(const std::function<bool()>& done);
   int run_job(Guardian& guardian, EnvMap env);
@@ -70,6 +78,12 @@ class Agent {
   boost::asio::io_context io_;
   boost::asio::signal_set children_;
   boost::asio::signal_set stop_signals_;
+  // Ctrl-Z (SIGTSTP), fg/bg (SIGCONT), a resized terminal (SIGWINCH).
+  boost::asio::signal_set job_control_;
+  Consoles consoles_;
+  std::unique_ptr<StdinForwarder> stdin_;
+  // Log files that failed during the job, repeated at its end.
+  std::vector<std::string> log_errors_;
   std::unique_ptr<RendezvousHandler> rendezvous_;
   std::unique_ptr<RestartPolicy> policy_;
   std::vector<AgentHooks*> hooks_;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "agent/process_tree.h"
 #include "agent/spawn.h"
 #include "base/scoped_fd.h"
+#include "agent/worker_streams.h"
 
 namespace ddprun::agent {
 namespace {
@@ -33,15 +35,6 @@ base::ScopedFd open_log(const std::string& path) {
   base::ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) throw SpawnError("cannot open log file " + path + ": " + strerror(errno), errno);
   return fd;
-}
-
-// A worker's output pipe; failures (EMFILE) are ddprun's, not the program's.
-base::Pipe output_pipe() {
-  try {
-    return base::make_pipe(O_CLOEXEC);
-  } catch (const std::system_error& e) {
-    throw SpawnError(e.what(), e.code().value());
-  }
 }
 
 std::chrono::milliseconds seconds_to_ms(double s) {
@@ -63,6 +56,7 @@ Attempt::Attempt(boost::asio::io_context& io, const Options& options, AttemptSet
   info_.log_dir = setup_.run_dir + "/attempt_" + std::to_string(setup_.attempt_index);
   info_.runtime_dir = setup_.runtime_dir;
   result_.restart_count = setup_.restart_count;
+  ptys_ = setup_.consoles.out && setup_.consoles.out->terminal();
 }
 
 Attempt::~Attempt() {
@@ -103,9 +97,14 @@ void Attempt::spawn_worker(int lr) {
   w.error_file = dir + "/error.json";
   fs::remove(w.error_file, ec);  // a stale file would be blamed on this attempt
 
+  // torchrun's rules: a redirected stream goes to its file only, a teed
+  // one to its file and the console (tee wins); --log-dir files every one.
   int redirected = options_.redirects.for_rank(lr);
-  int filed = setup_.log_every_stream ? kStdAll : redirected;
-  bool shown = options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(lr);
+  int teed = options_.tee.for_rank(lr);
+  int filed = setup_.log_every_stream ? kStdAll : (redirected | teed);
+  int shown_streams = kStdAll & ~(redirected & ~teed);
+  if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(lr))
+    shown_streams = kStdNone;
   base::ScopedFd out_log, err_log;
   if (filed & kStdOut) out_log = open_log(w.stdout_log = dir + "/stdout.log");
   if (filed & kStdErr) err_log = open_log(w.stderr_log = dir + "/stderr.log");
@@ -138,13 +137,21 @@ void Attempt::spawn_worker(int lr) {
   if (options_.virtual_local_rank) use_virtual_local_rank(lr, env);
   for (auto* h : hooks_) h->add_worker_env(info_, lr, env);
 
-  base::Pipe out = output_pipe(), err = output_pipe();
+  std::string prefix = make_line_prefix(options_.log_line_prefix_template, options_.role, w.rank,
+                                        lr, options_.hostname);
+  StreamPlan plan;
+  plan.pty = ptys_;
+  if (plan.pty) console_window(setup_.consoles.out->fd(), prefix.size(), plan.size);
+  if (options_.stdin_rank == w.rank)
+    plan.stdin_mode = setup_.stdin_forwarder ? StdinMode::kForward : StdinMode::kInherit;
+  WorkerStreams streams = open_worker_streams(plan);
   SpawnRequest req;
   req.path = setup_.program_path;
   req.argv = options_.command;
   req.env = env_to_strings(env);
-  req.stdout_fd = out.write.get();
-  req.stderr_fd = err.write.get();
+  req.stdin_fd = streams.in_child.get();
+  req.stdout_fd = streams.out_write.get();
+  req.stderr_fd = streams.err_write.get();
   req.cgroup_procs_fd = setup_.cgroup ? setup_.cgroup->procs_fd() : -1;
   req.nofile_limit = setup_.worker_nofile_limit;
   if (static_cast<size_t>(lr) < options_.worker_cpus.size()) req.cpus = options_.worker_cpus[lr];
@@ -154,13 +161,13 @@ void Attempt::spawn_worker(int lr) {
   Worker worker;
   worker.info = w;
   worker.alive = true;
-  std::string prefix = make_line_prefix(options_.log_line_prefix_template, options_.role, w.rank,
-                                        lr, options_.hostname);
-  auto make_pump = [&](base::Pipe& p, int console, base::ScopedFd& log, Stream stream) {
+  auto make_pump = [&](base::ScopedFd& read, base::ScopedFd& log, Stream stream, int mask) {
     PumpConfig c;
     c.prefix = prefix;
-    c.console_fd = console;
-    c.log_fd = log.release();
+    c.console = stream == Stream::kStdout ? setup_.consoles.out : setup_.consoles.err;
+    c.shown = shown_streams & mask;
+    c.log_path = stream == Stream::kStdout ? w.stdout_log : w.stderr_log;
+    c.log = std::move(log);
     if (!hooks_.empty())
       c.on_data = [this, lr, stream](std::string_view data) {
         for (auto* h : hooks_) h->output(lr, stream, data);
@@ -168,14 +175,21 @@ void Attempt::spawn_worker(int lr) {
     c.on_eof = [this, alive = alive_] {
       if (*alive) check_progress();
     };
-    return std::make_unique<OutputPump>(io_, p.read.release(), std::move(c));
+    c.on_log_error = [this, lr, alive = alive_](const std::string& path, int err) {
+      if (!*alive) return;
+      std::string error = strerror(err);
+      spdlog::warn("cannot write {}: {}; its output goes on to the console", path, error);
+      result_.log_errors.push_back(path + ": " + error);
+      for (auto* h : hooks_) h->log_write_failed(lr, path, error);
+    };
+    return std::make_unique<OutputPump>(io_, read.release(), std::move(c));
   };
-  worker.out = make_pump(out, (shown && !(redirected & kStdOut)) ? STDOUT_FILENO : -1, out_log,
-                         Stream::kStdout);
-  worker.err = make_pump(err, (shown && !(redirected & kStdErr)) ? STDERR_FILENO : -1, err_log,
-                         Stream::kStderr);
+  worker.out = make_pump(streams.out_read, out_log, Stream::kStdout, kStdOut);
+  worker.err = make_pump(streams.err_read, err_log, Stream::kStderr, kStdErr);
   worker.out->start();
   worker.err->start();
+  if (streams.input.get() >= 0)
+    setup_.stdin_forwarder->set_target(std::move(streams.input), streams.input_is_pty);
   info_.workers.push_back(w);
   workers_.push_back(std::move(worker));
 }
@@ -266,7 +280,42 @@ void Attempt::fail_attempt(const FailRequest& req) {
 
 void Attempt::signal_groups(int sig) {
   // Every group, also of workers already reaped: their children may live on.
-  for (auto& w : workers_) kill(-w.info.pid, sig);
+  // A group stopped by Ctrl-Z acts on its signal only once continued.
+  for (auto& w : workers_) {
+    kill(-w.info.pid, sig);
+    if (sig != SIGKILL) kill(-w.info.pid, SIGCONT);
+  }
+}
+
+void Attempt::pumps_lossy() {
+  // The workers' exits must not wait for a console nobody reads; the log
+  // files keep what it cannot take.
+  for (auto& w : workers_) {
+    if (w.out) w.out->set_lossy();
+    if (w.err) w.err->set_lossy();
+  }
+}
+
+void Attempt::stop_workers() {
+  for (auto& w : workers_) kill(-w.info.pid, SIGSTOP);
+}
+
+void Attempt::continue_workers() {
+  for (auto& w : workers_) kill(-w.info.pid, SIGCONT);
+}
+
+void Attempt::resize_terminals() {
+  if (!ptys_) return;
+  for (auto& w : workers_) {
+    winsize size;
+    std::string prefix = make_line_prefix(options_.log_line_prefix_template, options_.role,
+                                          w.info.rank, w.info.local_rank, options_.hostname);
+    if (!console_window(setup_.consoles.out->fd(), prefix.size(), size)) return;
+    for (auto* pump : {w.out.get(), w.err.get()})
+      if (pump && pump->open()) (void)ioctl(pump->fd(), TIOCSWINSZ, &size);
+    // Not the workers' controlling terminal: the kernel signals nobody.
+    if (w.alive) kill(-w.info.pid, SIGWINCH);
+  }
 }
 
 void Attempt::begin_teardown(int sig) {
@@ -275,6 +324,7 @@ void Attempt::begin_teardown(int sig) {
     return;
   }
   phase_ = Phase::kTerminating;
+  pumps_lossy();
   signal_groups(sig);
   timer_.expires_after(seconds_to_ms(options_.term_timeout_s));
   timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
@@ -297,6 +347,7 @@ void Attempt::kill_all() {
 
 void Attempt::kill_now() {
   phase_ = Phase::kKilled;
+  pumps_lossy();
   kill_all();
   timer_.expires_after(kKillDeadline);
   timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
@@ -352,6 +403,7 @@ void Attempt::finish() {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
   timer_.cancel();
+  if (setup_.stdin_forwarder) setup_.stdin_forwarder->clear_target();
   for (auto& w : workers_) {
     if (w.out) w.out->close();
     if (w.err) w.err->close();

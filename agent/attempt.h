@@ -28,6 +28,7 @@
 #include "agent/job_cgroup.h"
 #include "agent/options.h"
 #include "agent/output_pump.h"
+#include "agent/stdin_forwarder.h"
 
 namespace ddprun::agent {
 
@@ -55,6 +56,12 @@ struct AttemptSetup {
   JobCgroup* cgroup = nullptr;
   // RLIMIT_NOFILE the workers get (see SpawnRequest::nofile_limit).
   std::optional<rlimit> worker_nofile_limit;
+  // ddprun's consoles (console.h); a terminal stdout makes workers' stdout
+  // and stderr pseudo-terminals.
+  Consoles consoles;
+  // Typed input for the stdin rank when ddprun's stdin is a terminal; null
+  // otherwise (that rank then inherits ddprun's stdin).
+  StdinForwarder* stdin_forwarder = nullptr;
 };
 
 class Attempt : public AttemptControl {
@@ -74,6 +81,12 @@ class Attempt : public AttemptControl {
   // SIGKILL. A second call kills at once.
   void interrupt(int sig);
   void fail_attempt(const FailRequest& request) override;
+  // Job control: Ctrl-Z stops every worker group (SIGSTOP, certain even
+  // for a worker that handles SIGTSTP); fg/bg continue them.
+  void stop_workers();
+  void continue_workers();
+  // The terminal was resized: every worker pty follows, with SIGWINCH.
+  void resize_terminals();
   boost::asio::io_context& io() override { return io_; }
 
   bool done() const { return phase_ == Phase::kDone; }
@@ -95,6 +108,7 @@ class Attempt : public AttemptControl {
   void record_failure(Failure failure);
   void begin_teardown(int sig);
   void signal_groups(int sig);
+  void pumps_lossy();
   void kill_now();
   void kill_all();
   void check_progress();
@@ -111,6 +125,7 @@ class Attempt : public AttemptControl {
   AttemptInfo info_;
   std::vector<Worker> workers_;
   Phase phase_ = Phase::kRunning;
+  bool ptys_ = false;  // worker streams are pseudo-terminals
   std::vector<int> pre_signal_targets_;  // local ranks awaited in kPreSignal
   boost::asio::steady_timer timer_;
   AttemptResult result_;

@@ -61,6 +61,9 @@ struct AttemptResult {
   std::optional<Failure> root;   // kFailed: the first failure by monotonic time
   int signal = 0;                // kInterrupted: the signal ddprun received
   std::vector<WorkerEnd> ends;   // every worker, in the order they ended
+  // "<path>: <error>" for every log file that could not be written (full
+  // disk, quota): its stream went on to the console.
+  std::vector<std::string> log_errors;
 };
 
 }  // namespace ddprun::agent

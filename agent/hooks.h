@@ -61,6 +61,16 @@ class AgentHooks {
     (void)local_rank, (void)stream, (void)data;
   }
   virtual void worker_exited(const WorkerEnd& end) { (void)end; }
+  // A worker's log file could not be written (`error`: strerror); once per
+  // file. Its output still reaches the console.
+  virtual void log_write_failed(int local_rank, const std::string& path,
+                                const std::string& error) {
+    (void)local_rank, (void)path, (void)error;
+  }
+  // Job control: ddprun and every worker were stopped (Ctrl-Z), then
+  // continued (fg/bg). Time in between is nobody's hang.
+  virtual void job_stopped() {}
+  virtual void job_continued() {}
   // The attempt's root cause, once, as soon as it is known (before the
   // teardown): a worker's failure, a hook's fail_attempt, a spawn error.
   virtual void attempt_failed(const Failure& root) { (void)root; }

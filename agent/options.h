@@ -128,8 +128,13 @@ struct Options {
   std::string log_dir;
   // -r/--redirects: streams kept off the console (they go to the log file).
   StdSpec redirects;
-  // -t/--tee: accepted; the console always shows what is not redirected.
+  // -t/--tee: streams that go to the log file AND the console (torchrun's
+  // tee; it wins over a redirect of the same stream).
   StdSpec tee;
+  // --stdin-rank: the global rank whose standard input is ddprun's (typed
+  // input is forwarded when that is a terminal); -1 (none): every rank
+  // reads /dev/null.
+  int stdin_rank = 0;
   // --local-ranks-filter: local ranks whose output reaches the console;
   // empty means all. Filtered streams still reach their log files.
   std::set<int> local_ranks_filter;

@@ -7,37 +7,41 @@
 
 namespace ddprun::agent {
 
-void write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) continue;  // a non-blocking console: retry
-      return;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
 OutputPump::OutputPump(boost::asio::io_context& io, int read_fd, PumpConfig config)
-    : pipe_(io, read_fd), config_(std::move(config)), splitter_(config_.prefix) {}
+    : pipe_(io, read_fd),
+      config_(std::move(config)),
+      splitter_(config_.prefix),
+      quiet_(io) {}
 
-OutputPump::~OutputPump() {
-  *alive_ = false;
-  if (config_.log_fd >= 0) ::close(config_.log_fd);
-}
+OutputPump::~OutputPump() { *alive_ = false; }
 
 void OutputPump::start() { read_more(); }
 
+void OutputPump::set_lossy() {
+  lossy_ = true;
+  if (paused_) {
+    paused_ = false;
+    read_more();
+  }
+}
+
 void OutputPump::read_more() {
   pipe_.async_read_some(boost::asio::buffer(buf_),
-                        [this, alive = alive_](const boost::system::error_code& ec,
-                                               size_t n) {
+                        [this, alive = alive_](const boost::system::error_code& ec, size_t n) {
                           if (!*alive || !open_) return;
                           if (n > 0) handle(buf_.data(), n);
+                          // EOF; EIO from a pseudo-terminal whose worker side closed.
                           if (ec) {
                             finish();
+                            return;
+                          }
+                          if (!lossy_ && config_.console && config_.console->full()) {
+                            paused_ = true;  // back-pressure: the worker waits, not the agent
+                            config_.console->when_room([this, alive] {
+                              if (!*alive || !open_ || !paused_) return;
+                              paused_ = false;
+                              read_more();
+                            });
                             return;
                           }
                           read_more();
@@ -45,22 +49,64 @@ void OutputPump::read_more() {
 }
 
 void OutputPump::handle(const char* data, size_t size) {
-  if (config_.log_fd >= 0) write_all(config_.log_fd, data, size);
-  if (config_.console_fd >= 0) {
+  if (config_.log.valid()) {
+    if (!base::write_fully(config_.log.get(), data, size)) {
+      int err = errno;
+      config_.log.reset();
+      config_.shown = true;  // the console keeps what the file cannot
+      if (config_.on_log_error) config_.on_log_error(config_.log_path, err);
+    }
+  }
+  if (config_.console && config_.shown) {
     batch_.clear();
-    splitter_.feed(data, size, batch_);
-    if (!batch_.empty()) write_all(config_.console_fd, batch_.data(), batch_.size());
+    if (config_.console->take_typed_over(this)) splitter_.new_line();
+    splitter_.feed(data, size, config_.console->open_line() == this, batch_);
+    to_console(batch_);
+    if (splitter_.pending() > 0) {
+      last_data_ = std::chrono::steady_clock::now();
+      arm_quiet_timer();
+    }
   }
   if (config_.on_data) config_.on_data(std::string_view(data, size));
+}
+
+void OutputPump::to_console(std::string& bytes) {
+  if (bytes.empty()) return;
+  if (lossy_ && config_.console->full()) {
+    config_.console->drop(bytes.size());
+    return;
+  }
+  config_.console->write(this, bytes, splitter_.line_open());
+}
+
+void OutputPump::arm_quiet_timer() {
+  if (quiet_armed_) return;
+  quiet_armed_ = true;
+  quiet_.expires_at(last_data_ + kQuiet);
+  quiet_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive) return;
+    quiet_armed_ = false;
+    if (ec || !open_ || splitter_.pending() == 0) return;
+    if (std::chrono::steady_clock::now() < last_data_ + kQuiet) {
+      arm_quiet_timer();  // more came meanwhile: wait for the quiet again
+      return;
+    }
+    batch_.clear();
+    if (config_.console->take_typed_over(this)) splitter_.new_line();
+    splitter_.show_pending(config_.console->open_line() == this, batch_);
+    to_console(batch_);
+  });
 }
 
 void OutputPump::finish() {
   if (!open_) return;
   open_ = false;
-  if (config_.console_fd >= 0) {
+  quiet_.cancel();
+  if (config_.console && config_.shown) {
     batch_.clear();
-    splitter_.flush(batch_);
-    if (!batch_.empty()) write_all(config_.console_fd, batch_.data(), batch_.size());
+    if (config_.console->take_typed_over(this)) splitter_.new_line();
+    splitter_.flush(config_.console->open_line() == this, batch_);
+    to_console(batch_);
   }
   boost::system::error_code ignored;
   pipe_.close(ignored);
@@ -69,8 +115,9 @@ void OutputPump::finish() {
 
 void OutputPump::close() {
   if (!open_) return;
-  // Drain what is already in the pipe without blocking, so the last lines
-  // of a killed worker are not lost.
+  // Drain what is already readable without blocking, so the last lines of
+  // a killed worker are not lost; the console takes what it can.
+  lossy_ = true;
   pipe_.non_blocking(true);
   for (;;) {
     ssize_t n = ::read(pipe_.native_handle(), buf_.data(), buf_.size());

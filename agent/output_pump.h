@@ -1,13 +1,24 @@
-// Reads one worker stream (a pipe) on the event loop and sends it on: raw
-// bytes to the log file, prefixed whole lines to the console, the bytes to
-// a hook.
+// Reads one worker stream (a pipe or a pseudo-terminal) on the event loop
+// and sends it on: raw bytes to the log file, prefixed lines to the console
+// (line_splitter.h), the bytes to a hook.
 //
-// Each read's complete lines go to the console in one write(), so lines of
-// different workers never mix within a line. Move-only by construction
-// (owns the descriptors); close() stops reading and releases them.
+// Never blocks the loop: the console is a queue (console.h). While that
+// queue is full the pump stops reading, so a console nobody reads throttles
+// the worker through its own pipe, not the agent; during a teardown
+// (set_lossy) it keeps reading and drops what the console cannot take, so
+// the workers' exits are never held up by it. The log file keeps every
+// byte either way. Text without a newline is shown once the stream has been
+// quiet for kQuiet.
+//
+// A log file that fails (full disk, quota, EIO) is reported once through
+// on_log_error, its stream then goes to the console even if it was
+// redirected, so nothing is lost silently.
+//
+// Owns its descriptors; close() stops reading and releases them.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,21 +26,31 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 
+#include "agent/console.h"
+#include "base/scoped_fd.h"
 #include "agent/line_splitter.h"
 
 namespace ddprun::agent {
 
 struct PumpConfig {
-  std::string prefix;        // console line prefix
-  int console_fd = -1;       // -1: keep this stream off the console
-  int log_fd = -1;           // owned; -1: no log file
+  std::string prefix;                // console line prefix
+  std::shared_ptr<Console> console;  // null: never on the console
+  bool shown = true;                 // false: console only if the log file fails
+  base::ScopedFd log;                // none: no log file
+  std::string log_path;              // for the error message
   std::function<void(std::string_view)> on_data;  // may be empty
   std::function<void()> on_eof;                   // called once
+  // The log file failed (errno `err`); called once per pump.
+  std::function<void(const std::string& path, int err)> on_log_error;
 };
 
 class OutputPump {
  public:
+  // How long a stream must be quiet before its partial line is shown.
+  static constexpr std::chrono::milliseconds kQuiet{20};
+
   // Takes ownership of `read_fd`.
   OutputPump(boost::asio::io_context& io, int read_fd, PumpConfig config);
   ~OutputPump();
@@ -37,28 +58,36 @@ class OutputPump {
   OutputPump& operator=(const OutputPump&) = delete;
 
   void start();
-  // Stops reading now (flushing any partial line); on_eof runs if it has not.
+  // Stops reading now (draining what is readable without blocking and
+  // flushing any partial line); on_eof runs if it has not.
   void close();
   bool open() const { return open_; }
+  // The stream's read end (a pty master: its window size is set on it).
+  int fd() { return pipe_.native_handle(); }
+  // Teardown: never pause for the console; drop what it cannot take.
+  void set_lossy();
 
  private:
   void read_more();
   void handle(const char* data, size_t size);
+  void to_console(std::string& bytes);
+  void arm_quiet_timer();
   void finish();
 
   boost::asio::posix::stream_descriptor pipe_;
   PumpConfig config_;
   LineSplitter splitter_;
+  boost::asio::steady_timer quiet_;
+  std::chrono::steady_clock::time_point last_data_;
+  bool quiet_armed_ = false;
+  bool paused_ = false;
+  bool lossy_ = false;
   std::array<char, 64 * 1024> buf_;
   std::string batch_;
   bool open_ = true;
-  // Read handlers may run after this object is gone (aborted reads are
+  // Handlers may run after this object is gone (aborted operations are
   // still delivered); they check this flag first.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
-
-// Writes all of `data` to `fd`, retrying on EINTR and short writes; errors
-// (a closed console) are ignored: output is best effort, the job goes on.
-void write_all(int fd, const char* data, size_t size);
 
 }  // namespace ddprun::agent

@@ -58,6 +58,7 @@ struct ChildReport {
   // sibling. Naming the agent lets its descendants attach. EINVAL without
   // Yama is expected and harmless.
   (void)prctl(PR_SET_PTRACER, agent, 0, 0, 0);
+  if (req.stdin_fd >= 0 && dup2(req.stdin_fd, STDIN_FILENO) < 0) goto fail;
   if (req.stdout_fd >= 0 && dup2(req.stdout_fd, STDOUT_FILENO) < 0) goto fail;
   if (req.stderr_fd >= 0 && dup2(req.stderr_fd, STDERR_FILENO) < 0) goto fail;
   if (req.nofile_limit && setrlimit(RLIMIT_NOFILE, &*req.nofile_limit) != 0) goto fail;

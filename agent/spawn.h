@@ -4,7 +4,7 @@
 // the agent first and the agent can signal the worker and everything it
 // started as one group), a parent-death SIGKILL (so a SIGKILLed agent leaves
 // no worker behind), default signal dispositions and an empty signal mask,
-// and its stdout/stderr on the given pipes. With a job cgroup it joins the
+// and its stdin/stdout/stderr on the given descriptors. With a job cgroup it joins the
 // cgroup before exec (job_cgroup.h), so nothing it runs starts outside. An
 // exec failure comes back through a close-on-exec pipe and is thrown as
 // SpawnError, so a typo in the program name is one clear line, not a crash
@@ -48,7 +48,9 @@ struct SpawnRequest {
   std::vector<std::string> argv;
   // "KEY=VALUE" strings; the child's whole environment.
   std::vector<std::string> env;
-  // Write ends the child gets as fd 1 and 2; -1 keeps the agent's.
+  // The child's fd 0, 1 and 2 (a pipe end, a pty, /dev/null); -1 keeps
+  // the agent's.
+  int stdin_fd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
   // A job cgroup's cgroup.procs (JobCgroup::procs_fd); -1: no cgroup.

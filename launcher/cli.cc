@@ -102,6 +102,7 @@ struct RawFlags {
   std::string log_dir;
   std::string redirects = "0";
   std::string tee = "0";
+  std::string stdin_rank = "0";
   std::string local_ranks_filter;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -225,7 +226,10 @@ void define_flags(CLI::App& app, RawFlags& f) {
       "Keep streams off the console (log file only): 0-3 or <local_rank>:<0-3>,... "
       "(1 stdout, 2 stderr, 3 both) [0]");
   opt("-t,--tee", f.tee, "PET_TEE", O,
-      "Accepted; the console always shows what is not redirected [0]");
+      "Streams to the log file AND the console (as torchrun; wins over -r), same values [0]");
+  opt("--stdin-rank,--stdin_rank", f.stdin_rank, "DDPRUN_STDIN_RANK", O,
+      "The rank that reads ddprun's standard input (typed input is forwarded), or none; "
+      "the others read /dev/null [0]");
   opt("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter, "PET_LOCAL_RANKS_FILTER",
       O, "Only these local ranks reach the console, e.g. 0 or 0,2 [all]");
   opt("--log-line-prefix-template,--log_line_prefix_template", f.prefix_template,
@@ -392,6 +396,7 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   o.log_dir = f.log_dir;
   o.redirects = parse_std("--redirects", f.redirects);
   o.tee = parse_std("--tee", f.tee);
+  o.stdin_rank = f.stdin_rank == "none" ? -1 : to_int("--stdin-rank", f.stdin_rank, 0);
   for (const auto& r : split(f.local_ranks_filter, ','))
     o.local_ranks_filter.insert(to_int("--local-ranks-filter", r, 0));
   o.log_line_prefix_template = f.prefix_template;

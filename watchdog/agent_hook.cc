@@ -170,6 +170,15 @@ void WatchdogHook::worker_exited(const agent::WorkerEnd& end) {
   }
 }
 
+void WatchdogHook::log_write_failed(int local_rank, const std::string& path,
+                                    const std::string& error) {
+  if (!events_) return;
+  int rank = local_rank;
+  for (const auto& w : info_.workers)
+    if (w.local_rank == local_rank) rank = w.rank;
+  events_->write("log_write_failed", attempt_, {rank}, path + ": " + error, {{"path", path}});
+}
+
 void WatchdogHook::attempt_failed(const agent::Failure&) {
   // The attempt is ending (a failed worker, a hang, another hook): the
   // teardown that follows, up to --term-timeout, is not a hang, however

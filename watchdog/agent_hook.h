@@ -88,6 +88,8 @@ class WatchdogHook : public agent::AgentHooks {
                        agent::AttemptControl& control) override;
   void output(int local_rank, agent::Stream stream, std::string_view data) override;
   void worker_exited(const agent::WorkerEnd& end) override;
+  void log_write_failed(int local_rank, const std::string& path,
+                        const std::string& error) override;
   void attempt_failed(const agent::Failure& root) override;
   void attempt_interrupted(int signal) override;
   void attempt_ended(const agent::AttemptResult& result) override;

@@ -1,7 +1,8 @@
 // EventLog: the job's history as JSON lines (events.jsonl in the log
 // directory) so a user or a dashboard can follow a job after the fact.
 //
-// Each line: {"event": "start|rendezvous|worker_exit|hang_detected|restart|done",
+// Each line: {"event": "start|rendezvous|worker_exit|hang_detected|restart|done|
+//   log_write_failed",
 //   "time": ISO 8601 UTC wall clock, "monotonic_s": steady clock seconds,
 //   "attempt": N, "ranks": [global ranks], "reason": "...", ...extra fields}
 // Lines are appended with one write(2) on an O_APPEND descriptor, so a

@@ -62,7 +62,7 @@ DdprunProcess::~DdprunProcess() {
 bool DdprunProcess::pump(Clock::time_point until) {
   pollfd fds[2];
   int n = 0;
-  if (out_fd_) fds[n++] = {out_fd_.get(), POLLIN, 0};
+  if (out_fd_ && !stall_out_) fds[n++] = {out_fd_.get(), POLLIN, 0};
   if (err_fd_) fds[n++] = {err_fd_.get(), POLLIN, 0};
   if (n == 0) return false;
   int r = poll(fds, n, remaining_ms(until));
@@ -87,6 +87,15 @@ bool DdprunProcess::wait_for_stdout(const std::function<bool(const std::string&)
   auto until = Clock::now() + deadline;
   while (!ready(out_)) {
     if (Clock::now() >= until || !pump(until)) return ready(out_);
+  }
+  return true;
+}
+
+bool DdprunProcess::wait_for_stderr(const std::function<bool(const std::string&)>& ready,
+                                    Seconds deadline) {
+  auto until = Clock::now() + deadline;
+  while (!ready(err_)) {
+    if (Clock::now() >= until || !pump(until)) return ready(err_);
   }
   return true;
 }

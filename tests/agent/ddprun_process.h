@@ -37,9 +37,13 @@ class DdprunProcess {
   pid_t pid() const { return pid_; }
   // Reads output until `ready(stdout)` holds or the deadline passes.
   bool wait_for_stdout(const std::function<bool(const std::string&)>& ready, Seconds deadline);
+  bool wait_for_stderr(const std::function<bool(const std::string&)>& ready, Seconds deadline);
+  // While stalled, ddprun's stdout is not read: a console nobody reads.
+  void stall_stdout(bool stalled) { stall_out_ = stalled; }
   void send(int sig);
   // Standard output read so far.
   const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
   // Reads both streams to EOF and reaps ddprun. On the deadline ddprun is
   // SIGKILLed and timed_out is set.
   Finished finish(Seconds deadline);
@@ -51,6 +55,7 @@ class DdprunProcess {
   base::ScopedFd out_fd_;
   base::ScopedFd err_fd_;
   std::string out_, err_;
+  bool stall_out_ = false;
 };
 
 // Runs ddprun to the end.

@@ -1,4 +1,4 @@
-// The agent's pure pieces: line splitting, error files, signal names, env,
+// The agent's pure pieces: error files, signal names, env,
 // the cgroup v2 mount and path parsers.
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -14,32 +14,6 @@
 #include "agent/worker_env.h"
 
 using namespace ddprun::agent;
-
-TEST_CASE("lines are carried over between reads and prefixed whole") {
-  LineSplitter s("[p]:");
-  std::string out;
-  s.feed("ab", 2, out);
-  CHECK(out.empty());
-  s.feed("c\nde\nf", 6, out);
-  CHECK(out == "[p]:abc\n[p]:de\n");
-  out.clear();
-  s.flush(out);
-  CHECK(out == "[p]:f\n");
-  out.clear();
-  s.flush(out);
-  CHECK(out.empty());
-}
-
-TEST_CASE("a very long line is cut at the limit instead of growing") {
-  LineSplitter s(">", 4);
-  std::string out;
-  s.feed("abcdefghij\n", 11, out);
-  CHECK(out == ">abcd\n>efgh\n>ij\n");
-  out.clear();
-  s.feed("abcd", 4, out);
-  s.feed("\n", 1, out);
-  CHECK(out == ">abcd\n");  // exactly the limit: no empty extra line
-}
 
 TEST_CASE("prefix templates expand every placeholder") {
   CHECK(make_line_prefix("", "default", 5, 1, "h") == "[default1]:");

@@ -19,6 +19,8 @@
 //   limits              print "nofile=<soft limit>", exit 0
 //   lines N             print N numbered lines, each in two write() calls
 //   error-file MSG      write torch's @record JSON with MSG, exit 1
+//   long-line N         print one line of N bytes ("0123456789" repeated)
+//   bytes N             print N bytes of 100-byte lines
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -181,6 +183,19 @@ int main(int argc, char** argv) {
       size_t half = line.size() / 2;
       if (write(STDOUT_FILENO, line.data(), half) < 0) return 1;
       if (write(STDOUT_FILENO, line.data() + half, line.size() - half) < 0) return 1;
+    }
+    return 0;
+  }
+  if ((mode == "long-line" || mode == "bytes") && argc == 3) {
+    size_t n = std::strtoull(argv[2], nullptr, 10);
+    std::string text(n, 'x');
+    for (size_t i = 0; i < n; ++i) text[i] = mode == "bytes" && i % 100 == 99 ? '\n' : "0123456789"[i % 10];
+    if (mode == "long-line") text += '\n';
+    size_t done = 0;
+    while (done < text.size()) {
+      ssize_t w = write(STDOUT_FILENO, text.data() + done, text.size() - done);
+      if (w < 0) return 1;
+      done += static_cast<size_t>(w);
     }
     return 0;
   }

@@ -1,0 +1,105 @@
+// The agent's console: one destination (ddprun's stdout or stderr) that
+// every worker stream and the agent's own messages write to.
+//
+// Writes go to a thread of its own through a queue, so the event loop never
+// blocks on a console nobody reads (`| less` left unscrolled, Ctrl-S, a
+// stalled pipe). The queue is bounded by back-pressure, not by dropping:
+// once it holds kHighWater bytes, full() is true and the output pumps stop
+// reading their workers' pipes (the workers then block in write(), as they
+// would on a slow terminal under torchrun); when_room() resumes them on the
+// loop once the writer has caught up. Only a teardown (drop()) and the exit
+// (drain_until's deadline) give up on bytes, and the log files keep them.
+//
+// It also knows which source's line is open on the console (text written
+// without its newline yet: a prompt, a `\r` progress bar). Another source
+// writing first ends that line with "\n", so lines of different ranks never
+// mix; the interrupted source learns it from open_line() and marks its
+// continuation (line_splitter.h).
+//
+// Thread safety: everything but drain_until() and bytes_queued() on the
+// loop thread. The writer thread touches only the shared queue.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+
+namespace ddprun::agent {
+
+class Console {
+ public:
+  // Queued bytes at which full() turns true (the pumps pause).
+  static constexpr size_t kHighWater = 1 << 20;
+
+  // Writes to `fd` (not owned, not made non-blocking: it is shared with
+  // the shell). `terminal`: fd is a terminal (decides the pty path).
+  Console(boost::asio::io_context& io, int fd, bool terminal);
+  ~Console();
+  Console(const Console&) = delete;
+  Console& operator=(const Console&) = delete;
+
+  // Queues `bytes` from `source` (any stable address; nullptr for the
+  // agent's own messages). Ends another source's open line first;
+  // `leaves_line_open` makes `source` the owner of the console's line.
+  void write(const void* source, std::string_view bytes, bool leaves_line_open = false);
+  // The source whose line is open on the console (nullptr: none).
+  const void* open_line() const { return open_; }
+  // A line was typed at this terminal: its echoed newline ended the open
+  // line (a prompt's). Its owner then starts a new line, unmarked.
+  void line_typed() {
+    if (open_) typed_over_ = open_;
+    open_ = nullptr;
+  }
+  // True once for the source whose open line line_typed() ended.
+  bool take_typed_over(const void* source) {
+    if (typed_over_ != source) return false;
+    typed_over_ = nullptr;
+    return true;
+  }
+  bool full() const;
+  // Counts bytes not shown because the console was full during a teardown.
+  void drop(size_t bytes) { dropped_ += bytes; }
+  size_t dropped() const { return dropped_; }
+  // Runs `resume` on the loop once the queue is below half of kHighWater
+  // (at once, posted, when it already is).
+  void when_room(std::function<void()> resume);
+  // Any thread: waits until every queued byte is written, the console
+  // failed (closed), or `deadline`. True when nothing is left queued.
+  bool drain_until(std::chrono::steady_clock::time_point deadline);
+  size_t bytes_queued() const;
+  // Bytes the writer has written so far (progress, for the exit's wait).
+  size_t bytes_written() const;
+  bool terminal() const { return terminal_; }
+  int fd() const { return fd_; }
+
+ private:
+  struct Queue;
+  static void writer_main(std::shared_ptr<Queue> q, int fd);
+
+  boost::asio::io_context& io_;
+  int fd_;
+  bool terminal_;
+  const void* open_ = nullptr;
+  const void* typed_over_ = nullptr;
+  size_t dropped_ = 0;
+  // Shared with the writer thread, which may outlive this object when it is
+  // stuck in write() at exit (then it is detached; the process ends it).
+  std::shared_ptr<Queue> q_;
+  std::thread writer_;
+};
+
+// ddprun's stdout and stderr consoles; `err` is `out` itself when both
+// descriptors are the same file (a terminal, `2>&1`), so one queue keeps
+// their order.
+struct Consoles {
+  std::shared_ptr<Console> out;
+  std::shared_ptr<Console> err;
+};
+Consoles open_consoles(boost::asio::io_context& io, int out_fd = 1, int err_fd = 2);
+
+}  // namespace ddprun::agent

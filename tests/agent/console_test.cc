@@ -1,0 +1,137 @@
+// The console path: a console nobody reads never holds up the agent, --tee
+// and --redirects as torchrun's, long lines whole up to the documented size.
+// Python workers run with plain `python3` from PATH (no torch needed).
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "agent/line_splitter.h"
+#include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
+
+using namespace ddprun::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kWorker = std::string(WORKERS_DIR) + "/console_worker.py";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Every file called `name` below `root`, concatenated.
+std::string files_named(const std::string& root, const std::string& name) {
+  std::string all;
+  for (auto& e : fs::recursive_directory_iterator(root))
+    if (e.path().filename() == name) all += slurp(e.path());
+  return all;
+}
+
+uintmax_t bytes_named(const std::string& root, const std::string& name) {
+  uintmax_t n = 0;
+  std::error_code ec;
+  for (auto& e : fs::recursive_directory_iterator(root, ec))
+    if (e.path().filename() == name) n += fs::file_size(e.path(), ec);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a console nobody reads: SIGTERM still stops the job within --term-timeout + 1 s") {
+  TempDir dir;
+  DdprunProcess p({"--nproc-per-node=2", "--term-timeout=2", "--log-dir", dir.path(),
+                   kWorker, "flood"});
+  p.stall_stdout(true);  // the reader stalls for the whole test (< 20 s)
+  auto stalled_at = std::chrono::steady_clock::now();
+  REQUIRE(p.wait_for_stderr([](const std::string& e) { return count_of(e, "flooding rank=") == 2; },
+                            Seconds(20)));
+  // The console queue is full once the log files hold about as much as it
+  // (1 MiB of prefixed lines, ~0.93 MB raw): from then on the agent
+  // throttles the workers. The files are the only progress to watch: poll.
+  constexpr uintmax_t kQueueFull = 900'000;
+  auto until = std::chrono::steady_clock::now() + Seconds(15);
+  while (bytes_named(dir.path(), "stdout.log") < kQueueFull &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(bytes_named(dir.path(), "stdout.log") >= kQueueFull);
+  // The log files stop growing: the workers are held by back-pressure.
+  p.send(SIGTERM);
+  // The requirement: exit within --term-timeout (2 s; the workers ignore
+  // SIGTERM) plus 1 s, while the console is still not read.
+  bool exited = wait_dead(p.pid(), Seconds(3));
+  CHECK(exited);
+  CHECK(std::chrono::steady_clock::now() - stalled_at < Seconds(20));
+  p.stall_stdout(false);
+  auto r = p.finish(Seconds(20));
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.status == 143);
+  CHECK(count_of(r.err, "stopping rank=") == 2);
+  CHECK(count_of(r.err, "the console did not take ") == 1);
+  CHECK(count_of(r.err, "(the log files under --log-dir have them)") == 1);
+  // The files have every line the workers wrote, numbered without a gap.
+  std::string log = files_named(dir.path(), "stdout.log");
+  CHECK(count_of(log, "rank=0 line=0 ") == 1);
+  CHECK(count_of(log, "rank=1 line=0 ") == 1);
+}
+
+TEST_CASE("--tee shows teed streams on the console and writes their files; -r alone files only") {
+  TempDir dir;
+  auto teed = run_ddprun({"--nproc-per-node=2", "-r", "3", "-t", "3", "--rdzv-id=tee", "--log-dir",
+                          dir.path() + "/a", TEST_WORKER, "lines", "3"});
+  REQUIRE(teed.status == 0);
+  CHECK(lines_with(teed.out, "[default0]:rank=0 line=").size() == 3);
+  CHECK(lines_with(teed.out, "[default1]:rank=1 line=").size() == 3);
+  CHECK(count_of(files_named(dir.path() + "/a", "stdout.log"), " line=") == 6);
+
+  auto redirected = run_ddprun({"--nproc-per-node=2", "-r", "3", "--rdzv-id=red", "--log-dir",
+                                dir.path() + "/b", TEST_WORKER, "lines", "3"});
+  REQUIRE(redirected.status == 0);
+  CHECK(redirected.out.empty());
+  CHECK(count_of(files_named(dir.path() + "/b", "stdout.log"), " line=") == 6);
+
+  // Without --log-dir, teed files go to a kept folder that ddprun names.
+  auto no_dir = run_ddprun({"-t", "1", TEST_WORKER, "lines", "2"});
+  REQUIRE(no_dir.status == 0);
+  CHECK(lines_with(no_dir.out, "[default0]:rank=0 line=").size() == 2);
+}
+
+TEST_CASE("a 10 MB line is cut only at the documented size, each piece marked") {
+  using ddprun::agent::LineSplitter;
+  constexpr size_t kSize = 10'000'000;
+  auto r = run_ddprun({TEST_WORKER, "long-line", std::to_string(kSize)}, {}, Seconds(120));
+  REQUIRE(r.status == 0);
+  std::string joined;
+  size_t pieces = 0;
+  std::istringstream in(r.out);
+  std::string line;
+  std::string mark = "[default0]:" + std::string(LineSplitter::kContinuation);
+  while (std::getline(in, line)) {
+    std::string head = pieces == 0 ? "[default0]:" : mark;
+    REQUIRE(line.rfind(head, 0) == 0);
+    std::string body = line.substr(head.size());
+    if (pieces == 0 || joined.size() + body.size() < kSize)
+      CHECK(body.size() == LineSplitter::kDefaultMaxLine);  // whole up to the limit
+    joined += body;
+    ++pieces;
+  }
+  CHECK(pieces == (kSize + LineSplitter::kDefaultMaxLine - 1) / LineSplitter::kDefaultMaxLine);
+  REQUIRE(joined.size() == kSize);
+  bool same = true;
+  for (size_t i = 0; i < kSize && same; ++i) same = joined[i] == "0123456789"[i % 10];
+  CHECK(same);
+
+  // Exactly the limit: one line.
+  auto whole = run_ddprun({TEST_WORKER, "long-line", std::to_string(LineSplitter::kDefaultMaxLine)});
+  REQUIRE(whole.status == 0);
+  CHECK(whole.out.size() == LineSplitter::kDefaultMaxLine + std::string("[default0]:\n").size());
+}

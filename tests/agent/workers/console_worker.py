@@ -1,0 +1,53 @@
+# A worker for the console and terminal tests (plain python3, no torch).
+#
+#   flood          say "flooding" on stderr, print numbered lines on stdout
+#                  until SIGTERM, then print "stopping" and hang (the agent's
+#                  grace period ends it)
+#   tty            print what isatty() says of fd 0, 1, 2 and the width
+#   progress N     N '\r' progress updates 300 ms apart, each stamped with
+#                  the CLOCK_MONOTONIC ns of its write; then a newline
+#   input          input("name? "), then print "got <name>"
+#   pdb            breakpoint(), then print "after breakpoint"
+#   sleep          print "ready pid=<pid>", then sleep until killed
+import os
+import signal
+import sys
+import time
+
+mode = sys.argv[1]
+rank = os.environ.get("RANK", "?")
+
+if mode == "flood":
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    sys.stderr.write(f"flooding rank={rank}\n")
+    sys.stderr.flush()
+    i = 0
+    while not stop:
+        os.write(1, f"rank={rank} line={i} {'x' * 80}\n".encode())
+        i += 1
+    sys.stderr.write(f"stopping rank={rank}\n")
+    sys.stderr.flush()
+    while True:
+        time.sleep(60)
+elif mode == "tty":
+    cols = os.get_terminal_size(1).columns if os.isatty(1) else -1
+    print(f"tty in={int(os.isatty(0))} out={int(os.isatty(1))} err={int(os.isatty(2))} "
+          f"cols={cols}", flush=True)
+elif mode == "progress":
+    for i in range(int(sys.argv[2])):
+        os.write(1, f"\rprogress {i} t={time.monotonic_ns()} ".encode())
+        time.sleep(0.3)
+    os.write(1, b"\n")
+elif mode == "input":
+    name = input("name? ")
+    print(f"got {name}", flush=True)
+elif mode == "pdb":
+    breakpoint()
+    print("after breakpoint", flush=True)
+elif mode == "sleep":
+    print(f"ready pid={os.getpid()}", flush=True)
+    while True:
+        time.sleep(60)
+else:
+    sys.exit(64)
