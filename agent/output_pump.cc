@@ -62,7 +62,10 @@ void OutputPump::handle(const char* data, size_t size) {
     if (config_.console->take_typed_over(this)) splitter_.new_line();
     splitter_.feed(data, size, config_.console->open_line() == this, batch_);
     to_console(batch_);
-    if (splitter_.pending() > 0) {
+    // Only a terminal shows partial lines: there a person waits for a prompt
+    // or a bar, while a pipe's reader is better served by whole lines (a
+    // line split in two writes by a descheduled worker stays whole).
+    if (splitter_.pending() > 0 && config_.console->terminal()) {
       last_data_ = std::chrono::steady_clock::now();
       arm_quiet_timer();
     }

@@ -7,8 +7,8 @@
 // the worker through its own pipe, not the agent; during a teardown
 // (set_lossy) it keeps reading and drops what the console cannot take, so
 // the workers' exits are never held up by it. The log file keeps every
-// byte either way. Text without a newline is shown once the stream has been
-// quiet for kQuiet.
+// byte either way. On a terminal, text without a newline is shown once the
+// stream has been quiet for kQuiet.
 //
 // A log file that fails (full disk, quota, EIO) is reported once through
 // on_log_error, its stream then goes to the console even if it was
