@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Configures and builds ddprun into build/ (Release, ccache when present).
+# Configures and builds ddprun (Release, ccache when present).
+#   scripts/build.sh [BUILD_DIR [CMAKE_ARGS...]]    default BUILD_DIR: build
+# e.g. scripts/build.sh build-tsan -DDDPRUN_SANITIZE=thread -DDDPRUN_BUILD_TRAINER=OFF
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dir=${1:-build}
+shift || true
 jobs=${DDPRUN_JOBS:-$(nproc)}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$jobs"
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$dir" -j "$jobs"

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libboost-dev libboost-filesystem-dev
+  libboost-dev
   libspdlog-dev libfmt-dev libcli11-dev doctest-dev nlohmann-json3-dev
   libssl-dev
   libtorch-dev libgloo-dev libopenblas0-pthread

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Everything on a fresh Debian bookworm machine: packages, build, whole test suite.
+# Everything on a fresh Debian bookworm machine: packages, build (warnings
+# are errors), whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The newest PyPI torch in .venv-torch, for the torch2 test label (a fresh
 # machine downloads ~4 GB: about 17 min measured on a loaded 2-core machine).
 bash scripts/setup-torch.sh
-bash scripts/build.sh
+bash scripts/build.sh build -DDDPRUN_WERROR=ON
 cd build
 # Integration tests start real processes; two at a time on two cores.
 ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}"

@@ -5,24 +5,17 @@
 
 #include "trainer/error.h"
 
-#if defined(DDPRUN_HAVE_STORE_CLIENT)
 #include "rendezvous/client.h"
 #include "trainer/c10d_store_adapter.h"
-#endif
 
 namespace ddprun::trainer {
 
 c10::intrusive_ptr<c10d::Store> make_store(const StoreChoice& c) {
   if (c.ddprun_store) {
-#if defined(DDPRUN_HAVE_STORE_CLIENT)
     std::unique_ptr<rendezvous::Store> ours = rendezvous::connect_from_env();
     if (!ours) throw TrainerError("DDPRUN_STORE_ADDR is set but the store client found no address");
     // The agent's prefix already scopes keys to this run and attempt.
     return c10::make_intrusive<C10dStoreAdapter>(std::move(ours), c.timeout);
-#else
-    throw TrainerError("DDPRUN_STORE_ADDR is set but this train was built without the "
-                       "rendezvous client (rendezvous/client.h)");
-#endif
   }
   if (c.master_port <= 0 || c.master_port > 65535) {
     throw TrainerError("MASTER_PORT " + std::to_string(c.master_port) + " is not a port");

@@ -16,11 +16,6 @@
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
-#if __has_include("watchdog/heartbeat.h")
-#include "watchdog/heartbeat.h"
-#define DDPRUN_HAVE_HEARTBEAT 1
-#endif
-
 #include "trainer/blas_setup.h"
 #include "trainer/checkpoint.h"
 #include "trainer/ddp.h"
@@ -31,6 +26,7 @@
 #include "trainer/sampler.h"
 #include "trainer/shm_communicator.h"
 #include "trainer/train_state.h"
+#include "watchdog/heartbeat.h"
 
 namespace ddprun::trainer {
 namespace {
@@ -256,9 +252,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
   std::vector<at::Tensor> weights;  // detached views for the optimizer
   for (const at::Tensor& p : params) weights.push_back(p.detach());
 
-#ifdef DDPRUN_HAVE_HEARTBEAT
   watchdog::HeartbeatClient heartbeat;
-#endif
 
   TrainResult result;
   result.rank = w.rank;
@@ -318,9 +312,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
       }
       ++step;
       position += per_step;
-#ifdef DDPRUN_HAVE_HEARTBEAT
       heartbeat.beat(step);
-#endif
       if (o.check_params && !ddp.parameters_identical()) {
         throw TrainerError("--check-params: parameters differ between ranks after step " +
                            std::to_string(step));

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/skip.h"
 #include "tests/common/test_python.h"
 
 using namespace ddprun::testing;
@@ -13,17 +14,17 @@ namespace {
 
 const std::string kPython = test_python();
 
-bool have(const std::string& path) {
-  if (access(path.c_str(), R_OK) == 0) return true;
-  MESSAGE("skipped: " << path << " is missing");
-  return false;
+// Why `path` cannot be used, or "" when it can.
+std::string missing(const std::string& path) {
+  return access(path.c_str(), R_OK) == 0 ? "" : path + " is missing";
 }
 
 }  // namespace
 
 TEST_CASE("ddp_reference.py trains unmodified with 2 workers and gloo") {
   std::string script = std::string(BENCH_DIR) + "/ddp_reference.py";
-  if (!have(script) || !have(kPython)) return;
+  for (const auto& p : {script, kPython})
+    if (!missing(p).empty()) SKIP_TEST(missing(p));
   auto r = run_ddprun({"--nproc-per-node=2", script, "--data", DATA_DIR, "--steps", "30"},
                       {std::string("DDPRUN_PYTHON=") + kPython}, Seconds(240));
   REQUIRE_FALSE(r.timed_out);
@@ -35,7 +36,7 @@ TEST_CASE("ddp_reference.py trains unmodified with 2 workers and gloo") {
 
 TEST_CASE("two jobs started at the same moment get different ports and both succeed") {
   std::string script = std::string(WORKERS_DIR) + "/gloo_allreduce.py";
-  if (!have(kPython)) return;
+  if (!missing(kPython).empty()) SKIP_TEST(missing(kPython));
   std::vector<std::string> env = {std::string("DDPRUN_PYTHON=") + kPython};
   DdprunProcess a({"--nproc-per-node=2", script}, env);
   DdprunProcess b({"--nproc-per-node=2", script}, env);
@@ -53,7 +54,8 @@ TEST_CASE("two jobs started at the same moment get different ports and both succ
 
 TEST_CASE("ddp_reference.py --model cnn --lr-scale linear trains with 2 workers") {
   std::string script = std::string(BENCH_DIR) + "/ddp_reference.py";
-  if (!have(script) || !have(kPython)) return;
+  for (const auto& p : {script, kPython})
+    if (!missing(p).empty()) SKIP_TEST(missing(p));
   auto r = run_ddprun({"--nproc-per-node=2", script, "--model", "cnn", "--lr-scale", "linear",
                        "--lr", "0.05", "--steps", "20"},
                       {"DDPRUN_PYTHON=" + kPython}, Seconds(240));
@@ -65,7 +67,7 @@ TEST_CASE("ddp_reference.py --model cnn --lr-scale linear trains with 2 workers"
 
 TEST_CASE("a Python worker's @record error file reaches the failure summary") {
   std::string script = std::string(WORKERS_DIR) + "/record_error.py";
-  if (!have(kPython)) return;
+  if (!missing(kPython).empty()) SKIP_TEST(missing(kPython));
   MESSAGE("python: " << kPython);
   auto r = run_ddprun({"--nproc-per-node=1", script}, {"DDPRUN_PYTHON=" + kPython}, Seconds(120));
   REQUIRE_FALSE(r.timed_out);
@@ -77,7 +79,7 @@ TEST_CASE("a Python worker's @record error file reaches the failure summary") {
 
 TEST_CASE("workers that open a c10d TCPStore themselves run under ddprun") {
   std::string script = std::string(WORKERS_DIR) + "/c10d_store.py";
-  if (!have(kPython)) return;
+  if (!missing(kPython).empty()) SKIP_TEST(missing(kPython));
   auto r = run_ddprun({"--nproc-per-node=2", script}, {"DDPRUN_PYTHON=" + kPython}, Seconds(180));
   REQUIRE_FALSE(r.timed_out);
   INFO(r.err);

@@ -12,7 +12,7 @@ using namespace ddprun::testing;
 
 namespace {
 
-bool all_ready(const std::string& out, int n) { return count_of(out, ":ready rank=") == n; }
+bool all_ready(const std::string& out, int n) { return count_of(out, ":ready rank=") == static_cast<size_t>(n); }
 
 // Worker and grandchild pids from the "ready" lines, ordered by rank:
 // {rank 0 worker, rank 0 grandchild, rank 1 worker, ...}.

@@ -1,7 +1,7 @@
 // Runs the multi-node tests, or exits 77 (ctest: skipped) with the reason
 // when this process cannot create network namespaces.
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
+#include "tests/common/skip.h"
 
 #include <cstdio>
 
@@ -14,6 +14,5 @@ int main(int argc, char** argv) {
     return 77;
   }
   ddprun::testing::remove_stale_namespaces();
-  doctest::Context context(argc, argv);
-  return context.run();
+  return ddprun::testing::main_with_skips(argc, argv);
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/common/run_folder.h"
+#include "tests/common/skip.h"
 #include "tests/multinode/netns.h"
 #include "tests/common/test_python.h"
 
@@ -363,8 +364,7 @@ TEST_CASE("multinode.pytorch") {
   // two network stacks: MASTER_ADDR must be group rank 0's reachable address.
   const std::string python = test_python();
   if (run_command({python, "-c", "import torch.distributed"}) != 0) {
-    MESSAGE("skipped: " << python << " has no torch");
-    return;
+    SKIP_TEST(python + " has no torch");
   }
   Job job("pytorch", 2);
   for (int n = 1; n <= 2; ++n)

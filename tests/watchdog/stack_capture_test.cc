@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "tests/common/skip.h"
 #include "tests/watchdog/test_util.h"
 #include "tests/common/test_python.h"
 #include "watchdog/proc.h"
@@ -30,8 +31,7 @@ std::string slurp(const std::string& path) {
 
 TEST_CASE("eu-stack captures the stack of a hung native worker") {
   if (!tool_installed("eu-stack")) {
-    MESSAGE("eu-stack (elfutils) is not installed: skipping the eu-stack capture test");
-    return;
+    SKIP_TEST("eu-stack (elfutils) is not installed: skipping the eu-stack capture test");
   }
   TempDir dir;
   Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
@@ -55,8 +55,7 @@ TEST_CASE("eu-stack captures the stack of a hung native worker") {
 
 TEST_CASE("without eu-stack the capture falls back to gdb and says why") {
   if (!tool_installed("gdb")) {
-    MESSAGE("gdb is not installed: skipping the eu-stack -> gdb fallback test");
-    return;
+    SKIP_TEST("gdb is not installed: skipping the eu-stack -> gdb fallback test");
   }
   TempDir dir;
   Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
@@ -90,8 +89,7 @@ TEST_CASE("a worker that refuses ptrace gets the /proc view, with each tool's re
 
 TEST_CASE("gdb captures the stack of a hung native worker") {
   if (!tool_installed("gdb")) {
-    MESSAGE("gdb is not installed: skipping the gdb capture test");
-    return;
+    SKIP_TEST("gdb is not installed: skipping the gdb capture test");
   }
   TempDir dir;
   Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
