@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <random>
 #include <sstream>
+#include <type_traits>
 
 #include "agent/exit_status.h"
+#include "rendezvous/rendezvous.h"
 #include "launcher/command.h"
 #include "launcher/nproc.h"
 #include "launcher/numa_binding.h"
@@ -23,7 +25,9 @@ namespace {
 using agent::StdSpec;
 
 constexpr const char* kFooter = R"(Everything after the program is passed to it untouched.
-A program ending in .py runs as `$DDPRUN_PYTHON -u program` (default python3 from PATH).
+An empty value (--log-dir=) means the flag's default; it never takes the next argument.
+A program ending in .py runs as `<python> -u program`: $PYTHON_EXEC, else $DDPRUN_PYTHON,
+else python3 from PATH.
 
 Exit status:
   0        every worker exited 0
@@ -128,11 +132,27 @@ struct RawFlags {
   bool virtual_local_rank = false;
 };
 
+template <typename T>
+std::string default_text(const T& value) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return value;
+  } else {
+    std::ostringstream s;
+    s << value;
+    return s.str();
+  }
+}
+
 void define_flags(CLI::App& app, RawFlags& f) {
   auto opt = [&](const char* names, auto& var, const char* env, const char* group,
                  const char* help) {
     auto* o = app.add_option(names, var, help)->group(group);
     if (env) o->envname(env);
+    // An empty value (--log-dir=, --log-dir "") stands for the flag's
+    // default, as an empty PET_ variable does: `--log-dir=$UNSET` is common
+    // in scripts. Runs before CLI11 converts the text to the field's type.
+    o->transform([def = default_text(var)](std::string value) { return value.empty() ? def : value; },
+                 "", "empty_means_default");
     return o;
   };
   auto flag = [&](const char* names, bool& var, const char* env, const char* group,
@@ -353,6 +373,14 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
     if (*t == '\0') throw UsageError("DDPRUN_RDZV_TOKEN is set but empty: give the shared secret or unset it");
     o.rdzv_token = t;
   }
+  // Unknown keys and malformed values are wrong flags (exit 2), found here
+  // rather than when the rendezvous starts.
+  try {
+    rendezvous::RendezvousOptions checked;
+    rendezvous::apply_rdzv_conf(o.rdzv_conf, checked);
+  } catch (const rendezvous::RendezvousError& e) {
+    throw UsageError(e.what());
+  }
   if (o.max_nodes > 1) {
     if (o.rdzv_backend == "static") {
       // torchrun's static backend meets at --master-addr:--master-port; we
@@ -407,7 +435,10 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   spec.module = f.module;
   spec.no_python = f.no_python;
   spec.run_path = f.run_path;
-  if (const char* py = std::getenv("DDPRUN_PYTHON"); py && *py) spec.python = py;
+  // torchrun's PYTHON_EXEC first, so scripts written for torchrun pick the
+  // same interpreter; then ddprun's own variable; then python3 from PATH.
+  if (const char* py = std::getenv("PYTHON_EXEC"); py && *py) spec.python = py;
+  else if (const char* ddp = std::getenv("DDPRUN_PYTHON"); ddp && *ddp) spec.python = ddp;
   try {
     Command cmd = build_command(spec);
     o.command = cmd.argv;
@@ -470,6 +501,36 @@ void take_from_slurm(const CLI::App& app, RawFlags& f, std::vector<std::string>&
   notes.push_back(line + " (flags and PET_* variables override)");
 }
 
+// CLI11 takes the next argument as the value of `--flag=` with nothing after
+// the '=' (so `--log-dir= train.py x` would run x). Before the program, each
+// `--flag=` becomes `--flag ""` for an option that takes a value, and is
+// dropped for an on/off flag (its default). Scanning stops at the program
+// (the first argument that is neither a flag nor a flag's value) or "--".
+std::vector<std::string> split_empty_values(const CLI::App& app, int argc,
+                                            const char* const* argv) {
+  std::vector<std::string> out(argv, argv + argc);
+  for (size_t i = 1; i < out.size(); ++i) {
+    const std::string& arg = out[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') break;
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const CLI::Option* option = app.get_option_no_throw(name);
+    const bool takes_value = option && option->get_expected_min() > 0;
+    if (eq == std::string::npos) {
+      // `--log-dir DIR` or `-r 3`: the next argument is this flag's value.
+      if (takes_value) ++i;
+    } else if (eq + 1 == arg.size() && name.rfind("--", 0) == 0 && option) {
+      if (takes_value) {
+        out[i] = name;
+        out.insert(out.begin() + static_cast<std::ptrdiff_t>(++i), "");
+      } else {
+        out.erase(out.begin() + static_cast<std::ptrdiff_t>(i--));
+      }
+    }
+  }
+  return out;
+}
+
 // CLI11 2.1 cannot set the usage line; it would say "ddprun [OPTIONS]".
 class Formatter : public CLI::Formatter {
  public:
@@ -492,8 +553,11 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
   RawFlags raw;
   define_flags(app, raw);
   ParseResult result;
+  const std::vector<std::string> args = split_empty_values(app, argc, argv);
+  std::vector<const char*> arg_ptrs;
+  for (const auto& a : args) arg_ptrs.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::CallForHelp&) {
     result.help = true;
     result.help_text = app.help();

@@ -17,7 +17,7 @@ struct CommandSpec {
   bool module = false;             // -m/--module
   bool no_python = false;          // --no-python
   bool run_path = false;           // --run-path
-  std::string python = "python3";  // $DDPRUN_PYTHON, else python3 from PATH
+  std::string python = "python3";  // $PYTHON_EXEC, else $DDPRUN_PYTHON, else python3 from PATH
 };
 
 struct Command {

@@ -193,3 +193,76 @@ TEST_CASE("multi-node flags: backend, endpoint, token") {
         std::string::npos);
   CHECK(error_of({"--rdzv-conf=token=", "x"}).find("token= is empty") != std::string::npos);
 }
+
+TEST_CASE("--flag= with an empty value means the default and never takes the next argument") {
+  unsetenv("PYTHON_EXEC");
+  setenv("DDPRUN_PYTHON", "/usr/bin/python3", 1);
+  auto o = parse({"--log-dir=", "train.py", "x"});
+  CHECK(o.log_dir.empty());
+  CHECK(o.command == std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "x"});
+  o = parse({"--log-dir=", "--nproc-per-node=2", "p.py"});
+  CHECK(o.log_dir.empty());
+  CHECK(o.nproc_per_node == 2);
+  CHECK(o.command == std::vector<std::string>{"/usr/bin/python3", "-u", "p.py"});
+  o = parse({"--log-dir=", "train.py", "--epochs", "3"});
+  CHECK(o.command == std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--epochs", "3"});
+  o = parse({"--rdzv-conf=", "--log-line-prefix-template=", "--log_dir=", "x", "y"});
+  CHECK(o.rdzv_conf.empty());
+  CHECK(o.log_line_prefix_template.empty());
+  CHECK(o.command == std::vector<std::string>{"x", "y"});
+  // Numbers and on/off flags too: the default, not 0 or the next argument.
+  o = parse({"--term-timeout=", "--master-port=", "--stuck-timeout=", "--standalone=", "x"});
+  CHECK(o.term_timeout_s == 30.0);
+  CHECK_FALSE(o.master_port.has_value());
+  CHECK(o.stuck_timeout_s == -1);
+  CHECK_FALSE(o.standalone);
+  CHECK(o.command == std::vector<std::string>{"x"});
+  // The space form with an empty argument is the same.
+  o = parse({"--log-dir", "", "--nnodes", "", "x"});
+  CHECK(o.log_dir.empty());
+  CHECK(o.max_nodes == 1);
+  CHECK(o.command == std::vector<std::string>{"x"});
+  // A value that is itself "--flag=" stays a value after a flag that takes one.
+  o = parse({"--role", "--x=", "prog"});
+  CHECK(o.role == "--x=");
+  // After the program nothing is touched.
+  o = parse({"x", "--log-dir=", "y"});
+  CHECK(o.command == std::vector<std::string>{"x", "--log-dir=", "y"});
+  unsetenv("DDPRUN_PYTHON");
+}
+
+TEST_CASE("python: PYTHON_EXEC (torchrun's), then DDPRUN_PYTHON, then python3 from PATH") {
+  setenv("PYTHON_EXEC", "/opt/py/bin/python", 1);
+  setenv("DDPRUN_PYTHON", "/usr/bin/python3", 1);
+  CHECK(parse({"t.py"}).command[0] == "/opt/py/bin/python");
+  CHECK(parse({"-m", "pkg"}).command[0] == "/opt/py/bin/python");
+  unsetenv("PYTHON_EXEC");
+  CHECK(parse({"t.py"}).command[0] == "/usr/bin/python3");
+  setenv("PYTHON_EXEC", "", 1);  // empty counts as unset
+  CHECK(parse({"t.py"}).command[0] == "/usr/bin/python3");
+  unsetenv("PYTHON_EXEC");
+  unsetenv("DDPRUN_PYTHON");
+  CHECK(parse({"t.py"}).command[0] == "python3");
+}
+
+TEST_CASE("a bad --rdzv-conf is a wrong flag: exit 2 naming the key") {
+  CHECK(error_of({"--rdzv-conf=joint_timeout=5", "x"}).find("--rdzv-conf: unknown key 'joint_timeout'") == 0);
+  CHECK(error_of({"--rdzv-conf=join_timeout=soon", "x"}).find("--rdzv-conf join_timeout=soon") == 0);
+  using namespace ddprun::testing;
+  for (auto conf : {"--rdzv-conf=join_timeout=soon", "--rdzv-conf=bogus=1", "--rdzv-conf=novalue"}) {
+    auto r = run_ddprun({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1", conf,
+                         "true"});
+    INFO(conf, r.err);
+    CHECK(r.status == 2);
+    CHECK(count_of(r.err, "\n") == 1);
+    CHECK(r.err.find("--rdzv-conf") != std::string::npos);
+  }
+}
+
+TEST_CASE("ddprun runs the program after an empty --log-dir= (real process)") {
+  using namespace ddprun::testing;
+  auto r = run_ddprun({"--log-dir=", "--no-python", "/bin/echo", "x"});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == "[default0]:x\n");
+}
