@@ -25,6 +25,11 @@ Millis WatchdogOptions::effective_grace() const {
   return std::max(grace, heartbeat_timeout);
 }
 
+Millis WatchdogOptions::effective_silence_grace() const {
+  const Millis grace = heartbeat_grace.count() > 0 ? heartbeat_grace : kDefaultGrace;
+  return std::max(grace, silence_timeout);
+}
+
 Millis WatchdogOptions::effective_stuck_timeout() const {
   if (stuck_timeout) return *stuck_timeout;
   return heartbeat_timeout.count() > 0 ? heartbeat_timeout : silence_timeout;
@@ -92,8 +97,14 @@ void Watchdog::on_beat(const Beat& beat) {
 
 void Watchdog::on_output(int local_rank) {
   if (auto* w = find_local(local_rank)) {
+    const bool first = !w->any_output;
     w->last_output = Clock::now();
     w->any_output = true;
+    // The first output ends the start-up grace, which may move the silence
+    // deadline EARLIER than the armed timer: re-arm then (as for a first beat).
+    const bool earlier = first && armed_for_ && options_.silence_timeout.count() > 0 &&
+                         w->last_output + options_.silence_timeout < *armed_for_;
+    if (earlier && !fired_ && !stopped_) arm_deadline();
   }
 }
 
@@ -154,7 +165,10 @@ std::optional<Clock::time_point> Watchdog::heartbeat_due(const WorkerStatus& w) 
 
 std::optional<Clock::time_point> Watchdog::silence_due(const WorkerStatus& w) const {
   if (options_.silence_timeout.count() <= 0 || w.exited) return std::nullopt;
-  auto due = w.last_output + options_.silence_timeout;
+  // Start-up (import torch, compilation) is quiet, not hung: the timeout
+  // arms at the first output; until then the start-up grace applies.
+  auto due = w.any_output ? w.last_output + options_.silence_timeout
+                          : w.spawned + options_.effective_silence_grace();
   if (resumed_) due = std::max(due, *resumed_ + options_.silence_timeout);
   return due;
 }
@@ -227,10 +241,12 @@ void Watchdog::on_deadline() {
     if (auto due = silence_due(w); due && *due <= now && (!first || *due < first->due)) {
       HangEvent e;
       e.kind = HangKind::kSilence;
-      e.timeout = options_.silence_timeout;
+      e.timeout = w.any_output ? options_.silence_timeout : options_.effective_silence_grace();
       e.due = *due;
-      e.detail = fmt::format("no output on stdout or stderr for {:.2f} s",
-                             seconds(now - w.last_output));
+      e.detail = w.any_output ? fmt::format("no output on stdout or stderr for {:.2f} s",
+                                            seconds(now - w.last_output))
+                              : fmt::format("no first output within the {:.2f} s grace after start",
+                                            seconds(e.timeout));
       e.local_rank = w.local_rank;
       e.global_rank = w.global_rank;
       e.pid = w.pid;

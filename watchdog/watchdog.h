@@ -8,7 +8,9 @@
 //    one heartbeat_timeout after the previous. A worker that cannot beat
 //    should be run without --heartbeat-timeout and watched by the others.
 //  - silence: no stdout/stderr output for silence_timeout, counted from
-//    spawn and from each output (the agent calls on_output).
+//    each output (the agent calls on_output). It arms at a worker's first
+//    output: until then the start-up grace applies (heartbeat_grace, as for
+//    the first beat, never shorter than silence_timeout).
 //  - process state: the worker's main thread stopped (T/t) or in
 //    uninterruptible sleep (D) continuously for stuck_timeout. Sampled from
 //    /proc/PID/stat every proc_poll_interval; defaults to the heartbeat
@@ -55,8 +57,9 @@ using Millis = std::chrono::milliseconds;
 struct WatchdogOptions {
   // Longest gap between two beats of one worker; 0 turns heartbeats off.
   Millis heartbeat_timeout{0};
-  // Deadline of each worker's first beat, from spawn; 0 means
-  // max(heartbeat_timeout, kDefaultGrace). Never shorter than the timeout.
+  // Deadline of each worker's first beat, and of its first output when the
+  // silence detector is on, from spawn; 0 means kDefaultGrace. Never shorter
+  // than the timeout it precedes.
   Millis heartbeat_grace{0};
   // Longest stretch without stdout/stderr output; 0 turns it off.
   Millis silence_timeout{0};
@@ -71,7 +74,8 @@ struct WatchdogOptions {
   Millis pause_threshold{1000};
 
   static constexpr Millis kDefaultGrace{60000};
-  Millis effective_grace() const;
+  Millis effective_grace() const;          // first beat
+  Millis effective_silence_grace() const;  // first output
   Millis effective_stuck_timeout() const;
   bool any_enabled() const;
 };

@@ -127,6 +127,45 @@ TEST_CASE("silence timeout fires when a worker stops printing") {
   out.close();
 }
 
+TEST_CASE("a quiet start-up is not silence: the timeout arms at the first output, until then the grace") {
+  boost::asio::io_context io;
+  wd::WatchdogOptions opt;
+  opt.silence_timeout = 100ms;
+  opt.heartbeat_grace = 700ms;  // --heartbeat-grace names the start-up grace
+  opt.stuck_timeout = 0ms;
+  CHECK(opt.effective_silence_grace() == 700ms);
+  std::optional<wd::HangEvent> hang;
+  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Child quiet({WATCHDOG_TEST_WORKER, "hang"});  // never prints (stdout not read)
+  dog.add_worker(0, 0, quiet.pid());
+  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  CHECK(hang->kind == wd::HangKind::kSilence);
+  // Not spawn + 100 ms: the silence timeout had not armed yet.
+  CHECK(hang->due == dog.workers()[0].spawned + 700ms);
+  CHECK(hang->timeout == 700ms);
+  CHECK(hang->detail.find("no first output within the 0.70 s grace") == 0);
+
+  // Once a worker has printed, the timeout itself counts, even inside the
+  // grace: the first output moves the deadline earlier.
+  hang.reset();
+  wd::Watchdog dog2(io, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Child talker({WATCHDOG_TEST_WORKER, "hang"});
+  dog2.add_worker(0, 0, talker.pid());
+  dog2.on_output(0);
+  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  CHECK(hang->due == dog2.workers()[0].last_output + 100ms);
+  CHECK(hang->due < dog2.workers()[0].spawned + 700ms);
+  CHECK(hang->timeout == 100ms);
+
+  // Without --heartbeat-grace the start-up grace is the default, never
+  // shorter than the silence timeout itself.
+  wd::WatchdogOptions d;
+  d.silence_timeout = 3s;
+  CHECK(d.effective_silence_grace() == wd::WatchdogOptions::kDefaultGrace);
+  d.silence_timeout = 120s;
+  CHECK(d.effective_silence_grace() == 120s);
+}
+
 TEST_CASE("a SIGSTOPped worker is detected from its process state") {
   boost::asio::io_context io;
   wd::WatchdogOptions opt;
