@@ -43,7 +43,10 @@ Agent::Agent(Options options, std::unique_ptr<RendezvousHandler> rendezvous,
       stop_signals_(io_),
       job_control_(io_),
       rendezvous_(std::move(rendezvous)),
-      policy_(policy ? std::move(policy) : std::make_unique<MaxRestartsPolicy>()) {}
+      policy_(policy ? std::move(policy) : std::make_unique<MaxRestartsPolicy>()),
+      interpreter_hint_(options_) {
+  if (options_.is_python) hooks_.push_back(&interpreter_hint_);
+}
 
 Agent::~Agent() = default;
 
@@ -393,7 +396,8 @@ int Agent::run_job(Guardian& guardian, EnvMap env) {
     if (verdict.action == GroupVerdict::kExit) {
       if (verdict.exit_code != 0) {
         if (result.outcome == Outcome::kFailed)
-          print(failure_summary(result, options_.hostname, verdict.why));
+          print(failure_summary(result, options_.hostname, verdict.why) +
+                interpreter_hint_.line(result));
         else
           spdlog::error("{}", verdict.why);
       }
@@ -408,7 +412,7 @@ int Agent::run_job(Guardian& guardian, EnvMap env) {
 
     RestartDecision d = policy_->decide(result, options_.max_restarts);
     if (!d.restart) {
-      print(failure_summary(result, options_.hostname, d.why));
+      print(failure_summary(result, options_.hostname, d.why) + interpreter_hint_.line(result));
       return result.root ? result.root->exit_code : 1;
     }
     spdlog::warn("{}; restarting the group (restart {} of {})", root_cause_line(result),

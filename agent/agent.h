@@ -33,6 +33,7 @@
 #include "agent/console.h"
 #include "agent/stdin_forwarder.h"
 #include "agent/hooks.h"
+#include "agent/interpreter_hint.h"
 #include "agent/job_cgroup.h"
 #include "agent/runtime_dir.h"
 #include "agent/options.h"
@@ -87,6 +88,7 @@ class Agent {
   std::unique_ptr<RendezvousHandler> rendezvous_;
   std::unique_ptr<RestartPolicy> policy_;
   std::vector<AgentHooks*> hooks_;
+  InterpreterHint interpreter_hint_;  // the first hook: sees every output
   Attempt* current_ = nullptr;
   int pending_signal_ = 0;  // the first stop signal
   int signals_seen_ = 0;    // stop signals so far

@@ -50,6 +50,9 @@ struct Options {
   // True when the command runs a Python interpreter: hooks use it to decide
   // whether Python-side helpers (the watchdog module) apply.
   bool is_python = false;
+  // Where the launcher took a Python program's interpreter from, for
+  // messages: "$PYTHON_EXEC", "$DDPRUN_PYTHON" or "the default: python3 from PATH".
+  std::string python_source;
   // Folders prepended to PYTHONPATH of Python workers (the watchdog's module
   // folder goes here). Empty: PYTHONPATH is left as inherited.
   std::vector<std::string> pythonpath_prepend;

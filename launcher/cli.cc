@@ -213,10 +213,11 @@ void define_flags(CLI::App& app, RawFlags& f) {
   opt("--heartbeat-timeout,--heartbeat_timeout", f.heartbeat_timeout, "PET_HEARTBEAT_TIMEOUT", H,
       "Seconds without a heartbeat before a worker counts as hung; 0 off [0]");
   opt("--silence-timeout,--silence_timeout", f.silence_timeout, "PET_SILENCE_TIMEOUT", H,
-      "Seconds without output before a worker counts as hung; 0 off [0]");
+      "Seconds without output before a worker counts as hung, counted from its first output "
+      "(until then --heartbeat-grace applies); 0 off [0]");
   opt("--heartbeat-grace,--heartbeat_grace", f.heartbeat_grace, "PET_HEARTBEAT_GRACE", H,
-      "Seconds for each worker's first heartbeat (start-up, compilation) "
-      "[max(--heartbeat-timeout, 60)]");
+      "Seconds for each worker's first heartbeat and, with --silence-timeout, its first output "
+      "(start-up, imports, compilation) [60, never less than the timeout it precedes]");
   opt("--stuck-timeout,--stuck_timeout", f.stuck_timeout, "PET_STUCK_TIMEOUT", H,
       "Seconds a worker may stay stopped (T) or in uninterruptible sleep (D); 0 off "
       "[--heartbeat-timeout, else --silence-timeout]");
@@ -437,8 +438,14 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   spec.run_path = f.run_path;
   // torchrun's PYTHON_EXEC first, so scripts written for torchrun pick the
   // same interpreter; then ddprun's own variable; then python3 from PATH.
-  if (const char* py = std::getenv("PYTHON_EXEC"); py && *py) spec.python = py;
-  else if (const char* ddp = std::getenv("DDPRUN_PYTHON"); ddp && *ddp) spec.python = ddp;
+  o.python_source = "the default: python3 from PATH";
+  if (const char* py = std::getenv("PYTHON_EXEC"); py && *py) {
+    spec.python = py;
+    o.python_source = "$PYTHON_EXEC";
+  } else if (const char* ddp = std::getenv("DDPRUN_PYTHON"); ddp && *ddp) {
+    spec.python = ddp;
+    o.python_source = "$DDPRUN_PYTHON";
+  }
   try {
     Command cmd = build_command(spec);
     o.command = cmd.argv;

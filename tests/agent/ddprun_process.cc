@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -32,7 +33,14 @@ DdprunProcess::DdprunProcess(std::vector<std::string> args, std::vector<std::str
   base::Pipe out = base::make_pipe(), err = base::make_pipe();
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  for (auto& e : extra_env) env.push_back(e);
+  // An extra "KEY=VALUE" replaces the test's own KEY (getenv takes the first).
+  for (auto& e : extra_env) {
+    const std::string key = e.substr(0, e.find('=') + 1);
+    env.erase(std::remove_if(env.begin(), env.end(),
+                             [&](const std::string& kv) { return kv.rfind(key, 0) == 0; }),
+              env.end());
+    env.push_back(e);
+  }
   args.insert(args.begin(), program);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());

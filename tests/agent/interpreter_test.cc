@@ -1,0 +1,63 @@
+// Which interpreter runs a .py program (PYTHON_EXEC, then DDPRUN_PYTHON, then
+// python3 from PATH), and the summary line that names it when a Python
+// worker fails before its first output. Uses Debian's /usr/bin/python3 and
+// /usr/bin/python3.11 (the same interpreter under two names, so the worker's
+// sys.executable shows which one ran); no torch needed.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "tests/agent/ddprun_process.h"
+#include "tests/common/skip.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+const char* kPy = "/usr/bin/python3";
+const char* kPy311 = "/usr/bin/python3.11";
+
+std::string script() { return std::string(WORKERS_DIR) + "/print_interpreter.py"; }
+
+}  // namespace
+
+TEST_CASE("PYTHON_EXEC picks the interpreter of a .py program before DDPRUN_PYTHON") {
+  if (access(kPy, X_OK) != 0 || access(kPy311, X_OK) != 0)
+    SKIP_TEST(std::string(kPy) + " or " + kPy311 + " is missing");
+  auto r = run_ddprun({script()},
+                      {std::string("PYTHON_EXEC=") + kPy311, std::string("DDPRUN_PYTHON=") + kPy});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == std::string("[default0]:python ") + kPy311 + "\n");
+  r = run_ddprun({script()}, {"PYTHON_EXEC=", std::string("DDPRUN_PYTHON=") + kPy});
+  CHECK(r.status == 0);
+  CHECK(r.out == std::string("[default0]:python ") + kPy + "\n");
+}
+
+TEST_CASE("a Python worker failing before its first output: the summary names the interpreter") {
+  if (access(kPy311, X_OK) != 0) SKIP_TEST(std::string(kPy311) + " is missing");
+  auto r = run_ddprun({script(), "fail-first"}, {std::string("PYTHON_EXEC=") + kPy311});
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("ModuleNotFoundError") != std::string::npos);
+  CHECK(r.err.find(std::string("  python: the worker failed before its first output, running ") +
+                   kPy311 + " ($PYTHON_EXEC); if that is the wrong interpreter, choose another "
+                   "with PYTHON_EXEC=/path/to/python (or DDPRUN_PYTHON)\n") != std::string::npos);
+
+  // A bare name is resolved through PATH, and the default is named as such.
+  r = run_ddprun({script(), "fail-first"}, {"PYTHON_EXEC=", "DDPRUN_PYTHON=", "PATH=/usr/bin"});
+  CHECK(r.status == 1);
+  CHECK(r.err.find("running python3 = /usr/bin/python3 (the default: python3 from PATH)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a Python worker that failed after printing gets no interpreter line") {
+  if (access(kPy311, X_OK) != 0) SKIP_TEST(std::string(kPy311) + " is missing");
+  auto r = run_ddprun({script(), "fail-after"}, {std::string("PYTHON_EXEC=") + kPy311});
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out == std::string("[default0]:python ") + kPy311 + "\n");
+  CHECK(r.err.find("ModuleNotFoundError") != std::string::npos);
+  CHECK(r.err.find("python: the worker failed") == std::string::npos);
+}
