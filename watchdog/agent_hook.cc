@@ -1,6 +1,7 @@
 #include "watchdog/agent_hook.h"
 
 #include <signal.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -202,9 +203,22 @@ void WatchdogHook::on_hang(const HangEvent& event) {
   report_ = make_hang_report(*dog_, event, attempt_);
   hang_event_ = event;
   // Stacks for the stalled ranks and the suspects, the event's rank first.
+  // When no rank is behind in steps, the other live ranks too: the rank that
+  // stopped first may still be inside its deadline while the first rank past
+  // it waits for it in a collective (HangReport::find_culprit tells which).
   std::vector<int> ranks = report_->stalled;
   for (int r : report_->suspects) {
     if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
+  }
+  bool same_step = true;  // no live rank is behind another
+  for (const auto& a : report_->workers)
+    for (const auto& b : report_->workers)
+      if (!a.exited && !b.exited && a.step != b.step) same_step = false;
+  if (same_step) {
+    for (const auto& w : report_->workers) {
+      if (!w.exited && std::find(ranks.begin(), ranks.end(), w.global_rank) == ranks.end())
+        ranks.push_back(w.global_rank);
+    }
   }
   abort_targets_.clear();  // local ranks that print their own traceback
   std::vector<std::pair<pid_t, int>> natives;  // (pid, global rank) for a tool
@@ -275,6 +289,7 @@ void WatchdogHook::finish_hang() {
                      std::chrono::duration<double, std::milli>(event.detected - event.due).count()},
                     {"report", attempt_dir_ + "/hang_report.json"}});
   }
+  report_->find_culprit();  // from native stacks; Python ones come at the end
   agent::FailRequest req;
   req.reason = report_->summary(options_.logs_kept ? attempt_dir_ : "");
   req.local_rank = event.local_rank;
@@ -306,6 +321,15 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
       if (s.method != StackMethod::kPythonFaulthandler || s.path.empty()) continue;
       s.text = extract_python_traceback(s.path);
       if (s.text.empty()) s.note = "no faulthandler traceback found in the log";
+    }
+    // Python tracebacks arrive only now, after the summary's headline was
+    // set: say here which rank they show stopped first.
+    const int known = report_->culprit;
+    report_->find_culprit();
+    if (report_->culprit >= 0 && report_->culprit != known) {
+      spdlog::warn("hang: rank {} stopped first (its traceback is outside any collective; "
+                   "rank(s) {} wait inside one)",
+                   report_->culprit, fmt::format("{}", fmt::join(report_->in_collective, ",")));
     }
     try {
       report_->write(attempt_dir_);

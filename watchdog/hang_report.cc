@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <fstream>
 
@@ -38,6 +40,45 @@ HangReport make_hang_report(const Watchdog& dog, const HangEvent& event, int att
   r.stalled = dog.stalled_ranks(event);
   r.suspects = dog.suspects(event);
   return r;
+}
+
+bool stack_in_collective(const std::string& stack_text) {
+  std::string t = stack_text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* word : {"allreduce", "all_reduce", "barrier", "broadcast", "allgather",
+                           "all_gather", "reduce_scatter", "reducescatter", "alltoall",
+                           "all_to_all", "ncclgroupend", "processgroupgloo::", "processgroupnccl::"}) {
+    if (t.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+void HangReport::find_culprit() {
+  culprit = -1;
+  in_collective.clear();
+  std::vector<int> outside;
+  for (const auto& s : stacks) {
+    if (s.text.empty()) continue;  // not captured (yet): says nothing
+    (stack_in_collective(s.text) ? in_collective : outside).push_back(s.global_rank);
+  }
+  if (in_collective.empty() || outside.empty()) return;
+  // Of the ranks outside a collective, the one behind in steps, then the one
+  // whose last beat is oldest, stopped first.
+  auto status = [&](int rank) -> const WorkerStatus* {
+    for (const auto& w : workers)
+      if (w.global_rank == rank) return &w;
+    return nullptr;
+  };
+  auto earlier = [&](int a, int b) {
+    const WorkerStatus* wa = status(a);
+    const WorkerStatus* wb = status(b);
+    if (!wa || !wb) return wa != nullptr;
+    if (wa->step != wb->step) return wa->step < wb->step;
+    const bool ba = wa->beats > 0, bb = wb->beats > 0;
+    if (ba != bb) return !ba;  // never beat: stopped before the other
+    return ba && wa->last_beat < wb->last_beat;
+  };
+  culprit = *std::min_element(outside.begin(), outside.end(), earlier);
 }
 
 std::vector<std::string> HangReport::advice() const {
@@ -96,6 +137,8 @@ nlohmann::json HangReport::to_json() const {
       std::chrono::duration<double>(event.detected.time_since_epoch()).count();
   j["stalled_ranks"] = stalled;
   j["suspect_ranks"] = suspects;
+  j["culprit_rank"] = culprit;
+  j["in_collective_ranks"] = in_collective;
   j["workers"] = json::array();
   for (const auto& w : workers) {
     json jw;
@@ -128,8 +171,13 @@ std::string HangReport::to_text() const {
   std::string t = fmt::format("Hang in attempt {}: rank {} (local {}, pid {}): {}: {}\n", attempt,
                               event.global_rank, event.local_rank, event.pid,
                               to_string(event.kind), event.detail);
-  t += fmt::format("Detected {:.1f} ms after the deadline. Stalled ranks: {}. Suspects: {}.\n\n",
+  t += fmt::format("Detected {:.1f} ms after the deadline. Stalled ranks: {}. Suspects: {}.\n",
                    ms_between(event.due, event.detected), rank_list(stalled), rank_list(suspects));
+  if (culprit >= 0) {
+    t += fmt::format("Stopped first: rank {} (outside any collective; ranks {} wait inside one).\n",
+                     culprit, rank_list(in_collective));
+  }
+  t += "\n";
   t += "rank  pid      beats  step   last beat      last output  state\n";
   for (const auto& w : workers) {
     t += fmt::format("{:<5} {:<8} {:<6} {:<6} {:<14} {:<12} {}{}\n", w.global_rank, w.pid, w.beats,
@@ -151,11 +199,28 @@ std::string HangReport::to_text() const {
 }
 
 std::string HangReport::summary(const std::string& report_dir) const {
-  std::string s = fmt::format("Hang detected in attempt {}: rank {} (pid {}) {}: {}.", attempt,
-                              event.global_rank, event.pid, to_string(event.kind), event.detail);
+  std::string s;
+  if (culprit >= 0 && culprit != event.global_rank) {
+    // The first rank past its deadline is often a victim waiting in a
+    // collective for the rank that really stopped: name that one first.
+    s = fmt::format("Hang detected in attempt {}: rank {} stopped first (its stack is outside any "
+                    "collective; rank(s) {} wait inside one). First deadline passed on rank {} "
+                    "(pid {}) {}: {}.",
+                    attempt, culprit, rank_list(in_collective), event.global_rank, event.pid,
+                    to_string(event.kind), event.detail);
+  } else {
+    s = fmt::format("Hang detected in attempt {}: rank {} (pid {}) {}: {}.", attempt,
+                    event.global_rank, event.pid, to_string(event.kind), event.detail);
+    if (culprit >= 0) {
+      s += fmt::format(" Its stack is outside any collective; rank(s) {} wait inside one.",
+                       rank_list(in_collective));
+    }
+  }
   // suspects() falls back to the stalled ranks when no rank is behind.
   const bool someone_behind = suspects != stalled;
-  if (someone_behind && !(suspects.size() == 1 && suspects[0] == event.global_rank)) {
+  if (culprit >= 0) {
+    // The stacks told; the step comparison below would only repeat it.
+  } else if (someone_behind && !(suspects.size() == 1 && suspects[0] == event.global_rank)) {
     s += fmt::format(" Suspect rank(s) behind their peers: {}.", rank_list(suspects));
   } else if (!someone_behind && stalled.size() > 1) {
     s += fmt::format(" Ranks {} stalled at the same step (none is behind): compare their stacks.",

@@ -24,9 +24,18 @@ struct HangReport {
   // Laggard rule: ranks whose step is behind their peers'.
   std::vector<int> suspects;
   std::vector<StackCapture> stacks;
+  // The rank that stopped first, by stacks and beats: a rank whose stack is
+  // outside every collective while other ranks' stacks wait inside one (they
+  // are its victims); the earliest last beat first. -1 when the stacks
+  // cannot tell (none captured, or none inside a collective).
+  int culprit = -1;
+  // Ranks whose captured stack waits inside a collective.
+  std::vector<int> in_collective;
   // Where the worker logs are, by global rank (may be empty).
   std::vector<std::pair<int, std::string>> worker_logs;
 
+  // Sets culprit and in_collective from stacks and workers.
+  void find_culprit();
   // Flags the user may want to change, with why.
   std::vector<std::string> advice() const;
   nlohmann::json to_json() const;
@@ -37,6 +46,11 @@ struct HangReport {
   // WatchdogError naming the file on failure.
   void write(const std::string& dir) const;
 };
+
+// True when a stack (native frames or a Python traceback) waits inside a
+// collective: all_reduce, barrier, broadcast, all_gather, ... in torch,
+// Gloo, NCCL or our own communicators.
+bool stack_in_collective(const std::string& stack_text);
 
 // Snapshot of `dog` for `event` (stacks and logs are filled in by the caller).
 HangReport make_hang_report(const Watchdog& dog, const HangEvent& event, int attempt);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tests/common/run_folder.h"
+#include "tests/common/skip.h"
 #include "tests/watchdog/test_util.h"
 #include "tests/common/test_python.h"
 
@@ -135,6 +136,31 @@ TEST_CASE("a worker that goes silent is caught by the silence timeout and the gr
   REQUIRE(r["stacks"].size() == 1);
   CHECK(r["stacks"][0]["method"] == "proc");
   CHECK(r["stacks"][0]["text"].get<std::string>().find("watchdog_test_w") != std::string::npos);
+}
+
+TEST_CASE("the hang headline names the rank that stopped first, not its victim in all_reduce") {
+  if (!tool_installed("eu-stack") && !tool_installed("gdb"))
+    SKIP_TEST("neither eu-stack nor gdb is installed: native stacks cannot show the collective");
+  Job job;
+  const std::string marker = job.dir.path() + "/rank0_in_allreduce";
+  job.run({"--nproc-per-node=2", "--heartbeat-timeout=1", "--heartbeat-grace=30"},
+          {WATCHDOG_TEST_WORKER, "collective", marker});
+  CAPTURE(job.console());
+  CHECK(job.exit_code == 1);
+  const auto r = job.report();
+  // Rank 0 passed its deadline first (its last beat is older), but it waits
+  // in all_reduce for rank 1, which stopped outside any collective.
+  CHECK(r["rank"] == 0);
+  CHECK(r["workers"][0]["step"] == 3);
+  CHECK(r["workers"][1]["step"] == 3);
+  CHECK(r["culprit_rank"] == 1);
+  CHECK(r["in_collective_ranks"] == json::array({0}));
+  CHECK(r["stacks"].size() == 2);
+  CHECK(job.console().find("Hang detected in attempt 0: rank 1 stopped first (its stack is "
+                           "outside any collective; rank(s) 0 wait inside one)") !=
+        std::string::npos);
+  CHECK(slurp(job.attempt(0) + "/hang_report.txt").find("Stopped first: rank 1") !=
+        std::string::npos);
 }
 
 TEST_CASE("a Python worker blocked forever in dist.barrier() after its peer exited") {

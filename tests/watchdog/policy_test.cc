@@ -167,3 +167,49 @@ TEST_CASE("hang report names the stalled rank, its step, and the flag to change"
   CHECK(summary.find("Suspect rank(s) behind their peers: 1") != std::string::npos);
   CHECK(summary.find("--heartbeat-timeout") != std::string::npos);
 }
+
+TEST_CASE("the rank outside a collective is the culprit, ranks waiting in one are victims") {
+  CHECK(wd::stack_in_collective(
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 3152 "
+      "in barrier\n"));
+  CHECK(wd::stack_in_collective("#3 0x00 in c10d::ProcessGroupGloo::allreduce(...)\n"));
+  CHECK(wd::stack_in_collective("#1 ddprun::trainer::ShmCommunicator::allreduce_mean_async\n"));
+  CHECK_FALSE(wd::stack_in_collective("  File \"train.py\", line 40 in load_batch\n"));
+
+  wd::HangReport r;
+  r.workers.resize(3);
+  const auto t0 = wd::Clock::now();
+  for (int i = 0; i < 3; ++i) {
+    r.workers[i].global_rank = i;
+    r.workers[i].beats = 4;
+    r.workers[i].step = 3;
+    r.workers[i].last_beat = t0 + std::chrono::milliseconds(10 * i);
+  }
+  auto stack = [](int rank, const std::string& text) {
+    wd::StackCapture s;
+    s.global_rank = rank;
+    s.text = text;
+    return s;
+  };
+  r.event.global_rank = 0;
+  r.stacks = {stack(0, "in all_reduce"), stack(1, "in load_batch"), stack(2, "in barrier")};
+  r.find_culprit();
+  CHECK(r.culprit == 1);
+  CHECK(r.in_collective == std::vector<int>{0, 2});
+  CHECK(r.summary().find("Hang detected in attempt 0: rank 1 stopped first") == 0);
+  // Two ranks outside: the one whose last beat is oldest stopped first.
+  r.stacks = {stack(0, "in all_reduce"), stack(1, "in load_batch"), stack(2, "in step")};
+  r.find_culprit();
+  CHECK(r.culprit == 1);
+  r.workers[2].step = 2;  // behind in steps wins over beat times
+  r.find_culprit();
+  CHECK(r.culprit == 2);
+  // Every stack in a collective, or none: the stacks cannot tell.
+  r.stacks = {stack(0, "in all_reduce"), stack(1, "in barrier")};
+  r.find_culprit();
+  CHECK(r.culprit == -1);
+  r.stacks = {stack(0, "in step"), stack(1, "")};
+  r.find_culprit();
+  CHECK(r.culprit == -1);
+  CHECK(r.summary().find("Hang detected in attempt 0: rank 0 (pid 0)") == 0);
+}

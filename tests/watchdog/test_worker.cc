@@ -8,6 +8,7 @@
 //   watchdog_test_worker dstate      (print "ready", sit in state D forever)
 //   watchdog_test_worker deaf        (beat until SIGINT, ignore SIGTERM)
 //   watchdog_test_worker scenario nobeat|stop|silent|stall|crash   (under ddprun)
+//   watchdog_test_worker collective <marker file>   (under ddprun, 2 ranks)
 // "ready\n" on stdout marks the moment the worker entered its final state.
 #include <signal.h>
 #include <unistd.h>
@@ -59,6 +60,29 @@ int scenario(const char* how) {
   return 0;
 }
 
+// A victim: what a rank blocked in all_reduce for a peer looks like.
+extern "C" __attribute__((noinline, used)) void ddprun_test_allreduce_wait(const char* marker) {
+  if (FILE* f = std::fopen(marker, "w")) std::fclose(f);
+  for (;;) ::pause();
+}
+
+// Rank 1 stops outside any collective; rank 0, its victim, waits in
+// "all_reduce" and beats last BEFORE rank 1 does, so rank 0 passes its
+// heartbeat deadline first. Both stop at step 3.
+int collective(const char* marker) {
+  const char* rank = std::getenv("RANK");
+  const bool culprit = rank != nullptr && std::strcmp(rank, "1") == 0;
+  for (int64_t step = 0; step <= 3; ++step) {
+    ddprun::watchdog::beat(step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!culprit) ddprun_test_allreduce_wait(marker);
+  while (::access(marker, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ddprun::watchdog::beat(3);  // still computing step 3 after rank 0 went to wait
+  ddprun_test_hang_here();
+  return 0;
+}
+
 static volatile sig_atomic_t g_interrupted = 0;
 
 // Beats until SIGINT, then goes quiet; ignores SIGTERM, so only SIGKILL
@@ -78,6 +102,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "deaf") == 0) return deaf();
   if (argc >= 2 && std::strcmp(argv[1], "hang") == 0) ddprun_test_hang_here();
   if (argc >= 3 && std::strcmp(argv[1], "scenario") == 0) return scenario(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "collective") == 0) return collective(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "dstate") == 0) {
     // A vfork parent waits in uninterruptible (killable) sleep, state D,
     // until the child execs or exits; this child never does.
