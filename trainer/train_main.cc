@@ -14,10 +14,10 @@
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
-#include <spdlog/spdlog.h>
 
 #include "trainer/blas_setup.h"
 #include "trainer/error.h"
+#include "trainer/log.h"
 #include "trainer/nccl_communicator.h"
 #include "trainer/store_select.h"
 #include "trainer/trainer.h"
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train: RANK=%d is not below WORLD_SIZE=%d\n", w.rank, w.world_size);
     return 2;
   }
-  spdlog::set_pattern(fmt::format("[%H:%M:%S.%e] [train rank {}] [%l] %v", w.rank));
+  set_log_rank(w.rank);
 
   StoreChoice sc;
   sc.ddprun_store = w.under_ddprun;
@@ -141,26 +141,26 @@ int main(int argc, char** argv) {
 
   try {
     if (w.rank == 0) {
-      spdlog::info("{} ranks meet through {}", w.world_size,
-                   sc.ddprun_store ? "the ddprun store (DDPRUN_STORE_ADDR)"
-                                   : "c10d::TCPStore at " + sc.master_addr + ":" +
-                                         std::to_string(sc.master_port));
+      const std::string where = sc.ddprun_store ? "the ddprun store (DDPRUN_STORE_ADDR)"
+                                                : "c10d::TCPStore at " + sc.master_addr + ":" +
+                                                      std::to_string(sc.master_port);
+      log_info("%d ranks meet through %s", w.world_size, where.c_str());
     }
     const TrainResult r = run_training(o, w, make_store(sc), &g_stop);
     if (r.stopped_by_signal) {
-      spdlog::warn("stopped by {} after step {}", g_stop == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
-                   r.steps_done);
+      log_warn("stopped by %s after step %lld", g_stop == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+               (long long)r.steps_done);
       return 0;
     }
     std::printf("%s\n", final_line(r).c_str());
     std::fflush(stdout);
     return 0;
   } catch (const TrainerError& e) {
-    spdlog::error("{}", e.what());
+    log_error("%s", e.what());
   } catch (const c10::Error& e) {
-    spdlog::error("LibTorch: {}", e.what_without_backtrace());
+    log_error("LibTorch: %s", e.what_without_backtrace());
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
+    log_error("%s", e.what());
   }
   return 1;
 }

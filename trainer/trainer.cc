@@ -14,13 +14,13 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
-#include <spdlog/spdlog.h>
 
 #include "trainer/blas_setup.h"
 #include "trainer/checkpoint.h"
 #include "trainer/ddp.h"
 #include "trainer/error.h"
 #include "trainer/gloo_communicator.h"
+#include "trainer/log.h"
 #include "trainer/model.h"
 #include "trainer/nccl_communicator.h"
 #include "trainer/sampler.h"
@@ -108,7 +108,7 @@ Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Commun
   std::string error;
   if (w.rank == 0) {
     for (const std::string& path : dir.remove_leftovers()) {
-      spdlog::warn("removed {}, left by a checkpoint write that did not finish", path);
+      log_warn("removed %s, left by a checkpoint write that did not finish", path.c_str());
     }
   }
   if (w.rank == 0 && o.resume) {
@@ -121,9 +121,9 @@ Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Commun
         int64_t bits = 0;
         std::memcpy(&bits, &ckpt->loss, sizeof bits);
         meta[3] = bits;
-        spdlog::info("resuming from {} (step {}, {} samples consumed, written by {} ranks)",
-                     dir.manifest_path(ckpt->step), ckpt->step, ckpt->samples_consumed,
-                     ckpt->world_size);
+        log_info("resuming from %s (step %lld, %lld samples consumed, written by %d ranks)",
+                 dir.manifest_path(ckpt->step).c_str(), (long long)ckpt->step,
+                 (long long)ckpt->samples_consumed, ckpt->world_size);
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -169,10 +169,10 @@ void write_checkpoint(CheckpointDir& dir, const TrainOptions& o, const WorkerInf
   save_state(state, &ckpt);
   try {
     const std::string path = dir.write(ckpt);
-    spdlog::info("checkpoint {} (step {})", path, step);
+    log_info("checkpoint %s (step %lld)", path.c_str(), (long long)step);
   } catch (const CheckpointNoSpace& e) {
-    spdlog::error("checkpoint of step {} not written, training goes on from the older ones: {}",
-                  step, e.what());
+    log_error("checkpoint of step %lld not written, training goes on from the older ones: %s",
+              (long long)step, e.what());
   }
 }
 
@@ -232,7 +232,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
     for (const at::Tensor& p : params) state.momentum.push_back(at::zeros_like(p.detach()));
   }
 
-  if (w.rank == 0) spdlog::info("backend {}, {} ranks", comm->backend(), w.world_size);
+  if (w.rank == 0) log_info("backend %s, %d ranks", comm->backend().c_str(), w.world_size);
   CheckpointDir dir(CheckpointOptions{o.checkpoint_dir, o.keep});
   const Resume resume = resume_from_checkpoint(o, w, *comm, dir, state, device);
 
@@ -321,20 +321,20 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
         const Clock::time_point now = Clock::now();
         const double dt = std::chrono::duration<double>(now - last_log).count();
         const double rate = dt > 0 ? double(step - last_log_step) / dt : 0;
-        spdlog::info("step {}/{} loss {:.4f} samples/s {:.0f} eta {:.1f}s", step, o.steps,
-                     loss.item<float>(), rate * per_step,
-                     rate > 0 ? double(o.steps - step) / rate : 0.0);
+        log_info("step %lld/%lld loss %.4f samples/s %.0f eta %.1fs", (long long)step,
+                 (long long)o.steps, double(loss.item<float>()), rate * double(per_step),
+                 rate > 0 ? double(o.steps - step) / rate : 0.0);
         last_log = now;
         last_log_step = step;
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) checkpoint_if_new();
       if (step == o.fail_at_step && w.restart_count == 0) {
-        spdlog::warn("--fail-at-step {}: injected failure (exit {})", step, kFaultExitCode);
+        log_warn("--fail-at-step %lld: injected failure (exit %d)", (long long)step, kFaultExitCode);
         std::fflush(nullptr);
         std::_Exit(kFaultExitCode);
       }
       if (step == o.hang_at_step && w.restart_count == 0 && w.rank == w.world_size - 1) {
-        spdlog::warn("--hang-at-step {}: rank {} hangs here (injected)", step, w.rank);
+        log_warn("--hang-at-step %lld: rank %d hangs here (injected)", (long long)step, w.rank);
         std::fflush(nullptr);
         for (;;) ::pause();  // SIGTERM only sets a flag: the agent must SIGKILL us
       }
@@ -343,7 +343,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
     // A peer that stopped for SIGTERM breaks the collective we were in; the
     // parameters still hold the last completed step, which is what we save.
     if (!stop_now()) throw;
-    spdlog::warn("rank {}: collective interrupted during shutdown: {}", w.rank, e.what());
+    log_warn("rank %d: collective interrupted during shutdown: %s", w.rank, e.what());
   }
   result.steps_done = step;
   if (stop_now() && step < o.steps) {
@@ -361,9 +361,10 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
     // Resumed at or past the last step: the figures are the checkpoint's.
     result.final_loss = resume.loss;
     if (w.rank == 0) {
-      spdlog::warn("resumed at step {} of {}: nothing left to train; reporting the "
-                   "checkpoint's step and loss{}",
-                   step, o.steps, std::isnan(resume.loss) ? " (not recorded in it: nan)" : "");
+      log_warn("resumed at step %lld of %lld: nothing left to train; reporting the "
+               "checkpoint's step and loss%s",
+               (long long)step, (long long)o.steps,
+               std::isnan(resume.loss) ? " (not recorded in it: nan)" : "");
     }
   }
   result.steps = step;
@@ -371,7 +372,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
   if (w.rank == 0) {
     if (o.checkpoint_every > 0) checkpoint_if_new();
     const std::vector<uint8_t> bytes = tensor_bytes(params);
-    spdlog::info("final parameters sha256 {}", sha256_hex(bytes.data(), bytes.size()));
+    log_info("final parameters sha256 %s", sha256_hex(bytes.data(), bytes.size()).c_str());
     if (!o.save_params.empty()) write_file(o.save_params, bytes);
   }
   return result;
