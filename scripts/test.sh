@@ -8,6 +8,12 @@ bash scripts/setup.sh
 # machine downloads ~4 GB: about 17 min measured on a loaded 2-core machine).
 bash scripts/setup-torch.sh
 bash scripts/build.sh build -DDDPRUN_WERROR=ON
+# The CUDA variant of `train` against that torch's CUDA LibTorch and NCCL
+# (configure, compile, link; no GPU needed, and without one it checks that
+# `train --backend nccl` refuses in one line). Measured 2026-11-30 from an
+# empty build-cuda/ without ccache, -j2 on the loaded 2-core machine: 174 s
+# (311 s under heavier load).
+bash scripts/build-cuda.sh
 cd build
 # Integration tests start real processes; two at a time on two cores.
 ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}"
