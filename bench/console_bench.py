@@ -14,7 +14,7 @@ to that terminal directly).
 Usage: /usr/bin/python3 bench/console_bench.py [--ddprun build/bin/ddprun]
        [--reps 3] [--lines 100000]
 torchrun is Debian's torch.distributed.run under /usr/bin/python3, through
-bench/torchrun_py311.py (which repairs its Std parsing on Python 3.11).
+bench/torchrun-1.13 (which repairs its Std parsing on Python 3.11).
 Prints a Markdown table; medians over --reps.
 """
 import argparse
@@ -89,7 +89,7 @@ def main():
                        check=True)
         launchers = {
             "ddprun": [args.ddprun, "--nproc-per-node=4", worker, str(args.lines)],
-            "torchrun": ["/usr/bin/python3", os.path.join(HERE, "torchrun_py311.py"), "--standalone",
+            "torchrun": ["/usr/bin/python3", os.path.join(HERE, "torchrun-1.13"), "--standalone",
                          "--nproc_per_node=4", "--monitor_interval=0.1", "--no_python", worker,
                          str(args.lines)],
         }

@@ -11,7 +11,7 @@ survivors' workers of the new round have their process group up.
 Both launchers get the same settings: last_call_timeout=1, the c10d
 backend, term timeout 2 s. ddprun: keep-alive 0.5 s x 3 (not what ends the
 round here: the store sees node 3's connection close). torchrun: Debian's
-1.13 (/usr/bin/python3 -m torch.distributed.run through bench/torchrun_113.py,
+1.13 (/usr/bin/python3 -m torch.distributed.run through bench/torchrun-1.13,
 which repairs its Python 3.11 crash), monitor interval 0.1 s;
 its survivors re-form when their workers' collective fails.
 
@@ -114,7 +114,7 @@ def main():
     ep = f"10.77.0.1:{mb.PORT}"
     launchers = {
         "torchrun 1.13 (c10d)": lambda rep: lambda i: as_node(i, [
-            PY, os.path.join(HERE, "torchrun_113.py"), "--nnodes=2:3", "--nproc_per_node=2",
+            PY, os.path.join(HERE, "torchrun-1.13"), "--nnodes=2:3", "--nproc_per_node=2",
             "--rdzv_backend=c10d", f"--rdzv_endpoint={ep}", f"--rdzv_id=t{rep}",
             f"--rdzv_conf=is_host={1 if i == 1 else 0},last_call_timeout=1",
             "--max_restarts=1", "--monitor_interval=0.1", worker]),

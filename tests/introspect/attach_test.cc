@@ -1,5 +1,5 @@
 // ddprun attach on jobs ddprun did not start: Debian's torchrun
-// (/usr/bin/python3 -m torch.distributed.run, through scripts/torchrun_py311.py,
+// (/usr/bin/python3 -m torch.distributed.run, through bench/torchrun-1.13,
 // which repairs its flag parsing on Python 3.11) and plain processes.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -61,7 +61,7 @@ TEST_CASE("torchrun: attach on a job whose rank stops progressing reports its st
   ::mkdir(pystacks.c_str(), 0700);
   // The job is started the way a user would to get Python stacks from it.
   DdprunProcess torchrun(
-      {std::string(INTROSPECT_SCRIPTS) + "/torchrun_py311.py", "--nnodes", "1", "--nproc_per_node", "2", "--master_port",
+      {std::string(TORCHRUN_113), "--nnodes", "1", "--nproc_per_node", "2", "--master_port",
        std::to_string(free_port()), std::string(INTROSPECT_SCRIPTS) + "/torchrun_worker.py"},
       {"PYTHONPATH=" + ddprun::introspect::python_dir(),
        "DDPRUN_PYSTACK_SIGNAL=" + std::to_string(ddprun::introspect::pystack_signal()),
