@@ -21,6 +21,8 @@ constexpr int kDefaultPort = 29400;  // torchrun's c10d default
 // Carries ddprun's exit status inside a round's end reason, so every agent
 // of the job exits with the failing node's status.
 constexpr const char* kExitTag = " (exit status ";
+// How a peer's report reads when its agent was stopped by a signal.
+const std::string kAgentGot = "its agent got ";
 
 // True when `host` resolves to an address of this machine (binding it works).
 bool is_local_address(const std::string& host) {
@@ -56,6 +58,20 @@ int exit_status_in(const std::string& reason) {
 }
 
 }  // namespace
+
+// A peer whose agent was stopped by a handled signal (Slurm's SIGTERM, its
+// early-warning SIGUSR1) reports it through the store, and that report can
+// arrive before the same signal reaches this node. The local workers then get
+// that signal too, with the grace period, rather than a plain SIGTERM: every
+// rank checkpoints the way the signal asks, whichever agent heard it first.
+void ElasticRendezvous::forward_peer_signal(const std::string& reason, FailRequest& req) const {
+  if (reason.find(kAgentGot) == std::string::npos || req.exit_code <= 128) return;
+  int sig = req.exit_code - 128;
+  const auto& handled = options_.signals_to_handle;
+  if (std::find(handled.begin(), handled.end(), sig) == handled.end()) return;
+  req.signal = sig;
+  req.wait = std::chrono::milliseconds(static_cast<long long>(options_.term_timeout_s * 1000));
+}
 
 ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options) {
   if (options_.rdzv_endpoint.empty())
@@ -305,6 +321,7 @@ FailRequest ElasticRendezvous::fail_request(const rdzv::RoundEnd& end) const {
     default:
       req.reason = strip_failed(end.reason);
       req.exit_code = exit_status_in(end.reason);
+      forward_peer_signal(end.reason, req);
   }
   return req;
 }
@@ -363,7 +380,7 @@ void ElasticRendezvous::attempt_failed(const Failure& root) {
 }
 
 void ElasticRendezvous::attempt_interrupted(int signal) {
-  signal_failure("its agent got " + signal_name(signal), 128 + signal);
+  signal_failure(kAgentGot + signal_name(signal), 128 + signal);
 }
 
 void ElasticRendezvous::attempt_ended(const AttemptResult&) { control_attempt_ = nullptr; }

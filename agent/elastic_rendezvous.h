@@ -94,6 +94,8 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   std::string me() const;
   // The reason and exit status a round end means for this node.
   FailRequest fail_request(const rendezvous::RoundEnd& end) const;
+  // With a peer stopped by a handled signal: forward that signal first.
+  void forward_peer_signal(const std::string& reason, FailRequest& req) const;
 
   Options options_;
   std::string host_name_;  // the endpoint's HOST

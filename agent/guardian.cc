@@ -199,11 +199,14 @@ Guardian::Guardian(const std::string& cgroup_dir, const std::string& env_token) 
     if (chdir("/") != 0) {
       // Staying in the agent's folder only keeps a mount busy; go on.
     }
-    // Survive what is sent to the agent (ctrl-c, a scheduler's SIGTERM):
-    // the guardian's job starts when the agent is gone.
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU})
+    // Survive what is sent to the agent (ctrl-c, a scheduler's SIGTERM, and
+    // Slurm's early-warning SIGUSR1/SIGUSR2, which `scancel --signal` and
+    // `--signal=USR1@90` send to every process of the step): the guardian's
+    // job starts when the agent is gone.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1,
+                    SIGUSR2, SIGALRM})
       signal(sig, SIG_IGN);
-    for (int sig : {SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM}) signal(sig, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -38,6 +38,8 @@ ENV_DIFFERENCES = {
     "DDPRUN_HEARTBEAT_SOCKET": (False, True, "the hang watchdog's heartbeat socket"),
     "DDPRUN_LOG_DIR": (False, True, "the attempt's log folder"),
     "DDPRUN_RUNTIME_DIR": (False, True, "ddprun's runtime folder"),
+    "DDPRUN_PYSTACK_DIR": (False, True, "where `ddprun stacks` collects Python tracebacks"),
+    "DDPRUN_PYSTACK_SIGNAL": (False, True, "the faulthandler signal `ddprun stacks` sends"),
     "NCCL_ASYNC_ERROR_HANDLING": (False, True, "the pre-2.2 name of TORCH_NCCL_ASYNC_ERROR_HANDLING, "
                                   "kept for torch 1.x workers"),
     "PYTHONPATH": (False, True, "ddprun prepends the folder of its ddprun_heartbeat module"),
@@ -48,7 +50,7 @@ ENV_DIFFERENCES = {
 # Variables whose values legitimately differ between two launches.
 PER_JOB = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "DDPRUN_STORE_ADDR",
            "DDPRUN_STORE_PREFIX", "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_LOG_DIR", "DDPRUN_RUNTIME_DIR",
-           "PYTHONPATH"}
+           "DDPRUN_PYSTACK_DIR", "PYTHONPATH"}
 # Same variable, a different value on purpose: name -> (torchrun's, ddprun's, why).
 VALUE_DIFFERENCES = {
     "TORCHELASTIC_USE_AGENT_STORE": ("True", "False",
