@@ -119,8 +119,7 @@ void checkpoints_on(int sig, const std::string& name) {
   std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock_path.c_str());
   REQUIRE(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
 
-  const ReservedPort reserved;  // held until the ranks are gone
-  const std::string port = std::to_string(reserved.port());
+  const std::string port = std::to_string(free_port());
   std::vector<std::unique_ptr<Process>> procs;
   for (int r = 0; r < 2; ++r) {
     procs.push_back(std::make_unique<Process>(

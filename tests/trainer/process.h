@@ -124,33 +124,18 @@ class Process {
   int status_ = -1;
 };
 
-// A port held for the test's ranks: bound with SO_REUSEADDR and never
-// listening, as ddprun's agent reserves MASTER_PORT (agent/port_reservation.h).
-// Rank 0's TCPStore (which sets SO_REUSEADDR too) can still listen on it,
-// while no other bind(0) on the machine is handed it: two tests running side
-// by side no longer race for a port that was closed and then re-used.
-class ReservedPort {
- public:
-  ReservedPort() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    const int one = 1;
-    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    socklen_t len = sizeof(a);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-  }
-  ~ReservedPort() { ::close(fd_); }
-  ReservedPort(const ReservedPort&) = delete;
-  ReservedPort& operator=(const ReservedPort&) = delete;
-  int port() const { return port_; }
-
- private:
-  int fd_;
-  int port_ = 0;
-};
+// A port the kernel just handed out (closed again; tests bind it next).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 // Runs `world` ranks of argv with torchrun's environment; returns each
 // rank's exit code and output.
@@ -162,8 +147,7 @@ struct RankRun {
 inline RankRun run_ranks(const std::vector<std::string>& argv, int world,
                          const std::string& log_prefix, std::chrono::seconds limit,
                          std::map<std::string, std::string> extra_env = {}) {
-  const ReservedPort reserved;
-  const std::string port = std::to_string(reserved.port());
+  const std::string port = std::to_string(free_port());
   std::vector<std::unique_ptr<Process>> procs;
   for (int r = 0; r < world; ++r) {
     std::map<std::string, std::string> env = extra_env;
