@@ -21,6 +21,7 @@
 //   error-file MSG      write torch's @record JSON with MSG, exit 1
 //   long-line N         print one line of N bytes ("0123456789" repeated)
 //   bytes N             print N bytes of 100-byte lines
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -79,12 +80,22 @@ pid_t start_grandchild() {
 }
 
 // A grandchild in a session (and so a process group) of its own.
+// Returns once the grandchild has called setsid(), so that "ready" is only
+// printed when it has really left the worker's process group.
 pid_t start_setsid_grandchild() {
+  int p[2];
+  if (pipe(p) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
     setsid();
+    close(p[1]);
     block_forever();
   }
+  close(p[1]);
+  char c;
+  while (read(p[0], &c, 1) < 0 && errno == EINTR) {
+  }
+  close(p[0]);
   return pid;
 }
 
