@@ -144,9 +144,9 @@ struct RankRun {
   std::vector<std::string> outputs;
 };
 
-inline RankRun run_ranks(const std::vector<std::string>& argv, int world,
-                         const std::string& log_prefix, std::chrono::seconds limit,
-                         std::map<std::string, std::string> extra_env = {}) {
+inline RankRun run_ranks_once(const std::vector<std::string>& argv, int world,
+                              const std::string& log_prefix, std::chrono::seconds limit,
+                              const std::map<std::string, std::string>& extra_env) {
   const std::string port = std::to_string(free_port());
   std::vector<std::unique_ptr<Process>> procs;
   for (int r = 0; r < world; ++r) {
@@ -166,6 +166,21 @@ inline RankRun run_ranks(const std::vector<std::string>& argv, int world,
     out.outputs.push_back(p->output());
   }
   return out;
+}
+
+// free_port()'s port was closed before rank 0's TCPStore binds it, so another
+// test's connection can take it meanwhile (EADDRINUSE, seen under ctest -j2):
+// such a run is repeated on a fresh port, twice at most.
+inline RankRun run_ranks(const std::vector<std::string>& argv, int world,
+                         const std::string& log_prefix, std::chrono::seconds limit,
+                         std::map<std::string, std::string> extra_env = {}) {
+  for (int tries = 1;; ++tries) {
+    RankRun run = run_ranks_once(argv, world, log_prefix, limit, extra_env);
+    bool port_taken = false;
+    for (const auto& o : run.outputs)
+      port_taken = port_taken || o.find("Address already in use") != std::string::npos;
+    if (!port_taken || tries == 3) return run;
+  }
 }
 
 }  // namespace ddprun::trainer::testing
