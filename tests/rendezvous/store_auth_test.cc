@@ -80,20 +80,6 @@ class ImpostorStore {
   std::thread thread_;
 };
 
-struct LogCapture {
-  std::ostringstream text;
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  LogCapture() {
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(text)));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous); }
-  std::string str() {
-    spdlog::default_logger()->flush();
-    return text.str();
-  }
-};
-
 ClientOptions to(uint16_t port, const std::string& token) {
   ClientOptions c;
   c.host = "127.0.0.1";

@@ -51,20 +51,6 @@ void still_serves(ServerThread& server, const std::string& token = "") {
   CHECK(c.get("alive", 1s) == B("yes"));
 }
 
-struct LogCapture {
-  std::ostringstream text;
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  LogCapture() {
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(text)));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous); }
-  std::string str() {
-    spdlog::default_logger()->flush();
-    return text.str();
-  }
-};
-
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;

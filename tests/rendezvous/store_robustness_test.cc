@@ -32,20 +32,6 @@ std::string error_text(const wire::Bytes& payload) {
 }
 
 // Captures the server's log lines for the duration of a test.
-struct LogCapture {
-  std::ostringstream text;
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  LogCapture() {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous); }
-  std::string str() {
-    spdlog::default_logger()->flush();
-    return text.str();
-  }
-};
-
 }  // namespace
 
 TEST_CASE("garbage bytes get an error reply and a closed connection; others are served") {

@@ -8,10 +8,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <future>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -160,5 +165,21 @@ class RawConn {
 };
 
 inline wire::Bytes B(const std::string& s) { return to_bytes(s); }
+
+// Routes spdlog's default logger into a string while alive (tests that
+// check what the store or client warned about).
+struct LogCapture {
+  std::ostringstream text;
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  LogCapture() {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(text)));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous); }
+  std::string str() {
+    spdlog::default_logger()->flush();
+    return text.str();
+  }
+};
 
 }  // namespace ddprun::rendezvous::testing
