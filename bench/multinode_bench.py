@@ -47,11 +47,16 @@ def ns(i):
     return f"{TAG}-n{i}"
 
 
-def make_net():
+def make_net(nodes=NODES, hub_addr=None):
+    """Namespaces n1..n<nodes> at 10.77.0.<i>; hub_addr (e.g. 10.77.0.254)
+    puts the hub itself on the network, for a server the nodes share."""
     ip("netns", "add", f"{TAG}-hub")
     ip("-n", f"{TAG}-hub", "link", "add", "br0", "type", "bridge")
     ip("-n", f"{TAG}-hub", "link", "set", "br0", "up")
-    for i in range(1, NODES + 1):
+    if hub_addr:
+        ip("-n", f"{TAG}-hub", "addr", "add", f"{hub_addr}/24", "dev", "br0")
+        ip("-n", f"{TAG}-hub", "link", "set", "lo", "up")
+    for i in range(1, nodes + 1):
         ip("netns", "add", ns(i))
         ip("-n", f"{TAG}-hub", "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0",
            "netns", ns(i))
@@ -61,8 +66,8 @@ def make_net():
         ip("-n", ns(i), "link", "set", "lo", "up")
 
 
-def drop_net():
-    for name in [f"{TAG}-hub"] + [ns(i) for i in range(1, NODES + 1)]:
+def drop_net(nodes=NODES):
+    for name in [f"{TAG}-hub"] + [ns(i) for i in range(1, nodes + 1)]:
         subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
 
 
@@ -91,10 +96,10 @@ def start_agents(cmds, ts, nodes):
 
 def logs(tmp):
     out = ""
-    for i in range(1, NODES + 1):
-        path = os.path.join(tmp, f"agent{i}.log")
-        if os.path.exists(path):
-            out += f"--- agent {i}\n" + open(path).read()
+    i = 1
+    while os.path.exists(os.path.join(tmp, f"agent{i}.log")):
+        out += f"--- agent {i}\n" + open(os.path.join(tmp, f"agent{i}.log")).read()
+        i += 1
     return out
 
 

@@ -47,13 +47,13 @@ def kill_node(i):
             pass
 
 
-def name_hosts():
+def name_hosts(nodes=mb.NODES):
     """Node i is host n<i> (its own UTS namespace, see as_node) and every
     namespace resolves n1..n3 to their addresses (/etc/netns, which `ip netns
     exec` mounts over /etc/hosts), as on real nodes: torchrun 1.13 gives the
     workers its host name as MASTER_ADDR."""
-    names = "".join(f"10.77.0.{j} n{j}\n" for j in range(1, mb.NODES + 1))
-    for i in range(1, mb.NODES + 1):
+    names = "".join(f"10.77.0.{j} n{j}\n" for j in range(1, nodes + 1))
+    for i in range(1, nodes + 1):
         os.makedirs(f"/etc/netns/{mb.ns(i)}", exist_ok=True)
         with open(f"/etc/netns/{mb.ns(i)}/hosts", "w") as f:
             f.write("127.0.0.1 localhost\n" + names)
@@ -64,8 +64,8 @@ def as_node(i, argv):
     return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', f"n{i}"] + argv
 
 
-def unname_hosts():
-    for i in range(1, mb.NODES + 1):
+def unname_hosts(nodes=mb.NODES):
+    for i in range(1, nodes + 1):
         shutil.rmtree(f"/etc/netns/{mb.ns(i)}", ignore_errors=True)
 
 

@@ -21,10 +21,14 @@ if ! dpkg-query -W -f='${Status}' python3-venv 2>/dev/null | grep -q "install ok
 fi
 
 py="$venv/bin/python"
+# python-etcd: torchrun 2.x's etcd backends (etcd-v2, etcd) need it
+# (bench/formation_bench.py runs torchrun on etcd).
+etcd_client() { "$py" -c 'import etcd' 2>/dev/null || "$py" -m pip install --quiet python-etcd; }
 if [[ -x $py ]] && "$py" -c 'import torch' 2>/dev/null &&
    [[ -z ${DDPRUN_TORCH_UPGRADE:-} ]] &&
    { [[ -z ${DDPRUN_TORCH_VERSION:-} ]] ||
      "$py" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '${DDPRUN_TORCH_VERSION}')"; }; then
+  etcd_client
   echo "setup-torch: $(head -1 "$venv/ddprun-torch-version.txt" 2>/dev/null || echo present) in $venv"
   exit 0
 fi
@@ -34,6 +38,7 @@ start=$(date +%s)
 spec=torch${DDPRUN_TORCH_VERSION:+==$DDPRUN_TORCH_VERSION}
 # numpy: torch warns at import without it, and the reference script's data path uses it.
 "$py" -m pip install --quiet --upgrade "$spec" numpy
+etcd_client
 "$py" - "$venv/ddprun-torch-version.txt" "$(( $(date +%s) - start ))" <<'PY'
 import sys, platform, torch, datetime
 with open(sys.argv[1], "w") as f:
