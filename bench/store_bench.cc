@@ -5,7 +5,7 @@
 //
 // Throughput: K threads, each with its own connection, loop set(k_i, 64 B)
 // then get(k_i) for S seconds; ops/s counts both calls. Barrier: N threads
-// (256 KiB stacks), each opens its own connection, adds 1 to a counter; the
+// (1 MiB stacks), each opens its own connection, adds 1 to a counter; the
 // one that reads N sets the final key, every other one blocks in get() of
 // it. Time is from releasing the threads to the last get returning, server
 // start and thread creation excluded. Each store's server runs in a child
@@ -34,12 +34,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "bench/store_bench_client.h"
 #include "rendezvous/client.h"
 #include "rendezvous/server.h"
-
-#ifdef DDPRUN_HAVE_TORCH
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#endif
 
 namespace rdzv = ddprun::rendezvous;
 using Clock = std::chrono::steady_clock;
@@ -47,13 +44,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The operations the bench needs, for both stores.
-struct BenchClient {
-  virtual ~BenchClient() = default;
-  virtual void set(const std::string& k, const std::vector<uint8_t>& v) = 0;
-  virtual std::vector<uint8_t> get(const std::string& k) = 0;
-  virtual int64_t add(const std::string& k, int64_t d) = 0;
-};
+using ddprun::bench::BenchClient;
 
 struct Backend {
   std::string name;
@@ -89,22 +80,6 @@ struct OurServer {
   }
 };
 
-#ifdef DDPRUN_HAVE_TORCH
-struct TorchClient : BenchClient {
-  TorchClient(const std::string& host, uint16_t port) {
-    c10d::TCPStoreOptions o;
-    o.port = port;
-    o.isServer = false;
-    o.waitWorkers = false;
-    o.timeout = 120s;
-    s = std::make_unique<c10d::TCPStore>(host, o);
-  }
-  void set(const std::string& k, const std::vector<uint8_t>& v) override { s->set(k, v); }
-  std::vector<uint8_t> get(const std::string& k) override { return s->get(k); }
-  int64_t add(const std::string& k, int64_t d) override { return s->add(k, d); }
-  std::unique_ptr<c10d::TCPStore> s;
-};
-#endif
 
 // A store server in a child process (this program with --serve NAME), so
 // the clients' and the server's descriptors and CPU time are separate, as
@@ -161,20 +136,7 @@ int serve(const std::string& name) {
     wait_for_eof();
     return 0;
   }
-#ifdef DDPRUN_HAVE_TORCH
-  if (name == "tcpstore") {
-    c10d::TCPStoreOptions o;
-    o.port = 0;
-    o.isServer = true;
-    o.waitWorkers = false;
-    o.timeout = 120s;
-    c10d::TCPStore s("127.0.0.1", o);
-    std::printf("PORT %u\n", s.getPort());
-    std::fflush(stdout);
-    wait_for_eof();
-    return 0;
-  }
-#endif
+  if (name == "tcpstore") return ddprun::bench::serve_tcpstore();
   return 2;
 }
 
@@ -196,7 +158,11 @@ double run_threads(int n, const std::function<void(int)>& f) {
   std::vector<pthread_t> threads(n);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
+  // 1 MiB, not less: glibc carves the static TLS of every loaded library out
+  // of each thread's stack, and the CUDA LibTorch's is large enough that
+  // 256 KiB stacks overflowed in the client's 64 KiB receive buffer. Stacks
+  // are reserved, not committed, so 16,384 of them cost address space only.
+  pthread_attr_setstacksize(&attr, 1024 * 1024);
   for (int i = 0; i < n; ++i) {
     args[i] = {&sh, i};
     int rc = pthread_create(&threads[i], &attr, [](void* p) -> void* {
@@ -311,20 +277,19 @@ int main(int argc, char** argv) {
         ours->reset();
         if (start) *ours = std::make_unique<ServerProcess>("ddprun");
       }});
-#ifdef DDPRUN_HAVE_TORCH
-  auto theirs = std::make_shared<std::unique_ptr<ServerProcess>>();
-  backends.push_back(Backend{
-      "tcpstore",
-      [theirs]() -> std::unique_ptr<BenchClient> {
-        return std::make_unique<TorchClient>("127.0.0.1", (*theirs)->port);
-      },
-      [theirs](bool start) {
-        theirs->reset();
-        if (start) *theirs = std::make_unique<ServerProcess>("tcpstore");
-      }});
-#else
-  std::printf("built without LibTorch: no TCPStore comparison\n");
-#endif
+  std::printf("anchor: %s\n", ddprun::bench::tcpstore_description().c_str());
+  if (ddprun::bench::have_tcpstore()) {
+    auto theirs = std::make_shared<std::unique_ptr<ServerProcess>>();
+    backends.push_back(Backend{
+        "tcpstore",
+        [theirs]() -> std::unique_ptr<BenchClient> {
+          return ddprun::bench::connect_tcpstore("127.0.0.1", (*theirs)->port);
+        },
+        [theirs](bool start) {
+          theirs->reset();
+          if (start) *theirs = std::make_unique<ServerProcess>("tcpstore");
+        }});
+  }
   if (!only.empty()) {
     backends.erase(std::remove_if(backends.begin(), backends.end(),
                                   [&](const Backend& b) { return b.name != only; }),

@@ -14,6 +14,10 @@ venv=${DDPRUN_TORCH_VENV:-$PWD/.venv-torch}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 [[ -x $venv/bin/python ]] || bash scripts/setup-torch.sh
 prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+# TorchConfig looks for libc10 with find_library(c10 PATHS <torch>/lib), which
+# searches the system first: Debian's libc10.so (1.13) won, and a binary that
+# then needed it loaded both c10s and aborted in the dispatcher at start-up.
+c10=$prefix/../../lib/libc10.so
 # NCCL: the wheel's own (pip's nvidia-nccl), the one libtorch_cuda.so is built
 # against and loads. The toolkit's can be older (2.28 here, while torch 2.x
 # needs 2.30's ncclCommGrow, ncclSignal...: undefined at link) and a process
@@ -31,7 +35,7 @@ start=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda" \
   -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib" \
-  -DDDPRUN_REQUIRE_NCCL=ON >"$build.configure.log" 2>&1 ||
+  -Dc10_LIBRARY="$(realpath "$c10")" -DDDPRUN_REQUIRE_NCCL=ON >"$build.configure.log" 2>&1 ||
   { tail -30 "$build.configure.log" >&2; exit 1; }
 grep -E 'trainer:' "$build.configure.log"
 cmake --build "$build" -j "${DDPRUN_JOBS:-$(nproc)}" --target train
