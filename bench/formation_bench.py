@@ -16,6 +16,9 @@ moment all N workers have started. Rows, interleaved within each repetition:
   ddprun (c10d)          ddprun's store, hosted by node 1's agent
   ddprun (etcd)          the etcd server; run when this ddprun accepts
                          --rdzv-backend=etcd, else reported as not run
+  (torchrun's floor)     N interpreters of the venv importing
+                         torch.distributed.run and exiting, started the same
+                         way: what torchrun's rows spend before any rendezvous
 
 A row that cannot run says why. Needs root, `ip netns` and etcd. Usage:
   /usr/bin/python3 bench/formation_bench.py [--ddprun build/bin/ddprun]
@@ -83,6 +86,14 @@ def ddprun_has_etcd(ddprun):
     return "not supported" not in (r.stdout + r.stderr)
 
 
+def floor_once(cmds, n, tmp):
+    """N agents' worth of start-up only: time until every process exited."""
+    t0 = time.monotonic_ns()
+    procs = mb.start_agents(cmds, os.path.join(tmp, "ts"), range(1, n + 1))
+    mb.wait_all(procs, tmp, deadline_s=180)
+    return (time.monotonic_ns() - t0) / 1e9
+
+
 def form_once(cmds, n, tmp):
     ts = os.path.join(tmp, "ts")
     for f in os.listdir(tmp):
@@ -141,10 +152,13 @@ def main():
         "ddprun (etcd)": lambda n, rid: lambda i: node(i, [
             ddprun, f"--nnodes={n}", "--nproc-per-node=1", "--rdzv-backend=etcd",
             f"--rdzv-endpoint={ETCD}", f"--rdzv-id={rid}", worker, "launch"]),
+        "(torchrun's floor: import only)": lambda n, rid: lambda i: node(i, [
+            venv_py, "-c", "import torch.distributed.run"]),
     }
     res = {(name, n): [] for name in rows for n in sizes}
     etcd = None
     load = os.getloadavg()
+    started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
     try:
         mb.make_net(top, hub_addr=HUB)
         rb.name_hosts(top)
@@ -152,8 +166,10 @@ def main():
         for rep in range(args.reps):  # interleaved, so drift hits every row alike
             for n in sizes:
                 for k, (name, make) in enumerate(rows.items()):
-                    if name not in skipped:
-                        res[(name, n)].append(form_once(make(n, f"r{rep}n{n}k{k}"), n, tmp))
+                    if name in skipped:
+                        continue
+                    once = floor_once if name.startswith("(") else form_once
+                    res[(name, n)].append(once(make(n, f"r{rep}n{n}k{k}"), n, tmp))
     finally:
         if etcd is not None:
             stop(etcd)
@@ -162,8 +178,9 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = os.getloadavg()
     print(f"reps: {args.reps}, machine: {os.cpu_count()} CPUs, one agent and one worker per "
-          f"namespace, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
-          f"(1 min) {load[0]:.1f} before, {load_after[0]:.1f} after\n")
+          f"namespace, started {started}, ended "
+          f"{time.strftime('%H:%M UTC', time.gmtime())}, load average (1 min) {load[0]:.1f} "
+          f"before, {load_after[0]:.1f} after\n")
     print("| agents started → every worker running (median, min) | "
           + " | ".join(f"{n} agents" for n in sizes) + " |")
     print("| --- |" + " --- |" * len(sizes))
@@ -176,8 +193,7 @@ def main():
             v = res[(name, n)]
             m = statistics.median(v)
             cell = f"{m * 1e3:.0f} ms, {min(v) * 1e3:.0f}"
-            if name != "torchrun 2.x (c10d)" and ("torchrun 2.x (c10d)", n) in res and \
-                    res[("torchrun 2.x (c10d)", n)]:
+            if name.startswith("ddprun") and res[("torchrun 2.x (c10d)", n)]:
                 t = statistics.median(res[("torchrun 2.x (c10d)", n)])
                 cell += f" (1/{t / m:.1f})" if m < t else f" ({m / t:.1f}x)"
             cells.append(cell)
