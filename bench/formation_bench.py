@@ -13,6 +13,7 @@ moment all N workers have started. Rows, interleaved within each repetition:
 
   torchrun 2.x (c10d)    the venv's torchrun; node 1 hosts the store (is_host)
   torchrun 2.x (etcd-v2) the etcd server; needs python-etcd in the venv
+  torchrun 2.x (etcd)    the same, torchrun's older etcd rendezvous
   ddprun (c10d)          ddprun's store, hosted by node 1's agent
   ddprun (etcd)          the etcd server; run when this ddprun accepts
                          --rdzv-backend=etcd, else reported as not run
@@ -127,7 +128,8 @@ def main():
     if not os.path.exists(torchrun):
         skipped["torchrun 2.x (c10d)"] = f"{torchrun} missing (scripts/setup-torch.sh)"
     if subprocess.run([venv_py, "-c", "import etcd"], capture_output=True).returncode != 0:
-        skipped["torchrun 2.x (etcd-v2)"] = f"python-etcd does not import in {venv_py}"
+        for name in ("torchrun 2.x (etcd-v2)", "torchrun 2.x (etcd)"):
+            skipped[name] = f"python-etcd does not import in {venv_py}"
     if not ddprun_has_etcd(ddprun):
         skipped["ddprun (etcd)"] = "this ddprun refuses --rdzv-backend=etcd (not built in yet)"
     tmp = tempfile.mkdtemp(prefix="formation_bench_")
@@ -144,6 +146,10 @@ def main():
             "--no_python", worker, "launch"]),
         "torchrun 2.x (etcd-v2)": lambda n, rid: lambda i: node(i, [
             torchrun, f"--nnodes={n}", "--nproc_per_node=1", "--rdzv_backend=etcd-v2",
+            f"--rdzv_endpoint={ETCD}", f"--rdzv_id={rid}", "--monitor_interval=0.1",
+            "--no_python", worker, "launch"]),
+        "torchrun 2.x (etcd)": lambda n, rid: lambda i: node(i, [
+            torchrun, f"--nnodes={n}", "--nproc_per_node=1", "--rdzv_backend=etcd",
             f"--rdzv_endpoint={ETCD}", f"--rdzv_id={rid}", "--monitor_interval=0.1",
             "--no_python", worker, "launch"]),
         "ddprun (c10d)": lambda n, rid: lambda i: node(i, [
