@@ -49,8 +49,10 @@ gone() { [[ -z $(on_hub squeue -h -j "$job" 2>/dev/null) ]]; }
 job=$(submit job1) || fail "sbatch refused the job"
 echo "job $job"
 wait_until 120 newer_than 0 || fail "job 1 wrote no checkpoint"
-grep -q "from Slurm: --nnodes=2 --node-rank=0 --rdzv-backend=c10d --rdzv-endpoint=${tag}a:" "$T/job1.out" ||
-  fail "no 'from Slurm' line for node 0"
+for r in 0 1; do
+  grep -q "from Slurm: --nnodes=2 --node-rank=$r --rdzv-backend=c10d --rdzv-endpoint=${tag}a:[0-9]* --rdzv-id=slurm-$job.0 " "$T/job1.out" ||
+    fail "no 'from Slurm' line for node $r"
+done
 logged "2 ranks meet through the ddprun store" job1 || fail "train did not start with 2 ranks"
 logged "backend gloo, 2 ranks" job1 || fail "train did not set up gloo across the nodes"
 
