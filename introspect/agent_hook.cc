@@ -123,6 +123,7 @@ IntrospectHook::~IntrospectHook() {
   *alive_ = false;
   cancel_->cancel();  // kills a stack tool still running
   if (capture_.joinable()) capture_.join();
+  board_.reset();
   registration_.reset();
   server_.reset();
   if (own_runtime_dir_) {
@@ -145,6 +146,15 @@ void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::A
   workers_.clear();
   rates_.clear();
   for (const auto& w : attempt.workers) workers_.push_back(Worker{w});
+  board_.reset();
+  const auto& round = attempt.round;
+  node_ = round.group_world_size > 1 ? round.group_rank : -1;
+  if (round.group_world_size > 1 && !round.store_addr.empty() && server_) {
+    board_ = std::make_unique<NodeBoard>(BoardPlace{round.store_addr, round.store_token,
+                                                    round.store_prefix, round.group_rank,
+                                                    round.group_world_size});
+    board_->publish(status());
+  }
   schedule_sample();
 }
 
@@ -161,6 +171,7 @@ void IntrospectHook::worker_exited(const agent::WorkerEnd& end) {
 void IntrospectHook::attempt_ended(const agent::AttemptResult&) {
   timer_.cancel();
   sampling_ = false;
+  board_.reset();  // the round is over; its entries stay in its prefix
 }
 
 void IntrospectHook::schedule_sample() {
@@ -203,6 +214,7 @@ void IntrospectHook::sample() {
     if (beat && beat->beats > 0 && beat->step >= 0) rates_.sample(w.info.rank, now, beat->step);
   }
   check_stragglers();
+  if (board_) board_->publish(status());
 }
 
 void IntrospectHook::check_stragglers() {
@@ -250,7 +262,7 @@ nlohmann::json IntrospectHook::status() const {
     if (auto rate = rates_.rate(w.info.rank, options_.rate_window)) r["steps_per_s"] = *rate;
     rows.push_back(std::move(r));
   }
-  return {{"run_id", options_.run_id},
+  nlohmann::json r = {{"run_id", options_.run_id},
           {"host", host_},
           {"agent_pid", ::getpid()},
           {"attempt", attempt_},
@@ -259,12 +271,15 @@ nlohmann::json IntrospectHook::status() const {
            {{"fraction", options_.straggler.fraction},
             {"window_s", std::chrono::duration<double>(options_.straggler.window).count()}}},
           {"workers", rows}};
+  if (node_ >= 0) r["node"] = node_;
+  return r;
 }
 
 void IntrospectHook::handle(const nlohmann::json& request, ControlServer::Reply reply) {
   const std::string op = request.is_object() ? request.value("op", "") : "";
   if (op == "status") {
-    reply(status());
+    // Every node's rows unless the request asks for this node's only.
+    status_reply(!request.contains("nodes") || request["nodes"] != "local", std::move(reply));
   } else if (op == "stacks") {
     int rank = -1;
     if (request.contains("rank") && request["rank"].is_number_integer()) rank = request["rank"];
@@ -272,6 +287,24 @@ void IntrospectHook::handle(const nlohmann::json& request, ControlServer::Reply 
   } else {
     reply({{"error", "unknown op '" + op + "' (status, stacks)"}});
   }
+}
+
+void IntrospectHook::status_reply(bool all_nodes, ControlServer::Reply reply) {
+  if (!all_nodes || !board_) {
+    reply(status());
+    return;
+  }
+  board_->fetch([this, alive = alive_, reply](std::vector<nlohmann::json> peers,
+                                              std::string error) {
+    boost::asio::post(io_, [this, alive, reply, peers = std::move(peers),
+                            error = std::move(error)] {
+      if (!*alive) return;
+      nlohmann::json r = status();
+      r["peers"] = peers;
+      if (!error.empty()) r["peers_error"] = error;
+      reply(r);
+    });
+  });
 }
 
 void IntrospectHook::stacks(int rank, ControlServer::Reply reply) {

@@ -9,7 +9,8 @@
 // Once a second while an attempt runs it samples each worker's /proc (state,
 // CPU %, RSS) and its last heartbeat step (from the watchdog), keeps step
 // rates and reports stragglers (step_rates.h) on the console and in the
-// event log. A stacks request runs the capture on a thread (eu-stack or gdb
+// event log. In a multi-node round it also publishes that status in the
+// job's store and answers a status request with every node's (node_board.h). A stacks request runs the capture on a thread (eu-stack or gdb
 // may take seconds) and replies from the loop when it is done.
 //
 // Thread safety: agent loop thread only, except the capture thread, which
@@ -30,6 +31,7 @@
 #include "agent/hooks.h"
 #include "agent/options.h"
 #include "introspect/control_server.h"
+#include "introspect/node_board.h"
 #include "introspect/registry.h"
 #include "introspect/step_rates.h"
 #include "watchdog/event_log.h"
@@ -95,6 +97,7 @@ class IntrospectHook : public agent::AgentHooks {
   void check_stragglers();
   void handle(const nlohmann::json& request, ControlServer::Reply reply);
   void stacks(int rank, ControlServer::Reply reply);
+  void status_reply(bool all_nodes, ControlServer::Reply reply);
   const watchdog::WorkerStatus* beat_status(int rank) const;
 
   boost::asio::io_context& io_;
@@ -107,6 +110,9 @@ class IntrospectHook : public agent::AgentHooks {
   bool own_runtime_dir_ = false;
   std::unique_ptr<ControlServer> server_;
   std::unique_ptr<Registration> registration_;
+  // The round's status board in the job's store (multi-node rounds only).
+  std::unique_ptr<NodeBoard> board_;
+  int node_ = -1;  // group rank in a multi-node round, else -1
   boost::asio::steady_timer timer_;
   bool sampling_ = false;
   int attempt_ = 0;

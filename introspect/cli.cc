@@ -143,9 +143,12 @@ int status_main(int argc, char** argv) {
   CLI::App app("ddprun status: one table of every rank of running jobs (asks their agents)",
                "ddprun status");
   Target t;
-  bool json = false, watch = false;
+  bool json = false, watch = false, local = false;
   double interval = 1.0;
   add_target_flags(app, t);
+  app.add_flag("--local", local,
+               "this host's agents only (default: every node of a multi-node job, as the "
+               "other nodes' agents publish their rows in the job's store)");
   app.add_flag("--json", json, "the agents' replies as one JSON object");
   app.add_flag("--watch", watch, "refresh until the job ends (in place on a terminal)");
   app.add_option("--interval", interval, "seconds between --watch refreshes")
@@ -157,9 +160,16 @@ int status_main(int argc, char** argv) {
   for (int round = 0;; ++round) {
     const auto agents = find_agents("status", t);
     std::vector<nlohmann::json> replies;
-    if (agents.empty() || !ask_all("status", agents, {{"op", "status"}}, t.timeout_s, replies)) {
+    const nlohmann::json request = {{"op", "status"}, {"nodes", local ? "local" : "all"}};
+    if (agents.empty() || !ask_all("status", agents, request, t.timeout_s, replies)) {
       return round > 0 ? 0 : 1;  // --watch: the job ended
     }
+    for (const auto& r : replies) {
+      if (r.contains("peers_error"))
+        std::fprintf(stderr, "ddprun status: other nodes not shown: %s\n",
+                     r["peers_error"].get<std::string>().c_str());
+    }
+    replies = job_agents(replies);
     if (json) {
       std::cout << nlohmann::json{{"agents", replies}}.dump() << std::endl;
     } else {

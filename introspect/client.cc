@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 
 #include "base/scoped_fd.h"
@@ -88,6 +89,25 @@ nlohmann::json ask_agent(const std::string& socket, const nlohmann::json& reques
   }
 }
 
+std::vector<nlohmann::json> job_agents(const std::vector<nlohmann::json>& replies) {
+  std::vector<nlohmann::json> out;
+  std::set<std::pair<std::string, int64_t>> seen;
+  auto add = [&](nlohmann::json a, const char* via) {
+    const auto id = std::make_pair(a.value("host", ""), a.value("agent_pid", int64_t{0}));
+    if (!seen.insert(id).second) return;
+    a["via"] = via;
+    out.push_back(std::move(a));
+  };
+  for (const auto& r : replies) {
+    nlohmann::json own = r;
+    own.erase("peers");
+    add(std::move(own), "socket");
+  }
+  for (const auto& r : replies)
+    for (const auto& p : r.value("peers", nlohmann::json::array())) add(p, "store");
+  return out;
+}
+
 std::string status_table(const std::vector<nlohmann::json>& replies) {
   struct Row {
     int rank;
@@ -135,8 +155,15 @@ std::string status_table(const std::vector<nlohmann::json>& replies) {
   };
   std::string out;
   for (const auto& r : replies) {
-    out += fmt::format("run {} on {} (agent pid {}): attempt {}, {} restart{}\n",
-                       r.value("run_id", "?"), r.value("host", "?"), r.value("agent_pid", 0),
+    std::string where = fmt::format("agent pid {}", r.value("agent_pid", 0));
+    if (r.contains("node")) where += fmt::format(", node {}", r["node"].get<int>());
+    if (r.value("via", "") == "store") {
+      where += r.contains("age_s") && r["age_s"].is_number()
+                   ? fmt::format(", via the store, {:.1f} s old", r["age_s"].get<double>())
+                   : ", via the store";
+    }
+    out += fmt::format("run {} on {} ({}): attempt {}, {} restart{}\n",
+                       r.value("run_id", "?"), r.value("host", "?"), where,
                        r.value("attempt", 0), r.value("restarts", 0),
                        r.value("restarts", 0) == 1 ? "" : "s");
   }

@@ -15,6 +15,11 @@ namespace ddprun::introspect {
 nlohmann::json ask_agent(const std::string& socket, const nlohmann::json& request,
                          std::chrono::milliseconds timeout);
 
+// Every agent of the job once: each reply, then the other nodes' entries it
+// carried ("peers", from the job's store), marked "via": "socket" or
+// "store"; an agent that answered directly is not repeated from the store.
+std::vector<nlohmann::json> job_agents(const std::vector<nlohmann::json>& replies);
+
 // One table over every agent's status reply: RANK HOST PID STATE STEP
 // BEAT_AGE STEPS/S CPU% RSS RESTARTS ATTEMPT, ranks in order.
 std::string status_table(const std::vector<nlohmann::json>& replies);

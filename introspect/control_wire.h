@@ -4,7 +4,8 @@
 // runtime folder (mode 0700, so only its user can connect); agents are found
 // through the registry (registry.h).
 // Request: one JSON object on one line, at most kMaxRequestBytes:
-//   {"op": "status"}
+//   {"op": "status"}                   every node's rows (multi-node jobs)
+//   {"op": "status", "nodes": "local"} this agent's rows only
 //   {"op": "stacks", "rank": R}        R = -1: every local rank
 // Reply: one JSON object on one line, at most kMaxReplyBytes:
 //   status: {"run_id", "host", "agent_pid", "attempt", "restarts",
@@ -12,7 +13,11 @@
 //            "workers": [{"rank", "local_rank", "pid", "state", "step",
 //                         "beat_age_s" (null without beats), "steps_per_s"
 //                         (null without two samples), "cpu_percent",
-//                         "rss_bytes", "straggler"}]}
+//                         "rss_bytes", "straggler"}],
+//            in a multi-node round also "peers": [the other nodes' status
+//            replies as they published them in the job's store, each with
+//            "node" (group rank), "published_unix", "age_s"], and
+//            "peers_error" when the store could not be read (node_board.h)}
 //   stacks: {"run_id", "host", "stacks": [{"rank", "pid", "python",
 //            "python_note", "native", "native_method", "native_note"}]}
 //   any failure: {"error": "one line"}

@@ -1,0 +1,83 @@
+// NodeBoard: `ddprun status` across nodes through the job's store.
+//
+// Each agent of a multi-node round publishes its status reply (the JSON of
+// control_wire.h, plus "node" and "published_unix") under
+//   ddprun-introspect/<round's store prefix>node/<group rank>
+// in the rendezvous store, once per sample (latest wins), and reads the
+// other nodes' entries when a status request asks for them. Keys live in the
+// round's prefix, so a new round starts with a clean board and rows of a
+// round that ended are never shown.
+//
+// The store is reached only from the board's own thread, with its own
+// client (store calls block, the agent's loop never does): publish() and
+// fetch() hand work to it and return at once; fetch's callback runs on the
+// board's thread (the caller posts it back to its loop). Every store call
+// has a deadline (kStoreDeadline); a node that has not published yet is
+// left out, not waited for. The destructor cancels a blocked call (the
+// store may be gone) and joins.
+//
+// Thread safety: publish, fetch and the destructor from one thread (the
+// agent's loop); the callback on the board's thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ddprun::rendezvous {
+class Canceller;
+}
+
+namespace ddprun::introspect {
+
+struct BoardPlace {
+  std::string store_addr;    // "host:port" of the job's store
+  std::string store_token;   // its HMAC token ("" none)
+  std::string store_prefix;  // the round's prefix, "<run_id>/round_<n>/"
+  int node = 0;              // this agent's group rank
+  int nodes = 1;             // group world size of the round
+};
+
+// The store key of `node`'s entry in the round of `store_prefix`.
+std::string board_key(const std::string& store_prefix, int node);
+
+class NodeBoard {
+ public:
+  // The other nodes' entries (never this one's), by group rank, and why
+  // some could not be read ("" when all were).
+  using Fetched = std::function<void(std::vector<nlohmann::json> peers, std::string error)>;
+
+  static constexpr std::chrono::seconds kStoreDeadline{3};
+
+  explicit NodeBoard(BoardPlace place);
+  ~NodeBoard();
+  NodeBoard(const NodeBoard&) = delete;
+  NodeBoard& operator=(const NodeBoard&) = delete;
+
+  // Replaces the entry to publish; the thread sends the newest one.
+  void publish(nlohmann::json status);
+  // Reads every other node's entry; `done` is called once, on the board's
+  // thread, within a few store deadlines.
+  void fetch(Fetched done);
+
+ private:
+  void run();
+
+  BoardPlace place_;
+  std::shared_ptr<rendezvous::Canceller> canceller_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                // guarded by mu_
+  bool has_entry_ = false;           // guarded by mu_
+  nlohmann::json entry_;             // guarded by mu_
+  std::vector<Fetched> waiting_;     // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace ddprun::introspect

@@ -1,0 +1,150 @@
+// ddprun status across nodes: two agents of one job (on loopback, each with
+// a registry of its own, so neither can find the other's control socket)
+// meet through the elastic rendezvous; asked on either, status shows all
+// four ranks, the other node's from the job's store (introspect/node_board.h).
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/scoped_fd.h"
+#include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
+
+namespace {
+
+using ddprun::testing::count_of;
+using ddprun::testing::DdprunProcess;
+using ddprun::testing::run_ddprun;
+using ddprun::testing::TempDir;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+constexpr const char* kPython = "/usr/bin/python3";
+
+int free_port() {
+  ddprun::base::ScopedFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+struct TwoNodeJob {
+  TempDir dir;
+  std::string until = dir.file("until");
+  std::string run_id = "nodes-" + std::to_string(::getpid());
+  std::string registry[2] = {dir.file("registry_a"), dir.file("registry_b")};
+  std::vector<std::string> args;
+  TwoNodeJob() {
+    for (const auto& r : registry) ::mkdir(r.c_str(), 0700);
+    args = {"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+            "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port()), "--rdzv-id=" + run_id,
+            "--heartbeat-timeout=60", std::string(INTROSPECT_SCRIPTS) + "/beating_worker.py",
+            "--until", until};
+  }
+  std::vector<std::string> env(int node) const {
+    return {"DDPRUN_REGISTRY_DIR=" + registry[node], std::string("DDPRUN_PYTHON=") + kPython,
+            "DDPRUN_RDZV_TOKEN=nodes-secret"};
+  }
+  ddprun::testing::Finished status(int node, std::vector<std::string> extra = {}) const {
+    std::vector<std::string> a = {"status", run_id};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_ddprun(a, env(node), std::chrono::seconds(60));
+  }
+  json agents(int node) const {
+    const auto r = status(node, {"--json"});
+    INFO("status stderr: " << r.err);
+    REQUIRE(r.status == 0);
+    return json::parse(r.out)["agents"];
+  }
+};
+
+// The step of global rank `rank` in `agents`, or -1.
+int64_t step_of(const json& agents, int rank) {
+  for (const auto& a : agents)
+    for (const auto& w : a["workers"])
+      if (w["rank"] == rank && w["step"].is_number()) return w["step"].get<int64_t>();
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("status across nodes: asked on either agent, status shows every node's ranks, the "
+          "other node's through the job's store, with advancing steps") {
+  TwoNodeJob job;
+  DdprunProcess a(job.args, job.env(0));
+  DdprunProcess b(job.args, job.env(1));
+  auto two_ready = [](const std::string& o) { return count_of(o, "ready ") >= 2; };
+  REQUIRE(a.wait_for_stdout(two_ready, std::chrono::seconds(120)));
+  REQUIRE(b.wait_for_stdout(two_ready, std::chrono::seconds(120)));
+
+  for (int node = 0; node < 2; ++node) {
+    INFO("asked through agent " << node << "'s registry");
+    // The other node publishes once a second: ask until its rows came and
+    // its ranks' steps moved on between two answers.
+    json first, later;
+    bool whole = false, advanced = false;
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (!(whole && advanced) && Clock::now() < deadline) {
+      later = job.agents(node);
+      std::set<int> ranks;
+      for (const auto& ag : later)
+        for (const auto& w : ag["workers"]) ranks.insert(w["rank"].get<int>());
+      whole = later.size() == 2 && ranks == std::set<int>{0, 1, 2, 3};
+      if (!whole) continue;
+      if (first.is_null()) {
+        first = later;
+        continue;
+      }
+      advanced = true;
+      for (int rank = 0; rank < 4; ++rank)
+        if (step_of(later, rank) <= step_of(first, rank)) advanced = false;
+    }
+    INFO("last answer: " << later.dump());
+    REQUIRE(whole);
+    CHECK(advanced);
+    // One agent answered on its socket, the other came from the store, with
+    // the node (group rank) it published as.
+    std::multiset<std::string> via;
+    std::set<int> nodes;
+    for (const auto& ag : later) {
+      via.insert(ag["via"].get<std::string>());
+      nodes.insert(ag["node"].get<int>());
+      CHECK(ag["run_id"] == job.run_id);
+      CHECK(!ag["host"].get<std::string>().empty());
+    }
+    CHECK(via == std::multiset<std::string>{"socket", "store"});
+    CHECK(nodes == std::set<int>{0, 1});
+    CHECK(later[0]["agent_pid"] != later[1]["agent_pid"]);
+
+    // The table: one line per rank, both agents' headers, the store's marked.
+    const auto table = job.status(node);
+    INFO("table: " << table.out << "\nstderr: " << table.err);
+    CHECK(table.status == 0);
+    CHECK(table.out.find("HOST") != std::string::npos);
+    for (const char* row : {"\n0 ", "\n1 ", "\n2 ", "\n3 "}) CHECK(table.out.find(row) != std::string::npos);
+    CHECK(count_of(table.out, "via the store") == 1);
+
+    // --local: this agent's ranks only.
+    const auto local = job.status(node, {"--local", "--json"});
+    REQUIRE(local.status == 0);
+    const json only = json::parse(local.out)["agents"];
+    REQUIRE(only.size() == 1);
+    CHECK(only[0]["workers"].size() == 2);
+  }
+  std::ofstream(job.until).put('\n');
+  const auto end_a = a.finish(std::chrono::seconds(120));
+  const auto end_b = b.finish(std::chrono::seconds(120));
+  INFO("agent a: " << end_a.err << "\nagent b: " << end_b.err);
+  CHECK(end_a.status == 0);
+  CHECK(end_b.status == 0);
+}
