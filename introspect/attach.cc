@@ -57,10 +57,14 @@ struct Hang {
   std::chrono::milliseconds timeout{0};
 };
 
+std::string step_name(const SlurmStep& s) { return s.job + (s.step.empty() ? "" : "." + s.step); }
+
 std::vector<pid_t> roots_of(const AttachOptions& o) {
   std::vector<pid_t> roots = o.pids;
   if (o.pgid > 0)
     for (pid_t p : group_members(o.pgid)) roots.push_back(p);
+  if (o.slurm_step)
+    for (pid_t p : slurm_step_roots(*o.slurm_step)) roots.push_back(p);
   return roots;
 }
 
@@ -181,7 +185,12 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
   if (o.pgid > 0 && group_members(o.pgid).empty()) {
     throw std::invalid_argument(fmt::format("no process in group {}", o.pgid));
   }
-  if (o.pids.empty() && o.pgid <= 0) throw std::invalid_argument("no process to watch");
+  if (o.slurm_step && slurm_step_roots(*o.slurm_step).empty()) {
+    throw std::invalid_argument(fmt::format("no process of Slurm step {} on this node",
+                                            step_name(*o.slurm_step)));
+  }
+  if (o.pids.empty() && o.pgid <= 0 && !o.slurm_step)
+    throw std::invalid_argument("no process to watch");
   const auto stuck_limit = o.stuck_timeout.value_or(o.silence_timeout);
   std::map<pid_t, Watched> watched;
   std::vector<FileWatch> files;
@@ -194,6 +203,8 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
                        std::string s;
                        for (pid_t p : o.pids) s += (s.empty() ? "pid " : ", ") + std::to_string(p);
                        if (o.pgid > 0) s += (s.empty() ? "" : ", ") + fmt::format("group {}", o.pgid);
+                       if (o.slurm_step)
+                         s += (s.empty() ? "" : ", ") + ("Slurm step " + step_name(*o.slurm_step));
                        return s;
                      }(),
                      secs(o.silence_timeout),

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "introspect/slurm_step.h"
 #include "introspect/stacks.h"
 
 namespace ddprun::introspect {
@@ -45,10 +46,13 @@ namespace ddprun::introspect {
 enum class OnHang { kNothing, kKill, kCommand };
 
 struct AttachOptions {
-  // Roots of the watched trees (at least one of pids, pgid).
+  // Roots of the watched trees (at least one of pids, pgid, slurm_step).
   std::vector<pid_t> pids;
   // Every process of this process group is a root.
   pid_t pgid = 0;
+  // The topmost processes of this Slurm step on this node are roots
+  // (slurm_step.h), found again at every poll.
+  std::optional<SlurmStep> slurm_step;
   // No CPU and no I/O progress for this long is a hang.
   std::chrono::milliseconds silence_timeout{60000};
   // State T or D for this long is a hang; unset: silence_timeout; 0: off.

@@ -230,6 +230,10 @@ int attach_main(int argc, char** argv) {
   std::string on_hang = "nothing", stack_capture = "auto";
   app.add_option("pid", pids, "processes to watch with their trees (e.g. torchrun's pid)");
   app.add_option("--pgid", o.pgid, "also watch every process of this process group");
+  std::string slurm_step;
+  app.add_option("--slurm-step", slurm_step,
+                 "also watch this node's processes of Slurm step JOBID[.STEPID|.batch] (found by "
+                 "SLURM_JOB_ID/SLURM_STEP_ID in their environment)");
   app.add_option("--silence-timeout", silence,
                  "seconds without CPU time and I/O progress that make a hang")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -270,6 +274,14 @@ int attach_main(int argc, char** argv) {
   if (on_hang == "command" && o.command.empty()) {
     std::fprintf(stderr, "ddprun attach: --on-hang command needs --hang-command\n");
     return kUsageExit;
+  }
+  if (!slurm_step.empty()) {
+    o.slurm_step = parse_slurm_step(slurm_step);
+    if (!o.slurm_step) {
+      std::fprintf(stderr, "ddprun attach: --slurm-step %s: expected JOBID, JOBID.STEPID or "
+                   "JOBID.batch\n", slurm_step.c_str());
+      return kUsageExit;
+    }
   }
   for (int p : pids) o.pids.push_back(p);
   o.silence_timeout = millis(silence);

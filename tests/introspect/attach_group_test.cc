@@ -1,0 +1,100 @@
+// ddprun attach on a process group (--pgid) and on a Slurm step's processes
+// (--slurm-step, found by SLURM_JOB_ID/SLURM_STEP_ID in their environment;
+// here plain processes carrying them: the real Slurm is in tests/slurm).
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/proc_stat.h"
+#include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
+
+namespace {
+
+using ddprun::testing::DdprunProcess;
+using ddprun::testing::TempDir;
+using nlohmann::json;
+
+// Two ranks that sleep (no CPU, no I/O) under a shell that waits for them.
+const std::string kTwoSleepingRanks =
+    "RANK=0 sleep 600 & RANK=1 sleep 600 & echo started; wait";
+
+bool started(const std::string& o) { return o.find("started") != std::string::npos; }
+
+bool dead(pid_t pid) {
+  const auto st = ddprun::base::read_proc_stat(pid);
+  return !st || st->state == 'Z';
+}
+
+json read_report(const std::string& dir) {
+  std::ifstream in(dir + "/hang_report.json");
+  REQUIRE(in);
+  return json::parse(in);
+}
+
+std::set<int> watched_ranks(const json& report) {
+  std::set<int> out;
+  for (const auto& w : report["watched"]) out.insert(w["rank"].get<int>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("attach --pgid: a process group whose ranks stop is reported and, with kill, ends") {
+  TempDir dir;
+  // In a group of its own, as a shell starts a job.
+  DdprunProcess group({"-c", kTwoSleepingRanks}, {}, "/bin/sh", /*own_group=*/true);
+  REQUIRE(group.wait_for_stdout(started, std::chrono::seconds(30)));
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", "--pgid", std::to_string(group.pid()), "--silence-timeout", "1", "--on-hang",
+       "kill", "--kill-grace", "5", "--stack-capture", "proc", "--report-dir", dir.path()},
+      {}, std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("group " + std::to_string(group.pid())) != std::string::npos);
+  const json report = read_report(dir.path());
+  CHECK(report["kind"] == "no_progress");
+  CHECK(watched_ranks(report) == std::set<int>{0, 1});
+  CHECK(report["stacks"].at(0)["rank"] == report["rank"]);
+  // The whole group ended: the shell (SIGTERM) and both ranks.
+  const auto end = group.finish(std::chrono::seconds(30));
+  CHECK(!end.timed_out);
+  for (const auto& w : report["watched"]) CHECK(dead(w["pid"].get<pid_t>()));
+}
+
+TEST_CASE("attach --slurm-step: the step's ranks are watched, other steps of the job are not") {
+  TempDir dir;
+  // A job id no real Slurm here hands out, unique per test process.
+  const std::string job = std::to_string(900000000 + ::getpid());
+  DdprunProcess step0({"-c", kTwoSleepingRanks}, {"SLURM_JOB_ID=" + job, "SLURM_STEP_ID=0"},
+                      "/bin/sh");
+  DdprunProcess step1({"-c", "RANK=5 sleep 600 & echo started; wait"},
+                      {"SLURM_JOB_ID=" + job, "SLURM_STEP_ID=1"}, "/bin/sh");
+  REQUIRE(step0.wait_for_stdout(started, std::chrono::seconds(30)));
+  REQUIRE(step1.wait_for_stdout(started, std::chrono::seconds(30)));
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", "--slurm-step", job + ".0", "--silence-timeout", "1", "--on-hang", "kill",
+       "--kill-grace", "5", "--stack-capture", "proc", "--report-dir", dir.path()},
+      {}, std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("Slurm step " + job + ".0") != std::string::npos);
+  const json report = read_report(dir.path());
+  CHECK(watched_ranks(report) == std::set<int>{0, 1});
+  // Step 0 ended; step 1 of the same job was left alone.
+  CHECK(!step0.finish(std::chrono::seconds(30)).timed_out);
+  CHECK(!dead(step1.pid()));
+  // A step with no process here is a usage error naming it; so is a malformed one.
+  const auto none = ddprun::testing::run_ddprun({"attach", "--slurm-step", job + ".7"}, {},
+                                                std::chrono::seconds(30));
+  CHECK(none.status == 2);
+  CHECK(none.err.find("no process of Slurm step " + job + ".7 on this node") != std::string::npos);
+  const auto bad = ddprun::testing::run_ddprun({"attach", "--slurm-step", "12x"}, {},
+                                               std::chrono::seconds(30));
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--slurm-step 12x") != std::string::npos);
+}
