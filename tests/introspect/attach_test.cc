@@ -1,6 +1,9 @@
-// ddprun attach on jobs ddprun did not start: Debian's torchrun
-// (/usr/bin/python3 -m torch.distributed.run, through bench/torchrun-1.13,
-// which repairs its flag parsing on Python 3.11) and plain processes.
+// ddprun attach on jobs ddprun did not start: torchrun and plain processes.
+// torchrun is Debian's 1.13 (/usr/bin/python3 -m torch.distributed.run,
+// through bench/torchrun-1.13, which repairs its flag parsing on Python
+// 3.11), or, under the torch2 label (DDPRUN_TEST_PYTHON set to the venv's
+// python, tests/common/test_python.h), that torch 2.x's own
+// `python -m torch.distributed.run`.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -8,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,6 +20,7 @@
 #include "introspect/stacks.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/test_python.h"
 
 namespace {
 
@@ -36,8 +41,19 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+// The interpreter torchrun runs under: the torch2 venv's, else Debian's.
+std::string torch_python() {
+  return std::getenv("DDPRUN_TEST_PYTHON") ? ddprun::testing::test_python() : kPython;
+}
+
+// torchrun's command line before its own flags, run with torch_python().
+std::vector<std::string> torchrun_args() {
+  if (std::getenv("DDPRUN_TEST_PYTHON")) return {"-m", "torch.distributed.run"};
+  return {std::string(TORCHRUN_113)};
+}
+
 bool torch_available() {
-  DdprunProcess p({"-c", "import torch.distributed.run"}, {}, kPython);
+  DdprunProcess p({"-c", "import torch.distributed.run"}, {}, torch_python());
   const auto r = p.finish(std::chrono::seconds(120));
   return !r.timed_out && r.status == 0;
 }
@@ -53,20 +69,25 @@ TEST_CASE("torchrun: attach on a job whose rank stops progressing reports its st
           "the tree") {
   if (!torch_available()) {
     // ctest reports the test skipped (SKIP_RETURN_CODE), not passed.
-    MESSAGE("SKIP: Debian's torch (" << kPython << " -m torch.distributed.run) is not installed");
+    MESSAGE("SKIP: no torch for " << torch_python() << " -m torch.distributed.run");
     std::exit(77);
   }
+  std::printf("torchrun under %s\n", torch_python().c_str());  // in ctest's log
   TempDir dir;
   const std::string pystacks = dir.file("pystacks");
   ::mkdir(pystacks.c_str(), 0700);
   // The job is started the way a user would to get Python stacks from it.
+  auto args = torchrun_args();
+  for (const std::string& a : {std::string("--nnodes"), std::string("1"), std::string("--nproc_per_node"),
+                               std::string("2"), std::string("--master_port"), std::to_string(free_port()),
+                               std::string(INTROSPECT_SCRIPTS) + "/torchrun_worker.py"})
+    args.push_back(a);
   DdprunProcess torchrun(
-      {std::string(TORCHRUN_113), "--nnodes", "1", "--nproc_per_node", "2", "--master_port",
-       std::to_string(free_port()), std::string(INTROSPECT_SCRIPTS) + "/torchrun_worker.py"},
+      args,
       {"PYTHONPATH=" + ddprun::introspect::python_dir(),
        "DDPRUN_PYSTACK_SIGNAL=" + std::to_string(ddprun::introspect::pystack_signal()),
        "DDPRUN_PYSTACK_DIR=" + pystacks, "OMP_NUM_THREADS=1"},
-      kPython);
+      torch_python());
   if (!torchrun.wait_for_stdout(
           [](const std::string& o) { return o.find("rank 1 stuck") != std::string::npos; },
           std::chrono::seconds(180))) {
