@@ -144,7 +144,15 @@ std::map<pid_t, int> find_ranks(const std::vector<pid_t>& roots) {
       } catch (const std::exception&) {
       }
     }
-    if (!any) out[r] = -1;
+    if (any) continue;
+    // A task srun started directly (no launcher) has its rank in SLURM_PROCID.
+    out[r] = -1;
+    if (const auto procid = proc_environ_value(r, "SLURM_PROCID")) {
+      try {
+        out[r] = std::stoi(*procid);
+      } catch (const std::exception&) {
+      }
+    }
   }
   return out;
 }

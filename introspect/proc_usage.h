@@ -38,7 +38,8 @@ std::vector<pid_t> group_members(pid_t pgid);
 // The ranks in the trees of `roots`: processes with RANK in their
 // environment (the topmost one of each rank; a DataLoader child inheriting
 // RANK is not another rank), by pid; a tree without any counts as its
-// root, with rank -1.
+// root, with the rank in its SLURM_PROCID (a task srun started directly),
+// else -1.
 std::map<pid_t, int> find_ranks(const std::vector<pid_t>& roots);
 
 // Value of `key` in /proc/PID/environ; nullopt when absent or unreadable.
