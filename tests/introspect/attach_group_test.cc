@@ -2,6 +2,7 @@
 // (--slurm-step, found by SLURM_JOB_ID/SLURM_STEP_ID in their environment;
 // here plain processes carrying them: the real Slurm is in tests/slurm).
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "base/proc_stat.h"
+#include "introspect/proc_usage.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/temp_dir.h"
 
@@ -97,4 +99,34 @@ TEST_CASE("attach --slurm-step: the step's ranks are watched, other steps of the
                                                std::chrono::seconds(30));
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--slurm-step 12x") != std::string::npos);
+}
+
+TEST_CASE("attach: a rank stopped (state T) for --stuck-timeout is hung, though its silence "
+          "timeout is far off") {
+  TempDir dir;
+  DdprunProcess group({"-c", kTwoSleepingRanks}, {}, "/bin/sh", /*own_group=*/true);
+  REQUIRE(group.wait_for_stdout(started, std::chrono::seconds(30)));
+  // Rank 1: the shell's child with RANK=1 (it may not have exec'd yet when
+  // the shell printed "started": look until it carries RANK).
+  pid_t rank1 = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (rank1 == 0 && std::chrono::steady_clock::now() < deadline) {
+    for (pid_t p : ddprun::introspect::child_pids(group.pid()))
+      if (ddprun::introspect::proc_environ_value(p, "RANK") == "1") rank1 = p;
+  }
+  REQUIRE(rank1 > 0);
+  ::kill(rank1, SIGSTOP);  // as a debugger or a stray job-control stop would
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", "--pgid", std::to_string(group.pid()), "--silence-timeout", "600",
+       "--stuck-timeout", "1", "--once", "--stack-capture", "none", "--report-dir", dir.path()},
+      {}, std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  const json report = read_report(dir.path());
+  CHECK(report["kind"] == "process_stopped");
+  CHECK(report["rank"] == 1);
+  CHECK(report["pid"] == rank1);
+  ::kill(-group.pid(), SIGKILL);
+  ::kill(rank1, SIGCONT);
+  CHECK(!group.finish(std::chrono::seconds(30)).timed_out);
 }
