@@ -87,7 +87,7 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   attempt_dir_ = attempt.log_dir;
   report_.reset();
   control_ = nullptr;
-  dog_ = std::make_unique<Watchdog>(io_, options_.detect,
+  dog_ = std::make_unique<Watchdog>(clock_, options_.detect,
                                     [this](const HangEvent& e) { on_hang(e); });
   // The run directory (parent of attempt_<n>) holds the job's event log.
   if (!events_) {

@@ -30,6 +30,7 @@
 #include "agent/hooks.h"
 #include "agent/options.h"
 #include "agent/restart_policy.h"
+#include "base/steady_clock.h"
 #include "watchdog/event_log.h"
 #include "watchdog/file_timer_server.h"
 #include "watchdog/hang_report.h"
@@ -114,6 +115,7 @@ class WatchdogHook : public agent::AgentHooks {
   std::vector<int> all_ranks() const;
 
   boost::asio::io_context& io_;
+  base::SteadyClock clock_{io_};  // the watchdog's deadlines
   HookOptions options_;
   std::unique_ptr<EventLog> events_;
   // Per attempt.

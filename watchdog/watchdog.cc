@@ -51,15 +51,19 @@ const char* to_string(HangKind kind) {
   return "unknown";
 }
 
-Watchdog::Watchdog(boost::asio::io_context& io, WatchdogOptions options, HangHandler on_hang)
-    : options_(options), on_hang_(std::move(on_hang)), deadline_timer_(io), poll_timer_(io) {}
+Watchdog::Watchdog(base::Clock& clock, WatchdogOptions options, HangHandler on_hang)
+    : clock_(clock),
+      options_(options),
+      on_hang_(std::move(on_hang)),
+      deadline_timer_(clock.make_timer()),
+      poll_timer_(clock.make_timer()) {}
 
 void Watchdog::add_worker(int local_rank, int global_rank, pid_t pid) {
   WorkerStatus w;
   w.local_rank = local_rank;
   w.global_rank = global_rank;
   w.pid = pid;
-  w.spawned = Clock::now();
+  w.spawned = clock_.now();
   w.last_output = w.spawned;
   workers_.push_back(w);
   if (fired_ || stopped_) return;
@@ -98,7 +102,7 @@ void Watchdog::on_beat(const Beat& beat) {
 void Watchdog::on_output(int local_rank) {
   if (auto* w = find_local(local_rank)) {
     const bool first = !w->any_output;
-    w->last_output = Clock::now();
+    w->last_output = clock_.now();
     w->any_output = true;
     // The first output ends the start-up grace, which may move the silence
     // deadline EARLIER than the armed timer: re-arm then (as for a first beat).
@@ -123,7 +127,7 @@ void Watchdog::on_file_timer_expiry(const FileTimerExpiry& expiry) {
   HangEvent e;
   e.kind = HangKind::kFileTimer;
   e.pid = expiry.pid;
-  e.due = Clock::now();
+  e.due = clock_.now();
   e.detected = e.due;
   const std::string scope = expiry.scopes.empty() ? "?" : expiry.scopes.front();
   if (match == nullptr) {
@@ -142,8 +146,8 @@ void Watchdog::on_file_timer_expiry(const FileTimerExpiry& expiry) {
 
 void Watchdog::stop() {
   stopped_ = true;
-  deadline_timer_.cancel();
-  poll_timer_.cancel();
+  deadline_timer_->cancel();
+  poll_timer_->cancel();
   armed_for_.reset();
   polling_ = false;
 }
@@ -205,17 +209,14 @@ void Watchdog::arm_deadline() {
   if (!due) return;
   if (armed_for_ && *armed_for_ <= *due) return;  // already waking up earlier
   armed_for_ = due;
-  deadline_timer_.expires_at(*due);
-  deadline_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
-    if (!ec && *alive) on_deadline();
-  });
+  deadline_timer_->arm(*due, [this] { on_deadline(); });
 }
 
 void Watchdog::on_deadline() {
   const auto armed = armed_for_;
   armed_for_.reset();
   if (fired_ || stopped_) return;
-  const auto now = Clock::now();
+  const auto now = clock_.now();
   if (armed && agent_was_paused(*armed, now)) {
     arm_deadline();
     return;
@@ -264,16 +265,14 @@ void Watchdog::on_deadline() {
 void Watchdog::schedule_poll() {
   if (polling_ || options_.effective_stuck_timeout().count() <= 0) return;
   polling_ = true;
-  poll_timer_.expires_after(options_.proc_poll_interval);
-  const auto due = poll_timer_.expiry();
-  poll_timer_.async_wait([this, due, alive = alive_](const boost::system::error_code& ec) {
-    if (ec || !*alive) return;  // cancelled, or `this` is gone
+  const auto due = clock_.now() + options_.proc_poll_interval;
+  poll_timer_->arm(due, [this, due] {
     polling_ = false;
     // Deadlines restart from the resume; the heartbeat timer, due later,
     // is re-armed from them.
-    if (!fired_ && !stopped_ && agent_was_paused(due, Clock::now())) {
+    if (!fired_ && !stopped_ && agent_was_paused(due, clock_.now())) {
       armed_for_.reset();
-      deadline_timer_.cancel();
+      deadline_timer_->cancel();
       arm_deadline();
     }
     poll_proc();
@@ -282,7 +281,7 @@ void Watchdog::schedule_poll() {
 
 void Watchdog::poll_proc() {
   if (fired_ || stopped_) return;
-  const auto now = Clock::now();
+  const auto now = clock_.now();
   const auto limit = options_.effective_stuck_timeout();
   for (auto& w : workers_) {
     if (w.exited) continue;
@@ -316,8 +315,8 @@ void Watchdog::poll_proc() {
 
 void Watchdog::fire(HangEvent event) {
   fired_ = true;
-  deadline_timer_.cancel();
-  poll_timer_.cancel();
+  deadline_timer_->cancel();
+  poll_timer_->cancel();
   armed_for_.reset();
   spdlog::warn("hang detected on rank {} (pid {}): {}: {}", event.global_rank, event.pid,
                to_string(event.kind), event.detail);

@@ -16,7 +16,7 @@
 //    /proc/PID/stat every proc_poll_interval; defaults to the heartbeat
 //    timeout, else the silence timeout, else off.
 //  - torch's file timer: on_file_timer_expiry from FileTimerServer.
-// Heartbeat and silence deadlines use one steady_timer set to exactly the
+// Heartbeat and silence deadlines use one timer set to exactly the
 // earliest due time, so a hang is seen within milliseconds of its timeout;
 // beats only move deadlines later, so a beat never re-arms the timer.
 //
@@ -31,11 +31,11 @@
 // Once a hang fires the watchdog disarms itself; the agent tears the group
 // down and makes a new Watchdog for the next attempt.
 //
-// Thread safety: io_context thread only.
+// Time comes from a base::Clock (clock.h): SteadyClock in the agent, a
+// ManualClock in the unit tests, which then need no waiting.
+//
+// Thread safety: the clock's thread only (the agent's io_context).
 #pragma once
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -46,6 +46,7 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "base/clock.h"
 #include "watchdog/file_timer_server.h"
 #include "watchdog/heartbeat_server.h"
 
@@ -119,8 +120,8 @@ class Watchdog {
  public:
   using HangHandler = std::function<void(const HangEvent&)>;
 
-  Watchdog(boost::asio::io_context& io, WatchdogOptions options, HangHandler on_hang);
-  ~Watchdog() { *alive_ = false; }
+  // `clock` must outlive the watchdog.
+  Watchdog(base::Clock& clock, WatchdogOptions options, HangHandler on_hang);
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
@@ -162,11 +163,12 @@ class Watchdog {
   // agent was paused (deadlines then restart from `now`).
   bool agent_was_paused(Clock::time_point due, Clock::time_point now);
 
+  base::Clock& clock_;
   WatchdogOptions options_;
   HangHandler on_hang_;
-  boost::asio::steady_timer deadline_timer_;
+  std::unique_ptr<base::Timer> deadline_timer_;
   std::optional<Clock::time_point> armed_for_;
-  boost::asio::steady_timer poll_timer_;
+  std::unique_ptr<base::Timer> poll_timer_;
   bool polling_ = false;
   std::vector<WorkerStatus> workers_;
   bool fired_ = false;
@@ -175,9 +177,6 @@ class Watchdog {
   std::optional<Clock::time_point> resumed_;
   int pauses_ = 0;
   Clock::duration paused_for_{};
-  // False once destroyed: a timer that expired just before cancel() still
-  // runs its handler (with success), which must not touch `this`.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace ddprun::watchdog

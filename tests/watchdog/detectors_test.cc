@@ -1,144 +1,155 @@
-// The Watchdog's detectors against real workers: heartbeat timeout (and its
-// absence while beats keep coming under CPU load), silence, a SIGSTOPped
-// process, and the laggard rule.
+// The Watchdog's detectors on a ManualClock (base/clock.h): time moves only
+// when the test says, so each deadline is checked to the millisecond and no
+// test waits. Beats and output are fed in directly (heartbeat_test.cc and
+// the integration tests carry them from real workers); the process-state
+// detector reads /proc of real workers, SIGSTOPped or in state D.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 
-#include <atomic>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <optional>
-#include <thread>
 
+#include "base/clock.h"
+#include "base/steady_clock.h"
 #include "tests/watchdog/test_util.h"
-#include "watchdog/heartbeat_server.h"
 #include "watchdog/watchdog.h"
 
 namespace wd = ddprun::watchdog;
 using namespace std::chrono_literals;
+using ddprun::base::ManualClock;
 using wd::test::Child;
 using wd::test::run_until;
-using wd::test::TempDir;
 
-TEST_CASE("heartbeat timeout fires once beats stop while the worker stays alive") {
-  TempDir dir;
-  boost::asio::io_context io;
+namespace {
+
+// Heartbeat and silence tests never read /proc: any pid will do.
+constexpr pid_t kPid = 4242;
+
+wd::WatchdogOptions heartbeat_only(wd::Millis timeout, wd::Millis grace) {
   wd::WatchdogOptions opt;
-  opt.heartbeat_timeout = 300ms;
-  opt.heartbeat_grace = 10s;
+  opt.heartbeat_timeout = timeout;
+  opt.heartbeat_grace = grace;
   opt.stuck_timeout = 0ms;
+  return opt;
+}
+
+// Blocks until `child` is stopped (SIGSTOP delivered), without reaping it.
+void wait_stopped(const Child& child) {
+  siginfo_t info{};
+  REQUIRE(::waitid(P_PID, static_cast<id_t>(child.pid()), &info, WSTOPPED | WNOWAIT) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("heartbeat timeout fires exactly one timeout after the last beat") {
+  ManualClock clock;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
-  wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
-                             [&](const wd::Beat& b) { dog.on_beat(b); });
-  Child child({WATCHDOG_TEST_WORKER, "beat", "5", "10", "hang"},
-              {{"DDPRUN_HEARTBEAT_SOCKET", server.path()}, {"RANK", "0"}});
-  dog.add_worker(0, 0, child.pid());
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  wd::Watchdog dog(clock, heartbeat_only(300ms, 10s), [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);
+  for (int step = 0; step < 5; ++step) {
+    clock.advance(10ms);
+    dog.on_beat({0, step, clock.now()});
+  }
+  const auto last = clock.now();
+  clock.advance(299ms);
+  CHECK_FALSE(hang);
+  clock.advance(1ms);
+  REQUIRE(hang);
   CHECK(hang->kind == wd::HangKind::kHeartbeat);
   CHECK(hang->global_rank == 0);
-  CHECK(hang->pid == child.pid());
+  CHECK(hang->pid == kPid);
   CHECK(hang->timeout == 300ms);
-  CHECK(hang->detected >= hang->due);
-  const auto& w = dog.workers().at(0);
-  CHECK(w.beats == 5);
-  CHECK(w.step == 4);
-  CHECK(hang->due == w.last_beat + 300ms);
-  CHECK(::kill(child.pid(), 0) == 0);  // alive: it is a hang, not an exit
+  CHECK(hang->due == last + 300ms);
+  CHECK(hang->detected == hang->due);
+  CHECK(hang->detail == "no heartbeat for 0.30 s (last step 4)");
+  CHECK(dog.workers().at(0).beats == 5);
+  CHECK(dog.fired());
+  CHECK(clock.armed_timers() == 0);  // disarmed once fired
 }
 
 TEST_CASE("a worker that never beats misses the first-beat grace") {
-  boost::asio::io_context io;
-  wd::WatchdogOptions opt;
-  opt.heartbeat_timeout = 100ms;
-  opt.heartbeat_grace = 300ms;
+  ManualClock clock;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
-  Child child({WATCHDOG_TEST_WORKER, "hang"});
-  dog.add_worker(0, 7, child.pid());
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  wd::Watchdog dog(clock, heartbeat_only(100ms, 300ms), [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 7, kPid);
+  clock.advance(299ms);
+  CHECK_FALSE(hang);
+  clock.advance(1ms);
+  REQUIRE(hang);
   CHECK(hang->kind == wd::HangKind::kHeartbeat);
   CHECK(hang->global_rank == 7);
   CHECK(hang->timeout == 300ms);
   CHECK(hang->due == dog.workers()[0].spawned + 300ms);
+  CHECK(hang->detail == "no first heartbeat within the 0.30 s grace after start");
 }
 
-TEST_CASE("a worker that beats on time is never flagged, even under CPU load") {
-  TempDir dir;
-  boost::asio::io_context io;
-  wd::WatchdogOptions opt;
-  opt.heartbeat_timeout = 1s;
-  opt.heartbeat_grace = 10s;
+TEST_CASE("a first beat ends the grace: the timeout counts from it, not from the grace") {
+  ManualClock clock;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
-  std::size_t beats = 0;
-  wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()), [&](const wd::Beat& b) {
-    ++beats;
-    dog.on_beat(b);
-  });
-  // Two spinning threads keep both cores busy while the worker beats.
-  std::atomic<bool> spin{true};
-  std::vector<std::thread> load;
-  for (int i = 0; i < 2; ++i) {
-    load.emplace_back([&] {
-      volatile uint64_t x = 0;
-      while (spin.load(std::memory_order_relaxed)) x = x + 1;
-    });
-  }
-  constexpr int kBeats = 150;  // 150 x 10 ms: past the timeout several times
-  Child child({WATCHDOG_TEST_WORKER, "beat", std::to_string(kBeats), "10", "hang"},
-              {{"DDPRUN_HEARTBEAT_SOCKET", server.path()}, {"RANK", "0"}});
-  dog.add_worker(0, 0, child.pid());
-  const bool all = run_until(io, [&] { return beats == kBeats || hang.has_value(); });
-  spin = false;
-  for (auto& t : load) t.join();
-  REQUIRE(all);
-  CHECK_FALSE(hang.has_value());
-  CHECK(dog.workers()[0].step == kBeats - 1);
-  // And the same watchdog still fires once the beats stop.
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
-  CHECK(hang->kind == wd::HangKind::kHeartbeat);
+  wd::Watchdog dog(clock, heartbeat_only(300ms, 10s), [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);
+  clock.advance(1s);
+  dog.on_beat({0, 1, clock.now()});
+  clock.advance(300ms);
+  REQUIRE(hang);
+  CHECK(hang->due == dog.workers()[0].spawned + 1300ms);
 }
 
-TEST_CASE("silence timeout fires when a worker stops printing") {
-  boost::asio::io_context io;
+TEST_CASE("a worker that beats just inside the timeout is never flagged, and is once it stops") {
+  ManualClock clock;
+  std::optional<wd::HangEvent> hang;
+  wd::Watchdog dog(clock, heartbeat_only(1s, 10s), [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);
+  dog.add_worker(1, 1, kPid + 1);
+  for (int step = 0; step < 1000; ++step) {
+    clock.advance(999ms);
+    dog.on_beat({0, step, clock.now()});
+    dog.on_beat({1, step, clock.now()});
+  }
+  CHECK_FALSE(hang);
+  CHECK(dog.workers()[0].step == 999);
+  clock.advance(999ms);
+  dog.on_beat({0, 1000, clock.now()});  // rank 1 misses this one
+  clock.advance(1ms);
+  REQUIRE(hang);
+  CHECK(hang->global_rank == 1);
+  CHECK(dog.suspects(*hang) == std::vector<int>{1});  // behind rank 0's step
+}
+
+TEST_CASE("silence timeout fires one timeout after the last output") {
+  ManualClock clock;
   wd::WatchdogOptions opt;
   opt.silence_timeout = 300ms;
   opt.stuck_timeout = 0ms;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
-  // Prints "ready" from ddprun_test_hang_here, then nothing.
-  Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, /*capture_stdout=*/true);
-  dog.add_worker(0, 0, child.pid());
-  boost::asio::posix::stream_descriptor out(io, ::dup(child.stdout_fd()));
-  char buf[256];
-  std::size_t bytes = 0;
-  std::function<void()> read = [&] {
-    out.async_read_some(boost::asio::buffer(buf), [&](auto ec, std::size_t n) {
-      if (ec) return;
-      bytes += n;
-      dog.on_output(0);
-      read();
-    });
-  };
-  read();
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
-  CHECK(bytes > 0);
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);
+  clock.advance(50ms);
+  dog.on_output(0);
+  clock.advance(200ms);
+  dog.on_output(0);
+  clock.advance(299ms);
+  CHECK_FALSE(hang);
+  clock.advance(1ms);
+  REQUIRE(hang);
   CHECK(hang->kind == wd::HangKind::kSilence);
   CHECK(hang->due == dog.workers()[0].last_output + 300ms);
-  out.close();
+  CHECK(hang->detail == "no output on stdout or stderr for 0.30 s");
 }
 
 TEST_CASE("a quiet start-up is not silence: the timeout arms at the first output, until then the grace") {
-  boost::asio::io_context io;
+  ManualClock clock;
   wd::WatchdogOptions opt;
   opt.silence_timeout = 100ms;
   opt.heartbeat_grace = 700ms;  // --heartbeat-grace names the start-up grace
   opt.stuck_timeout = 0ms;
   CHECK(opt.effective_silence_grace() == 700ms);
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
-  Child quiet({WATCHDOG_TEST_WORKER, "hang"});  // never prints (stdout not read)
-  dog.add_worker(0, 0, quiet.pid());
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);  // never prints
+  clock.advance(699ms);
+  CHECK_FALSE(hang);
+  clock.advance(1ms);
+  REQUIRE(hang);
   CHECK(hang->kind == wd::HangKind::kSilence);
   // Not spawn + 100 ms: the silence timeout had not armed yet.
   CHECK(hang->due == dog.workers()[0].spawned + 700ms);
@@ -148,13 +159,12 @@ TEST_CASE("a quiet start-up is not silence: the timeout arms at the first output
   // Once a worker has printed, the timeout itself counts, even inside the
   // grace: the first output moves the deadline earlier.
   hang.reset();
-  wd::Watchdog dog2(io, opt, [&](const wd::HangEvent& e) { hang = e; });
-  Child talker({WATCHDOG_TEST_WORKER, "hang"});
-  dog2.add_worker(0, 0, talker.pid());
+  wd::Watchdog dog2(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  dog2.add_worker(0, 0, kPid);
   dog2.on_output(0);
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
-  CHECK(hang->due == dog2.workers()[0].last_output + 100ms);
-  CHECK(hang->due < dog2.workers()[0].spawned + 700ms);
+  clock.advance(100ms);
+  REQUIRE(hang);
+  CHECK(hang->due == dog2.workers()[0].spawned + 100ms);
   CHECK(hang->timeout == 100ms);
 
   // Without --heartbeat-grace the start-up grace is the default, never
@@ -166,29 +176,87 @@ TEST_CASE("a quiet start-up is not silence: the timeout arms at the first output
   CHECK(d.effective_silence_grace() == 120s);
 }
 
-TEST_CASE("a SIGSTOPped worker is detected from its process state") {
-  boost::asio::io_context io;
+TEST_CASE("an agent that did not run past a deadline restarts the deadlines instead of blaming the workers") {
+  ManualClock clock;
+  wd::WatchdogOptions opt = heartbeat_only(1s, 10s);
+  opt.pause_threshold = 1s;
+  std::optional<wd::HangEvent> hang;
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);
+  dog.on_beat({0, 1, clock.now()});
+  // The timer due in 1 s runs 4 s late: the agent was stopped, so the beats
+  // the worker sent meanwhile were never read.
+  clock.jump(5s);
+  CHECK_FALSE(hang);
+  CHECK(dog.pauses() == 1);
+  CHECK(dog.paused_for() == 4s);
+  const auto resumed = clock.now();
+  clock.advance(999ms);
+  CHECK_FALSE(hang);
+  clock.advance(1ms);
+  REQUIRE(hang);
+  CHECK(hang->due == resumed + 1s);
+}
+
+TEST_CASE("a deadline seen late by less than the pause threshold is still a hang") {
+  ManualClock clock;
+  wd::WatchdogOptions opt = heartbeat_only(1s, 10s);
+  opt.pause_threshold = 1s;
+  std::optional<wd::HangEvent> hang;
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);
+  dog.on_beat({0, 1, clock.now()});
+  const auto beat = clock.now();
+  clock.jump(2s);  // 1 s late: the threshold itself, not more
+  REQUIRE(hang);
+  CHECK(dog.pauses() == 0);
+  CHECK(hang->due == beat + 1s);
+  CHECK(hang->detected == beat + 2s);
+}
+
+TEST_CASE("stop() disarms every detector") {
+  ManualClock clock;
+  std::optional<wd::HangEvent> hang;
+  wd::Watchdog dog(clock, heartbeat_only(100ms, 100ms), [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);
+  dog.stop();
+  CHECK(clock.armed_timers() == 0);
+  clock.advance(1h);
+  CHECK_FALSE(hang);
+}
+
+TEST_CASE("a SIGSTOPped worker is detected from its process state at the first poll past the limit") {
+  ManualClock clock;
   wd::WatchdogOptions opt;
   opt.stuck_timeout = 200ms;
+  opt.proc_poll_interval = 100ms;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
   Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
   REQUIRE(child.wait_for_output("ready"));
-  dog.add_worker(0, 2, child.pid());
   REQUIRE(::kill(child.pid(), SIGSTOP) == 0);
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  wait_stopped(child);
+  dog.add_worker(0, 2, child.pid());
+  const auto t0 = clock.now();
+  clock.advance(299ms);  // polls at 100 ms (stuck from here) and 200 ms
+  CHECK_FALSE(hang);
+  clock.advance(1ms);  // the poll at 300 ms: stuck for 200 ms
+  REQUIRE(hang);
   CHECK(hang->kind == wd::HangKind::kStopped);
   CHECK(hang->global_rank == 2);
-  CHECK(hang->detected - hang->due < opt.proc_poll_interval * 2);
+  CHECK(hang->due == t0 + 300ms);
+  CHECK(hang->detected == hang->due);
   CHECK(dog.workers()[0].proc_state == 'T');
 }
 
 TEST_CASE("a worker in uninterruptible sleep (D) is detected from its process state") {
+  // Real time: the worker reaches state D some moment after "ready".
   boost::asio::io_context io;
+  ddprun::base::SteadyClock clock(io);
   wd::WatchdogOptions opt;
   opt.stuck_timeout = 200ms;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
   Child child({WATCHDOG_TEST_WORKER, "dstate"}, {}, true);
   REQUIRE(child.wait_for_output("ready"));
   dog.add_worker(0, 0, child.pid());
@@ -199,13 +267,13 @@ TEST_CASE("a worker in uninterruptible sleep (D) is detected from its process st
 }
 
 TEST_CASE("a sleeping (S) worker is not stuck, and an exited worker is not watched") {
-  boost::asio::io_context io;
+  ManualClock clock;
   wd::WatchdogOptions opt;
   opt.stuck_timeout = 100ms;
   opt.heartbeat_timeout = 100ms;
   opt.heartbeat_grace = 100ms;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
   Child sleeper({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
   REQUIRE(sleeper.wait_for_output("ready"));
   dog.add_worker(0, 0, sleeper.pid());
@@ -213,32 +281,29 @@ TEST_CASE("a sleeping (S) worker is not stuck, and an exited worker is not watch
   Child stopped({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
   REQUIRE(stopped.wait_for_output("ready"));
   REQUIRE(::kill(stopped.pid(), SIGSTOP) == 0);
+  wait_stopped(stopped);
   dog.add_worker(1, 1, stopped.pid());
-  dog.on_beat({1, 3, wd::Clock::now()});
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  dog.on_beat({1, 3, clock.now()});
+  clock.advance(1s);
+  REQUIRE(hang);
   CHECK(hang->global_rank == 1);  // never the exited rank 0
 }
 
 TEST_CASE("laggard rule names the rank whose step is behind") {
-  boost::asio::io_context io;
-  wd::WatchdogOptions opt;
-  opt.heartbeat_timeout = 200ms;
-  opt.heartbeat_grace = 10s;
-  opt.stuck_timeout = 0ms;
+  ManualClock clock;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
-  Child a({WATCHDOG_TEST_WORKER, "hang"}), b({WATCHDOG_TEST_WORKER, "hang"}),
-      c({WATCHDOG_TEST_WORKER, "hang"});
-  dog.add_worker(0, 0, a.pid());
-  dog.add_worker(1, 1, b.pid());
-  dog.add_worker(2, 2, c.pid());
+  wd::Watchdog dog(clock, heartbeat_only(200ms, 10s), [&](const wd::HangEvent& e) { hang = e; });
+  dog.add_worker(0, 0, kPid);
+  dog.add_worker(1, 1, kPid + 1);
+  dog.add_worker(2, 2, kPid + 2);
   // Ranks 0 and 2 reached step 11 and wait in the collective; rank 1 is
   // stuck in step 10. Rank 0's beat is the oldest, so it times out first.
-  const auto now = wd::Clock::now();
-  dog.on_beat({0, 11, now - 50ms});
-  dog.on_beat({1, 10, now});
-  dog.on_beat({2, 11, now});
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  dog.on_beat({0, 11, clock.now()});
+  clock.advance(50ms);
+  dog.on_beat({1, 10, clock.now()});
+  dog.on_beat({2, 11, clock.now()});
+  clock.advance(150ms);
+  REQUIRE(hang);
   CHECK(hang->global_rank == 0);
   CHECK(dog.suspects(*hang) == std::vector<int>{1});
   CHECK(dog.max_step() == 11);

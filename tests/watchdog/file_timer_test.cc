@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "base/steady_clock.h"
 #include "tests/watchdog/test_util.h"
 #include "tests/common/test_python.h"
 #include "watchdog/file_timer_server.h"
@@ -68,8 +69,9 @@ TEST_CASE("an expired torch FileTimerClient timer is reported as a hang of that 
   boost::asio::io_context io;
   std::optional<wd::FileTimerExpiry> expiry;
   std::optional<wd::HangEvent> hang;
+  ddprun::base::SteadyClock clock(io);
   wd::WatchdogOptions opt;  // no other detector: only torch's timer
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
   wd::FileTimerServer server(io, dir.path() + "/watchdog_timer", [&](const wd::FileTimerExpiry& e) {
     expiry = e;
     dog.on_file_timer_expiry(e);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "base/clock.h"
 #include "tests/watchdog/test_util.h"
 #include "watchdog/event_log.h"
 #include "watchdog/hang_report.h"
@@ -12,8 +13,6 @@
 
 namespace wd = ddprun::watchdog;
 using namespace std::chrono_literals;
-using wd::test::Child;
-using wd::test::run_until;
 using wd::test::TempDir;
 
 namespace {
@@ -129,23 +128,24 @@ TEST_CASE("event log lines are JSON with time, attempt, ranks and reason") {
 
 TEST_CASE("hang report names the stalled rank, its step, and the flag to change") {
   TempDir dir;
-  boost::asio::io_context io;
+  ddprun::base::ManualClock clock;
   wd::WatchdogOptions opt;
   opt.heartbeat_timeout = 200ms;
   opt.heartbeat_grace = 5s;
   opt.stuck_timeout = 0ms;
   std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(io, opt, [&](const wd::HangEvent& e) { hang = e; });
-  Child a({WATCHDOG_TEST_WORKER, "hang"}), b({WATCHDOG_TEST_WORKER, "hang"});
-  dog.add_worker(0, 0, a.pid());
-  dog.add_worker(1, 1, b.pid());
-  dog.on_beat({0, 9, wd::Clock::now()});
-  dog.on_beat({1, 8, wd::Clock::now()});
-  REQUIRE(run_until(io, [&] { return hang.has_value(); }));
+  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  const pid_t a = 4242, b = 4243;  // never looked up: no process-state detector
+  dog.add_worker(0, 0, a);
+  dog.add_worker(1, 1, b);
+  dog.on_beat({0, 9, clock.now()});
+  dog.on_beat({1, 8, clock.now()});
+  clock.advance(200ms);
+  REQUIRE(hang);
   auto report = wd::make_hang_report(dog, *hang, 2);
   wd::StackCapture s;
   s.global_rank = 1;
-  s.pid = b.pid();
+  s.pid = b;
   s.method = wd::StackMethod::kProc;
   s.path = dir.path() + "/stack_rank1.txt";
   s.text = "thread 1 state S\n\xff bad utf8";
