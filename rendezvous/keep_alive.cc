@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "rendezvous/peer_watch.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::rendezvous {
@@ -73,12 +74,8 @@ void KeepAlive::run() {
     peers.push_back(&round_.nodes[i]);
     peer_rank.push_back(i);
   }
-  struct Seen {
-    Bytes value;
-    Clock::time_point changed;
-  };
-  std::vector<Seen> seen(peers.size(), Seen{{}, Clock::now()});
-  auto next_beat = Clock::now();
+  PeerWatch watch(peers.size(), dead_after, Clock::now());
+  BeatSchedule beats(options_.keep_alive_interval, Clock::now());
 
   auto end = [&](RoundEnd e) {
     if (!stop_) on_end_(e);
@@ -86,19 +83,15 @@ void KeepAlive::run() {
   try {
     while (!stop_) {
       auto now = Clock::now();
-      if (now >= next_beat) {
+      if (beats.due(now)) {
         store_->add(my_hb, 1);
-        next_beat = now + options_.keep_alive_interval;
+        beats.beaten(now);
         if (!peer_keys.empty()) {
           auto values = store_->multi_get(peer_keys, kMaxBlock);
           now = Clock::now();
-          for (size_t i = 0; i < peers.size(); ++i) {
-            if (values[i] != seen[i].value) {
-              seen[i] = {values[i], now};
-              continue;
-            }
-            auto silent = std::chrono::duration_cast<Duration>(now - seen[i].changed);
-            if (silent < dead_after) continue;
+          if (auto dead = watch.update(values, now)) {
+            const size_t i = *dead;
+            auto silent = watch.silent_for(i, now);
             std::string reason = "node " + peers[i]->node_id + " at " + peers[i]->addr +
                                  " (group rank " + std::to_string(peer_rank[i]) +
                                  ") missed heartbeats for " + std::to_string(silent.count()) +
@@ -115,11 +108,12 @@ void KeepAlive::run() {
               spdlog::warn("rendezvous '{}': {}", options_.run_id, reason);
               return end({RoundEnd::kPeerDead, reason});
             }
-            break;  // someone else ended the round first: report theirs below
+            // Someone else ended the round first: report theirs below.
           }
         }
       }
-      auto wait = std::min(kMaxBlock, std::chrono::duration_cast<Duration>(next_beat - Clock::now()));
+      auto wait =
+          std::min(kMaxBlock, std::chrono::duration_cast<Duration>(beats.next() - Clock::now()));
       if (wait.count() < 1) wait = Duration(1);
       try {
         std::string why = to_string(store_->get(end_key, wait));
