@@ -97,73 +97,7 @@ void Client::connect() {
   for (;;) {
     disconnect();
     throw_if_cancelled("connect");
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    int rc = getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &res);
-    if (rc != 0) {
-      last_error = std::string("cannot resolve host: ") + gai_strerror(rc);
-    } else {
-      for (addrinfo* ai = res; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
-        int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-          last_error = std::string("socket: ") + std::strerror(errno);
-          continue;
-        }
-        // Registered before connecting: a cancel wakes the poll below.
-        if (options_.canceller) options_.canceller->add(fd);
-        int err = 0;
-        if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-          err = errno;
-          if (err == EINPROGRESS) {
-            pollfd p{fd, POLLOUT, 0};
-            int n = ::poll(&p, 1, ms_left(deadline));
-            socklen_t len = sizeof(err);
-            if (n == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-            else err = n == 0 ? ETIMEDOUT : errno;
-          }
-        }
-        if (err != 0) {
-          last_error = std::string("connect: ") + std::strerror(err);
-          close_fd(fd);
-          continue;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the clock:
-        // a call costs one send and one recv instead of poll + recv.
-        int flags = fcntl(fd, F_GETFL);
-        if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-          last_error = std::string("fcntl: ") + std::strerror(errno);
-          close_fd(fd);
-          continue;
-        }
-        fd_ = fd;
-        armed_ms_ = 0;
-      }
-      freeaddrinfo(res);
-    }
-    if (fd_ >= 0) {
-      try {
-        Bytes g = read_frame(deadline, "greeting");
-        auto greeting = wire::parse_greeting(g.data(), g.size());
-        if (!greeting) {
-          disconnect();
-          throw StoreError("store at " + address_ + ": not a ddprun store (unexpected greeting)");
-        }
-        authenticate(*greeting, deadline);
-        return;
-      } catch (const ConnectionLost& e) {
-        last_error = e.what();  // e.g. over the server's connection limit: retry
-        disconnect();
-      } catch (const TimeoutError&) {
-        disconnect();
-        throw_if_cancelled("connect");
-        throw TimeoutError("store at " + address_ + ": no greeting within " +
-                           std::to_string(options_.connect_timeout.count()) + " ms");
-      }
-    }
+    if (open_connection(deadline, last_error) && handshake(deadline, last_error)) return;
     throw_if_cancelled("connect");
     if (Clock::now() + backoff >= deadline) {
       throw StoreError("cannot connect to store at " + address_ + " within " +
@@ -171,6 +105,85 @@ void Client::connect() {
     }
     std::this_thread::sleep_for(backoff);  // the server may still be starting
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+bool Client::open_connection(Clock::time_point deadline, std::string& last_error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &res);
+  if (rc != 0) {
+    last_error = std::string("cannot resolve host: ") + gai_strerror(rc);
+    return false;
+  }
+  for (addrinfo* ai = res; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
+    int fd = connect_to(*ai, deadline, last_error);
+    if (fd < 0) continue;
+    fd_ = fd;
+    armed_ms_ = 0;
+  }
+  freeaddrinfo(res);
+  return fd_ >= 0;
+}
+
+int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::string& last_error) {
+  int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    last_error = std::string("socket: ") + std::strerror(errno);
+    return -1;
+  }
+  // Registered before connecting: a cancel wakes the poll below.
+  if (options_.canceller) options_.canceller->add(fd);
+  int err = 0;
+  if (::connect(fd, ai.ai_addr, ai.ai_addrlen) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int n = ::poll(&p, 1, ms_left(deadline));
+      socklen_t len = sizeof(err);
+      if (n == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      else err = n == 0 ? ETIMEDOUT : errno;
+    }
+  }
+  if (err != 0) {
+    last_error = std::string("connect: ") + std::strerror(err);
+    close_fd(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the clock:
+  // a call costs one send and one recv instead of poll + recv.
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    last_error = std::string("fcntl: ") + std::strerror(errno);
+    close_fd(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool Client::handshake(Clock::time_point deadline, std::string& last_error) {
+  try {
+    Bytes g = read_frame(deadline, "greeting");
+    auto greeting = wire::parse_greeting(g.data(), g.size());
+    if (!greeting) {
+      disconnect();
+      throw StoreError("store at " + address_ + ": not a ddprun store (unexpected greeting)");
+    }
+    authenticate(*greeting, deadline);
+    return true;
+  } catch (const ConnectionLost& e) {
+    last_error = e.what();  // e.g. over the server's connection limit: retry
+    disconnect();
+    return false;
+  } catch (const TimeoutError&) {
+    disconnect();
+    throw_if_cancelled("connect");
+    throw TimeoutError("store at " + address_ + ": no greeting within " +
+                       std::to_string(options_.connect_timeout.count()) + " ms");
   }
 }
 

@@ -23,6 +23,8 @@
 #include "rendezvous/store.h"
 #include "rendezvous/wire.h"
 
+struct addrinfo;  // <netdb.h>
+
 namespace ddprun::rendezvous {
 
 struct ClientOptions {
@@ -85,7 +87,17 @@ class Client : public Store {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // Connects and authenticates, retrying with back-off (the server may
+  // still be starting) until options_.connect_timeout.
   void connect();
+  // One pass over the host's addresses; true with fd_ connected. On
+  // failure `last_error` says why.
+  bool open_connection(Clock::time_point deadline, std::string& last_error);
+  // A connected blocking socket to `ai`, or -1.
+  int connect_to(const addrinfo& ai, Clock::time_point deadline, std::string& last_error);
+  // Reads the greeting and authenticates; false (disconnected) when the
+  // server closed the connection, worth another try.
+  bool handshake(Clock::time_point deadline, std::string& last_error);
   // The mutual HMAC handshake (auth.h); throws StoreError on any mismatch.
   void authenticate(const wire::Greeting& greeting, Clock::time_point deadline);
   void disconnect();
