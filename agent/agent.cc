@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -24,6 +23,7 @@
 #include "agent/output_pump.h"
 #include "agent/runtime_dir.h"
 #include "agent/spawn.h"
+#include "base/steady_clock.h"
 #include "agent/standalone_rendezvous.h"
 
 namespace ddprun::agent {
@@ -302,130 +302,6 @@ int Agent::run() {
   }
   drain_consoles();
   return status;
-}
-
-int Agent::run_job(Guardian& guardian, EnvMap env) {
-  AttemptSetup setup;
-  setup.base_env = std::move(env);
-  setup.cgroup = cgroup_.get();
-  setup.worker_nofile_limit = worker_nofile_limit_;
-  setup.log_every_stream = !options_.log_dir.empty();
-  setup.consoles = consoles_;
-  setup.stdin_forwarder = stdin_.get();
-  // Teed streams have files too (torchrun's tee), kept like redirected ones.
-  bool redirected = options_.redirects.all != kStdNone || !options_.redirects.per_rank.empty() ||
-                    options_.tee.all != kStdNone || !options_.tee.per_rank.empty();
-  try {
-    if (!rendezvous_) rendezvous_ = std::make_unique<StandaloneRendezvous>(options_);
-    setup.run_id = rendezvous_->run_id();
-    // Folders of agents that were SIGKILLed go first (their lock is free).
-    for (const auto& base : runtime_bases(setup.base_env)) remove_stale_runtime_dirs(base);
-    runtime_ = std::make_unique<RuntimeDir>(runtime_bases(setup.base_env));
-    setup.runtime_dir = runtime_->path();
-    setup.run_dir = make_run_dir(setup.base_env, options_.log_dir.empty() && redirected);
-    setup.program_path =
-        resolve_program(options_.command.at(0), env_value(setup.base_env, "PATH"));
-  } catch (const SpawnError& e) {
-    spdlog::error("{}", e.what());
-    return e.exit_status();
-  } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return 1;
-  }
-  if (options_.nproc_per_node > 1 && !setup.base_env.count(kEnvOmpNumThreads))
-    spdlog::info("OMP_NUM_THREADS=1 for each of the {} workers (set it to override)",
-                 options_.nproc_per_node);
-  if (options_.log_dir.empty() && redirected)
-    spdlog::info("redirected output goes to {}", setup.run_dir);
-  else if (!options_.log_dir.empty())
-    spdlog::info("logs go to {}", setup.run_dir);
-
-  for (int restart = 0;; ++restart) {
-    if (pending_signal_) return 128 + pending_signal_;
-    try {
-      setup.round = next_round(restart);
-    } catch (const std::exception& e) {
-      if (pending_signal_) {
-        spdlog::warn("got {} while waiting for the other nodes; exiting",
-                     signal_name(pending_signal_));
-        return 128 + pending_signal_;
-      }
-      spdlog::error("rendezvous failed: {}", e.what());
-      return 1;
-    }
-    if (pending_signal_) return 128 + pending_signal_;
-    // A multi-node handler keeps the count job-wide (a scale-up spends none).
-    setup.restart_count = setup.round.restart_count >= 0 ? setup.round.restart_count : restart;
-    setup.attempt_index = restart;
-    Attempt attempt(io_, options_, setup, hooks_, guardian);
-    current_ = &attempt;
-    bool spawned = true;
-    try {
-      attempt.start();
-    } catch (const SpawnError& e) {
-      spdlog::error("{}", e.what());
-      spawned = false;
-    }
-    // A signal that arrived before the attempt existed still stops it.
-    if (pending_signal_) attempt.interrupt(pending_signal_);
-    run_until([&] { return attempt.done(); });
-    current_ = nullptr;
-    const AttemptResult& result = attempt.result();
-    log_errors_.insert(log_errors_.end(), result.log_errors.begin(), result.log_errors.end());
-    GroupOutcome go = result.outcome == Outcome::kSucceeded   ? GroupOutcome::kSucceeded
-                      : result.outcome == Outcome::kFailed    ? GroupOutcome::kFailed
-                                                              : GroupOutcome::kInterrupted;
-    GroupVerdict verdict;
-    const bool interrupted = result.outcome == Outcome::kInterrupted;
-    try {
-      verdict = group_ended(go);
-    } catch (const std::exception& e) {
-      if (!pending_signal_) {
-        spdlog::error("rendezvous failed: {}", e.what());
-        return 1;
-      }
-    }
-    if (interrupted) return 128 + result.signal;
-    if (pending_signal_) {
-      // A signal during the exit barrier (or a failed round's hand-shake)
-      // ends the job at once, whatever the other nodes do.
-      spdlog::warn("got {} while waiting for the other nodes to finish; exiting",
-                   signal_name(pending_signal_));
-      return 128 + pending_signal_;
-    }
-    if (verdict.action == GroupVerdict::kExit) {
-      if (verdict.exit_code != 0) {
-        if (result.outcome == Outcome::kFailed)
-          print(failure_summary(result, options_.hostname, verdict.why) +
-                interpreter_hint_.line(result));
-        else
-          spdlog::error("{}", verdict.why);
-      }
-      return verdict.exit_code;
-    }
-    if (verdict.action == GroupVerdict::kRestart) {
-      spdlog::warn("{}; re-forming the group", verdict.why);
-      continue;
-    }
-    if (result.outcome == Outcome::kSucceeded) return 0;
-    if (!spawned) return result.root ? result.root->exit_code : 1;
-
-    RestartDecision d = policy_->decide(result, options_.max_restarts);
-    if (!d.restart) {
-      print(failure_summary(result, options_.hostname, d.why) + interpreter_hint_.line(result));
-      return result.root ? result.root->exit_code : 1;
-    }
-    spdlog::warn("{}; restarting the group (restart {} of {})", root_cause_line(result),
-                 restart + 1, options_.max_restarts);
-    if (d.delay.count() > 0) {
-      boost::asio::steady_timer wait(io_, d.delay);
-      bool waited = false;
-      wait.async_wait([&](const boost::system::error_code&) { waited = true; });
-      run_until([&] { return waited || pending_signal_ != 0; });
-      wait.cancel();
-      run_until([&] { return waited; });  // the handler refers to `waited`
-    }
-  }
 }
 
 }  // namespace ddprun::agent

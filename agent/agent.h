@@ -24,6 +24,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -39,6 +40,7 @@
 #include "agent/options.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/restart_policy.h"
+#include "base/steady_clock.h"
 
 namespace ddprun::agent {
 
@@ -68,6 +70,21 @@ class Agent {
   void reap();
   void run_until(const std::function<bool()>& done);
   int run_job(Guardian& guardian, EnvMap env);
+  // What follows an attempt: ddprun's exit status, or none and the wait
+  // before the next attempt.
+  struct NextStep {
+    std::optional<int> exit_status;
+    std::chrono::milliseconds delay{0};
+  };
+  // Each returns ddprun's exit status when the job ends there.
+  std::optional<int> prepare_job(AttemptSetup& setup, EnvMap env);
+  std::optional<int> join_round(AttemptSetup& setup, int restart);
+  // Runs the attempt until done(); false when its workers could not all be
+  // spawned.
+  bool run_attempt(Attempt& attempt);
+  NextStep after_attempt(const AttemptResult& result, bool spawned, int restart);
+  // The restart back-off; a stop signal ends it early.
+  void back_off(std::chrono::milliseconds delay);
   void make_cgroup(EnvMap& worker_env);
   template <class T>
   T off_loop(const std::function<T()>& call);
@@ -77,6 +94,7 @@ class Agent {
 
   Options options_;
   boost::asio::io_context io_;
+  base::SteadyClock clock_{io_};  // attempts' deadlines, the back-off
   boost::asio::signal_set children_;
   boost::asio::signal_set stop_signals_;
   // Ctrl-Z (SIGTSTP), fg/bg (SIGCONT), a resized terminal (SIGWINCH).

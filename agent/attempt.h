@@ -10,25 +10,29 @@
 // cgroup, their groups and below the agent, drains the pipes, and is
 // done(); result() then says how it ended.
 //
+// Processes are started and signalled through a ProcessLauncher and time
+// comes from a base::Clock: the agent passes the real ones, the unit tests
+// a fake launcher and a ManualClock (tests/agent/attempt_test.cc).
+//
 // Not thread-safe; everything runs on the agent's single thread.
 #pragma once
 
 #include <sys/resource.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/attempt_types.h"
-#include "agent/guardian.h"
 #include "agent/hooks.h"
-#include "agent/job_cgroup.h"
 #include "agent/options.h"
 #include "agent/output_pump.h"
+#include "agent/process_launcher.h"
 #include "agent/stdin_forwarder.h"
+#include "base/clock.h"
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 
@@ -51,9 +55,6 @@ struct AttemptSetup {
   bool log_every_stream = false;
   EnvMap base_env;
   std::string program_path;  // resolved argv[0]
-  // The job's cgroup, or null where none could be made (then teardown
-  // relies on process groups and the descendant sweep). Not owned.
-  JobCgroup* cgroup = nullptr;
   // RLIMIT_NOFILE the workers get (see SpawnRequest::nofile_limit).
   std::optional<rlimit> worker_nofile_limit;
   // ddprun's consoles (console.h); a terminal stdout makes workers' stdout
@@ -66,8 +67,10 @@ struct AttemptSetup {
 
 class Attempt : public AttemptControl {
  public:
-  Attempt(boost::asio::io_context& io, const Options& options, AttemptSetup setup,
-          std::vector<AgentHooks*> hooks, Guardian& guardian);
+  // `io` carries the workers' output; `clock` and `launcher` must outlive
+  // the attempt.
+  Attempt(boost::asio::io_context& io, base::Clock& clock, ProcessLauncher& launcher,
+          const Options& options, AttemptSetup setup, std::vector<AgentHooks*> hooks);
   ~Attempt() override;
   Attempt(const Attempt&) = delete;
   Attempt& operator=(const Attempt&) = delete;
@@ -104,7 +107,15 @@ class Attempt : public AttemptControl {
     std::unique_ptr<OutputPump> err;
   };
 
+  // attempt_spawn.cc: one worker, its log folder, environment and pumps.
   void spawn_worker(int local_rank);
+  // Creates <log_dir>/<local rank>/ and names the worker's error file.
+  std::string make_worker_dir(WorkerInfo& w);
+  EnvMap worker_env(const WorkerInfo& w) const;
+  // `shown`: the stream's kStd* bit when it goes to the console, else 0.
+  std::unique_ptr<OutputPump> make_pump(const WorkerInfo& w, const std::string& prefix,
+                                        Stream stream, int shown, base::ScopedFd read,
+                                        base::ScopedFd log);
   void record_failure(Failure failure);
   void begin_teardown(int sig);
   void signal_groups(int sig);
@@ -118,16 +129,18 @@ class Attempt : public AttemptControl {
   Worker* find(pid_t pid);
 
   boost::asio::io_context& io_;
+  base::Clock& clock_;
+  ProcessLauncher& launcher_;
   const Options& options_;
   AttemptSetup setup_;
   std::vector<AgentHooks*> hooks_;
-  Guardian& guardian_;
   AttemptInfo info_;
   std::vector<Worker> workers_;
   Phase phase_ = Phase::kRunning;
   bool ptys_ = false;  // worker streams are pseudo-terminals
   std::vector<int> pre_signal_targets_;  // local ranks awaited in kPreSignal
-  boost::asio::steady_timer timer_;
+  // The phase's deadline: pre-signal wait, grace, kill, drain.
+  std::unique_ptr<base::Timer> timer_;
   AttemptResult result_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -1,0 +1,157 @@
+// Attempt (attempt.h): starting one worker. Its log folder and files, its
+// environment, its streams (pipes or a pty) and the pumps that carry them to
+// the console and the logs; the process itself comes from the launcher.
+#include <errno.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <string.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "agent/attempt.h"
+#include "agent/line_splitter.h"
+#include "agent/spawn.h"
+#include "agent/worker_streams.h"
+#include "base/scoped_fd.h"
+
+namespace ddprun::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+base::ScopedFd open_log(const std::string& path) {
+  base::ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) throw SpawnError("cannot open log file " + path + ": " + strerror(errno), errno);
+  return fd;
+}
+
+}  // namespace
+
+void Attempt::spawn_worker(int lr) {
+  WorkerInfo w;
+  w.local_rank = lr;
+  w.rank = setup_.round.rank_base + lr;
+  w.is_python = options_.is_python;
+  const std::string dir = make_worker_dir(w);
+
+  // torchrun's rules: a redirected stream goes to its file only, a teed
+  // one to its file and the console (tee wins); --log-dir files every one.
+  int redirected = options_.redirects.for_rank(lr);
+  int teed = options_.tee.for_rank(lr);
+  int filed = setup_.log_every_stream ? kStdAll : (redirected | teed);
+  int shown_streams = kStdAll & ~(redirected & ~teed);
+  if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(lr))
+    shown_streams = kStdNone;
+  base::ScopedFd out_log, err_log;
+  if (filed & kStdOut) out_log = open_log(w.stdout_log = dir + "/stdout.log");
+  if (filed & kStdErr) err_log = open_log(w.stderr_log = dir + "/stderr.log");
+
+  const EnvMap env = worker_env(w);
+
+  std::string prefix = make_line_prefix(options_.log_line_prefix_template, options_.role, w.rank,
+                                        lr, options_.hostname);
+  StreamPlan plan;
+  plan.pty = ptys_;
+  if (plan.pty) console_window(setup_.consoles.out->fd(), prefix.size(), plan.size);
+  if (options_.stdin_rank == w.rank)
+    plan.stdin_mode = setup_.stdin_forwarder ? StdinMode::kForward : StdinMode::kInherit;
+  WorkerStreams streams = open_worker_streams(plan);
+  SpawnRequest req;
+  req.path = setup_.program_path;
+  req.argv = options_.command;
+  req.env = env_to_strings(env);
+  req.stdin_fd = streams.in_child.get();
+  req.stdout_fd = streams.out_write.get();
+  req.stderr_fd = streams.err_write.get();
+  req.nofile_limit = setup_.worker_nofile_limit;
+  if (static_cast<size_t>(lr) < options_.worker_cpus.size()) req.cpus = options_.worker_cpus[lr];
+  w.pid = launcher_.spawn(std::move(req));
+
+  Worker worker;
+  worker.info = w;
+  worker.alive = true;
+  worker.out = make_pump(w, prefix, Stream::kStdout, shown_streams & kStdOut,
+                         std::move(streams.out_read), std::move(out_log));
+  worker.err = make_pump(w, prefix, Stream::kStderr, shown_streams & kStdErr,
+                         std::move(streams.err_read), std::move(err_log));
+  worker.out->start();
+  worker.err->start();
+  if (streams.input.get() >= 0)
+    setup_.stdin_forwarder->set_target(std::move(streams.input), streams.input_is_pty);
+  info_.workers.push_back(w);
+  workers_.push_back(std::move(worker));
+}
+
+std::string Attempt::make_worker_dir(WorkerInfo& w) {
+  std::string dir = info_.log_dir + "/" + std::to_string(w.local_rank);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw SpawnError("cannot create log directory " + dir + ": " + ec.message(), ec.value());
+  w.error_file = dir + "/error.json";
+  fs::remove(w.error_file, ec);  // a stale file would be blamed on this attempt
+  return dir;
+}
+
+EnvMap Attempt::worker_env(const WorkerInfo& w) const {
+  const RoundInfo& round = setup_.round;
+  WorkerEnvInput in;
+  in.local_rank = w.local_rank;
+  in.rank = w.rank;
+  in.local_world_size = round.local_world_size;
+  in.world_size = round.world_size;
+  in.group_rank = round.group_rank;
+  in.group_world_size = round.group_world_size;
+  // One role per job: role ranks are the global ranks.
+  in.role_rank = w.rank;
+  in.role_world_size = round.world_size;
+  in.role_name = options_.role;
+  in.master_addr = round.master_addr;
+  in.master_port = round.master_port;
+  in.restart_count = setup_.restart_count;
+  in.max_restarts = options_.max_restarts;
+  in.run_id = setup_.run_id;
+  in.error_file = w.error_file;
+  in.attempt_log_dir = options_.log_dir.empty() ? "" : info_.log_dir;
+  in.store_addr = round.store_addr;
+  in.store_prefix = round.store_prefix;
+  in.store_token = round.store_token;
+  if (options_.is_python) in.pythonpath_prepend = options_.pythonpath_prepend;
+  in.signals_to_handle = options_.signals_to_handle_spec;
+  EnvMap env = setup_.base_env;
+  add_worker_env(in, env);
+  if (options_.virtual_local_rank) use_virtual_local_rank(w.local_rank, env);
+  for (auto* h : hooks_) h->add_worker_env(info_, w.local_rank, env);
+  return env;
+}
+
+std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::string& prefix,
+                                               Stream stream, int shown, base::ScopedFd read,
+                                               base::ScopedFd log) {
+  const int lr = w.local_rank;
+  PumpConfig c;
+  c.prefix = prefix;
+  c.console = stream == Stream::kStdout ? setup_.consoles.out : setup_.consoles.err;
+  c.shown = shown;
+  c.log_path = stream == Stream::kStdout ? w.stdout_log : w.stderr_log;
+  c.log = std::move(log);
+  if (!hooks_.empty())
+    c.on_data = [this, lr, stream](std::string_view data) {
+      for (auto* h : hooks_) h->output(lr, stream, data);
+    };
+  // Pumps are closed in finish(), but a callback may already be queued on
+  // the loop when the attempt is destroyed: `alive` tells.
+  c.on_eof = [this, alive = alive_] {
+    if (*alive) check_progress();
+  };
+  c.on_log_error = [this, lr, alive = alive_](const std::string& path, int err) {
+    if (!*alive) return;
+    std::string error = strerror(err);
+    spdlog::warn("cannot write {}: {}; its output goes on to the console", path, error);
+    result_.log_errors.push_back(path + ": " + error);
+    for (auto* h : hooks_) h->log_write_failed(lr, path, error);
+  };
+  return std::make_unique<OutputPump>(io_, read.release(), std::move(c));
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,49 @@
+#include "agent/process_launcher.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <string.h>
+
+#include <chrono>
+
+#include "agent/guardian.h"
+#include "agent/job_cgroup.h"
+#include "agent/process_tree.h"
+
+namespace ddprun::agent {
+namespace {
+
+// How long the leftovers may take to die after SIGKILL.
+constexpr auto kSweepDeadline = std::chrono::seconds(5);
+
+}  // namespace
+
+pid_t PosixLauncher::spawn(SpawnRequest request) {
+  request.cgroup_procs_fd = cgroup_ ? cgroup_->procs_fd() : -1;
+  pid_t pid = spawn_process(request);
+  guardian_.add_group(pid);
+  return pid;
+}
+
+// Errors are expected and harmless here: a group whose processes are all
+// gone answers ESRCH.
+void PosixLauncher::signal(pid_t pid, int sig) { (void)kill(pid, sig); }
+
+void PosixLauncher::signal_group(pid_t pgid, int sig) { (void)kill(-pgid, sig); }
+
+void PosixLauncher::kill_job() {
+  if (cgroup_ && !cgroup_->kill_all())
+    spdlog::warn("cannot kill the job cgroup {}: {}", cgroup_->path(), strerror(errno));
+}
+
+void PosixLauncher::sweep_leftovers() {
+  if (cgroup_ && !cgroup_->kill_and_wait(Clock::now() + kSweepDeadline))
+    spdlog::warn("processes in {} outlived SIGKILL for {} s", cgroup_->path(),
+                 kSweepDeadline.count());
+  sweep_descendants({guardian_.pid()}, Clock::now() + kSweepDeadline);
+}
+
+void PosixLauncher::release(pid_t pgid) { guardian_.remove_group(pgid); }
+
+}  // namespace ddprun::agent

@@ -1,0 +1,64 @@
+// The process seam under Attempt: everything the teardown state machine
+// does to processes, behind one small interface, so its unit tests drive it
+// with a fake (tests/agent/fake_launcher.h) in milliseconds, as ninja tests
+// its builder with a fake command runner.
+//
+// Exits do not come through here: the agent reaps every child on SIGCHLD
+// and hands each exit to Attempt::on_exit (agent.h), which a test calls
+// itself.
+//
+// PosixLauncher is the real one: spawn_process (spawn.h), kill(2), the job
+// cgroup (job_cgroup.h) and the guardian (guardian.h) that kills the
+// registered groups should the agent die.
+//
+// Not thread-safe: the agent's thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include "agent/spawn.h"
+
+namespace ddprun::agent {
+
+class Guardian;
+class JobCgroup;
+
+class ProcessLauncher {
+ public:
+  virtual ~ProcessLauncher() = default;
+  // Starts a worker in a process group of its own (its pid is the group's
+  // id) and keeps that group contained until release(). Throws SpawnError.
+  virtual pid_t spawn(SpawnRequest request) = 0;
+  // Sends `sig` to one process.
+  virtual void signal(pid_t pid, int sig) = 0;
+  // Sends `sig` to a worker's whole process group.
+  virtual void signal_group(pid_t pgid, int sig) = 0;
+  // SIGKILLs what the job started outside the workers' groups (setsid
+  // daemons), where that can be found without waiting: the job cgroup.
+  virtual void kill_job() = 0;
+  // Once every worker is reaped: SIGKILLs and waits (bounded) for whatever
+  // the job left anywhere (the cgroup, orphans re-parented to the agent).
+  virtual void sweep_leftovers() = 0;
+  // The group is done with: no longer the guardian's to kill.
+  virtual void release(pid_t pgid) = 0;
+};
+
+class PosixLauncher : public ProcessLauncher {
+ public:
+  // `cgroup` may be null (teardown then relies on process groups and the
+  // descendant sweep). Neither is owned; both outlive the launcher.
+  PosixLauncher(Guardian& guardian, JobCgroup* cgroup) : guardian_(guardian), cgroup_(cgroup) {}
+
+  pid_t spawn(SpawnRequest request) override;
+  void signal(pid_t pid, int sig) override;
+  void signal_group(pid_t pgid, int sig) override;
+  void kill_job() override;
+  void sweep_leftovers() override;
+  void release(pid_t pgid) override;
+
+ private:
+  Guardian& guardian_;
+  JobCgroup* cgroup_;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,106 @@
+// A fake ProcessLauncher (agent/process_launcher.h) for Attempt's unit
+// tests: no process is started; each "worker" answers a signal as a real one
+// would (ends by it, or ignores it when told to), and its exit waits in a
+// queue until the test reaps it, as the agent's SIGCHLD reaper would. Every
+// signal is logged, so a test reads back what the teardown sent, to whom
+// and in which order.
+#pragma once
+
+#include <errno.h>
+#include <signal.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "agent/attempt.h"
+#include "agent/process_launcher.h"
+
+namespace ddprun::agent::test {
+
+// Wait statuses as waitpid(2) reports them.
+inline int exited_with(int code) { return (code & 0xff) << 8; }
+inline int killed_by(int sig) { return sig & 0x7f; }
+
+struct SentSignal {
+  int worker;  // index in spawn order
+  int sig;
+  bool group;
+  bool operator==(const SentSignal& o) const {
+    return worker == o.worker && sig == o.sig && group == o.group;
+  }
+};
+
+class FakeLauncher : public ProcessLauncher {
+ public:
+  // Far above any pid_max: never a real process.
+  static constexpr pid_t kFirstPid = 1 << 26;
+
+  // Spawn number `n` (from 0) fails as a missing program does.
+  std::optional<int> fail_spawn_at;
+  std::vector<SpawnRequest> requests;
+  std::vector<SentSignal> sent;
+  std::vector<pid_t> released;
+  int kill_job_calls = 0;
+  int sweeps = 0;
+
+  pid_t pid_of(int worker) const { return kFirstPid + worker; }
+  // The worker stays alive through `sig` (a handler, SIG_IGN; for SIGKILL
+  // a process stuck in the kernel).
+  void ignore(int worker, int sig) { ignored_[worker].insert(sig); }
+  // The worker ends on its own; its exit waits for reap().
+  void exit(int worker, int wait_status) {
+    if (!alive_.count(worker)) return;
+    alive_.erase(worker);
+    exits_.emplace_back(pid_of(worker), wait_status);
+  }
+  // Hands every queued exit to `attempt` in order, as the agent does.
+  void reap(Attempt& attempt) {
+    while (!exits_.empty()) {
+      auto [pid, status] = exits_.front();
+      exits_.erase(exits_.begin());
+      attempt.on_exit(pid, status);
+    }
+  }
+  bool alive(int worker) const { return alive_.count(worker) > 0; }
+  // Signals sent to `worker`, in order.
+  std::vector<int> signals_to(int worker) const {
+    std::vector<int> out;
+    for (const auto& s : sent)
+      if (s.worker == worker) out.push_back(s.sig);
+    return out;
+  }
+
+  pid_t spawn(SpawnRequest request) override {
+    const int n = static_cast<int>(requests.size());
+    if (fail_spawn_at && *fail_spawn_at == n)
+      throw SpawnError("cannot execute '" + request.path + "': No such file or directory", ENOENT,
+                       true);
+    requests.push_back(std::move(request));
+    alive_.insert(n);
+    return pid_of(n);
+  }
+  void signal(pid_t pid, int sig) override { deliver(pid, sig, false); }
+  void signal_group(pid_t pgid, int sig) override { deliver(pgid, sig, true); }
+  void kill_job() override { ++kill_job_calls; }
+  void sweep_leftovers() override { ++sweeps; }
+  void release(pid_t pgid) override { released.push_back(pgid); }
+
+ private:
+  void deliver(pid_t pid, int sig, bool group) {
+    const int worker = pid - kFirstPid;
+    sent.push_back({worker, sig, group});
+    // Job control and window changes do not end a process.
+    if (sig == SIGCONT || sig == SIGSTOP || sig == SIGWINCH) return;
+    if (ignored_[worker].count(sig)) return;
+    exit(worker, killed_by(sig));
+  }
+
+  std::set<int> alive_;
+  std::map<int, std::set<int>> ignored_;
+  std::vector<std::pair<pid_t, int>> exits_;
+};
+
+}  // namespace ddprun::agent::test
