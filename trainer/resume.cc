@@ -1,0 +1,100 @@
+#include "trainer/resume.h"
+
+#include <cstring>
+#include <mutex>
+#include <optional>
+
+#include <ATen/ATen.h>
+
+#include "trainer/error.h"
+#include "trainer/log.h"
+
+namespace ddprun::trainer {
+namespace {
+
+// Broadcast a host tensor through a communicator that may want device memory.
+void broadcast_host(Communicator& comm, at::Tensor& host, const at::Device& device) {
+  if (device.is_cpu()) {
+    comm.broadcast(host, 0);
+    return;
+  }
+  at::Tensor d = host.to(device);
+  comm.broadcast(d, 0);
+  host.copy_(d.cpu());
+}
+
+}  // namespace
+
+Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Communicator& comm,
+                              CheckpointDir& dir, TrainState& state, const at::Device& device) {
+  // meta: status (0 none, 1 resumed, 2 failed), step, position, loss bits.
+  at::Tensor meta = at::zeros({4}, at::kLong);
+  std::string error;
+  if (w.rank == 0) {
+    for (const std::string& path : dir.remove_leftovers()) {
+      log_warn("removed %s, left by a checkpoint write that did not finish", path.c_str());
+    }
+  }
+  if (w.rank == 0 && o.resume) {
+    try {
+      if (std::optional<Checkpoint> ckpt = dir.load_newest()) {
+        load_state(*ckpt, dir.manifest_path(ckpt->step), &state);
+        meta[0] = 1;
+        meta[1] = ckpt->step;
+        meta[2] = ckpt->samples_consumed;
+        int64_t bits = 0;
+        std::memcpy(&bits, &ckpt->loss, sizeof bits);
+        meta[3] = bits;
+        log_info("resuming from %s (step %lld, %lld samples consumed, written by %d ranks)",
+                 dir.manifest_path(ckpt->step).c_str(), (long long)ckpt->step,
+                 (long long)ckpt->samples_consumed, ckpt->world_size);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+      meta[0] = 2;
+    }
+  }
+  broadcast_host(comm, meta, device);
+  const int64_t status = meta[0].item<int64_t>();
+  if (status == 2) {
+    throw TrainerError(w.rank == 0 ? error : "rank 0 could not load its checkpoint");
+  }
+  if (status == 0) return {};
+  // Rank 0's generator state reaches everyone (parameters follow below).
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  at::Tensor rng;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    rng = gen.get_state();
+  }
+  broadcast_host(comm, rng, device);
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng);
+  }
+  for (at::Tensor& m : state.momentum) comm.broadcast(m, 0);
+  Resume r{meta[1].item<int64_t>(), meta[2].item<int64_t>()};
+  const int64_t bits = meta[3].item<int64_t>();
+  std::memcpy(&r.loss, &bits, sizeof bits);
+  return r;
+}
+
+void write_checkpoint(CheckpointDir& dir, const TrainOptions& o, const WorkerInfo& w,
+                      const TrainState& state, int64_t step, int64_t position, double loss) {
+  Checkpoint ckpt;
+  ckpt.step = step;
+  ckpt.samples_consumed = position;
+  ckpt.world_size = w.world_size;
+  ckpt.seed = o.seed;
+  ckpt.loss = loss;
+  save_state(state, &ckpt);
+  try {
+    const std::string path = dir.write(ckpt);
+    log_info("checkpoint %s (step %lld)", path.c_str(), (long long)step);
+  } catch (const CheckpointNoSpace& e) {
+    log_error("checkpoint of step %lld not written, training goes on from the older ones: %s",
+              (long long)step, e.what());
+  }
+}
+
+}  // namespace ddprun::trainer
