@@ -23,7 +23,7 @@ moment all N workers have started. Rows, interleaved within each repetition:
 
 A row that cannot run says why. Needs root, `ip netns` and etcd. Usage:
   /usr/bin/python3 bench/formation_bench.py [--ddprun build/bin/ddprun]
-      [--torchrun .venv-torch/bin/torchrun] [--sizes 2,4,8] [--reps 5]
+      [--torchrun .venv-torch/bin/torchrun] [--sizes 2,4,8] [--reps 5] [--rows A,B]
 Prints a Markdown table: medians (and min) over --reps, ratio to torchrun's
 c10d row of the same size.
 """
@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--torchrun", default=os.path.join(ROOT, ".venv-torch", "bin", "torchrun"))
     ap.add_argument("--sizes", default="2,4,8")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rows", help="only these rows, comma-separated (e.g. "
+                    "'torchrun 2.x (c10d),ddprun (c10d),ddprun (etcd)'); default all")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("formation_bench: needs root (ip netns)")
@@ -161,6 +163,14 @@ def main():
         "(torchrun's floor: import only)": lambda n, rid: lambda i: node(i, [
             venv_py, "-c", "import torch.distributed.run"]),
     }
+    if args.rows:
+        keep = [r.strip() for r in args.rows.split(",")]
+        unknown = [r for r in keep if r not in rows]
+        if unknown:
+            print(f"formation_bench: --rows: unknown {unknown}; rows: {list(rows)}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            return 2
+        rows = {name: make for name, make in rows.items() if name in keep}
     res = {(name, n): [] for name in rows for n in sizes}
     etcd = None
     load = os.getloadavg()
@@ -199,13 +209,14 @@ def main():
             v = res[(name, n)]
             m = statistics.median(v)
             cell = f"{m * 1e3:.0f} ms, {min(v) * 1e3:.0f}"
-            if name.startswith("ddprun") and res[("torchrun 2.x (c10d)", n)]:
+            if name.startswith("ddprun") and res.get(("torchrun 2.x (c10d)", n)):
                 t = statistics.median(res[("torchrun 2.x (c10d)", n)])
                 cell += f" (1/{t / m:.1f})" if m < t else f" ({m / t:.1f}x)"
             cells.append(cell)
         print(f"| {name} | " + " | ".join(cells) + " |")
     for name, why in skipped.items():
-        print(f"\n{name}: not run: {why}")
+        if name in rows:
+            print(f"\n{name}: not run: {why}")
     return 0
 
 
