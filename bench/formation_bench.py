@@ -17,9 +17,10 @@ moment all N workers have started. Rows, interleaved within each repetition:
   ddprun (c10d)          ddprun's store, hosted by node 1's agent
   ddprun (etcd)          the etcd server; run when this ddprun accepts
                          --rdzv-backend=etcd, else reported as not run
-  (torchrun's floor)     N interpreters of the venv importing
-                         torch.distributed.run and exiting, started the same
-                         way: what torchrun's rows spend before any rendezvous
+  (torchrun's floor)     N interpreters of the venv, started the same way,
+                         each recording the moment it has imported
+                         torch.distributed.run: what torchrun's rows spend
+                         before any rendezvous
 
 A row that cannot run says why. Needs root, `ip netns` and etcd. Usage:
   /usr/bin/python3 bench/formation_bench.py [--ddprun build/bin/ddprun]
@@ -90,14 +91,6 @@ def ddprun_has_etcd(ddprun):
     return "not supported" not in (r.stdout + r.stderr)
 
 
-def floor_once(cmds, n, tmp):
-    """N agents' worth of start-up only: time until every process exited."""
-    t0 = time.monotonic_ns()
-    procs = mb.start_agents(cmds, os.path.join(tmp, "ts"), range(1, n + 1))
-    mb.wait_all(procs, tmp, deadline_s=180)
-    return (time.monotonic_ns() - t0) / 1e9
-
-
 def form_once(cmds, n, tmp):
     ts = os.path.join(tmp, "ts")
     for f in os.listdir(tmp):
@@ -163,8 +156,11 @@ def main():
         "ddprun (etcd)": lambda n, rid: lambda i: node(i, [
             ddprun, f"--nnodes={n}", "--nproc-per-node=1", "--rdzv-backend=etcd",
             f"--rdzv-endpoint={ETCD}", f"--rdzv-id={rid}", worker, "launch"]),
+        # One O_APPEND write of a worker's record once the import is done.
         "(torchrun's floor: import only)": lambda n, rid: lambda i: node(i, [
-            venv_py, "-c", "import torch.distributed.run"]),
+            venv_py, "-c", "import os, time, torch.distributed.run; "
+            "os.write(os.open(os.environ['BENCH_TS'], os.O_WRONLY | os.O_APPEND | os.O_CREAT), "
+            "b'0 0 %d start\\n' % time.monotonic_ns())"]),
     }
     if args.rows:
         keep = [r.strip() for r in args.rows.split(",")]
@@ -187,8 +183,7 @@ def main():
                 for k, (name, make) in enumerate(rows.items()):
                     if name in skipped:
                         continue
-                    once = floor_once if name.startswith("(") else form_once
-                    res[(name, n)].append(once(make(n, f"r{rep}n{n}k{k}"), n, tmp))
+                    res[(name, n)].append(form_once(make(n, f"r{rep}n{n}k{k}"), n, tmp))
     finally:
         if etcd is not None:
             stop(etcd)
