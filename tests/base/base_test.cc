@@ -1,6 +1,6 @@
 // base/: the fd owner, the /proc/<pid>/stat reader and the pidfd wait, on
 // real descriptors and real processes.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -16,6 +16,7 @@
 #include "base/pidfd.h"
 #include "base/proc_stat.h"
 #include "base/scoped_fd.h"
+#include "tests/common/skip.h"
 
 using namespace ddprun::base;
 using Clock = std::chrono::steady_clock;
@@ -66,6 +67,13 @@ TEST_CASE("ScopedFd move assignment closes the descriptor it held") {
 }
 
 TEST_CASE("make_pipe names pipe2 when the fd limit is reached") {
+#ifdef __SANITIZE_ADDRESS__
+  // The address build includes UBSan's vptr check, which probes the
+  // system_error's vtable through a pipe(): with the table full that probe
+  // fails and UBSan reports a valid object as "invalid vptr" (its suppressions
+  // cannot help: symbolizing needs descriptors too). The plain build runs it.
+  SKIP_TEST("UBSan's vptr check needs free descriptors (address build)");
+#endif
   // Fill the table up to a tiny soft limit in a child, so the test's own
   // limit is untouched.
   pid_t pid = fork();
@@ -132,3 +140,5 @@ TEST_CASE("wait_exited times out on a live process and returns once it exits") {
   // Reaped: the pid no longer exists, which counts as exited.
   CHECK(wait_exited(pid, Clock::now()));
 }
+
+int main(int argc, char** argv) { return ddprun::testing::main_with_skips(argc, argv); }
