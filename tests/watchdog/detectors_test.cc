@@ -32,6 +32,16 @@ wd::WatchdogOptions heartbeat_only(wd::Millis timeout, wd::Millis grace) {
   return opt;
 }
 
+// A watchdog on a manual clock that keeps the hang it reports. Tests take
+// its parts by name: auto& [clock, hang, dog] = watched;
+struct Watched {
+  explicit Watched(const wd::WatchdogOptions& opt)
+      : dog(clock, opt, [this](const wd::HangEvent& e) { hang = e; }) {}
+  ManualClock clock;
+  std::optional<wd::HangEvent> hang;
+  wd::Watchdog dog;
+};
+
 // Blocks until `child` is stopped (SIGSTOP delivered), without reaping it.
 void wait_stopped(const Child& child) {
   siginfo_t info{};
@@ -41,9 +51,8 @@ void wait_stopped(const Child& child) {
 }  // namespace
 
 TEST_CASE("heartbeat timeout fires exactly one timeout after the last beat") {
-  ManualClock clock;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, heartbeat_only(300ms, 10s), [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(heartbeat_only(300ms, 10s));
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
   for (int step = 0; step < 5; ++step) {
     clock.advance(10ms);
@@ -67,9 +76,8 @@ TEST_CASE("heartbeat timeout fires exactly one timeout after the last beat") {
 }
 
 TEST_CASE("a worker that never beats misses the first-beat grace") {
-  ManualClock clock;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, heartbeat_only(100ms, 300ms), [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(heartbeat_only(100ms, 300ms));
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 7, kPid);
   clock.advance(299ms);
   CHECK_FALSE(hang);
@@ -83,9 +91,8 @@ TEST_CASE("a worker that never beats misses the first-beat grace") {
 }
 
 TEST_CASE("a first beat ends the grace: the timeout counts from it, not from the grace") {
-  ManualClock clock;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, heartbeat_only(300ms, 10s), [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(heartbeat_only(300ms, 10s));
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
   clock.advance(1s);
   dog.on_beat({0, 1, clock.now()});
@@ -95,9 +102,8 @@ TEST_CASE("a first beat ends the grace: the timeout counts from it, not from the
 }
 
 TEST_CASE("a worker that beats just inside the timeout is never flagged, and is once it stops") {
-  ManualClock clock;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, heartbeat_only(1s, 10s), [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(heartbeat_only(1s, 10s));
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
   dog.add_worker(1, 1, kPid + 1);
   for (int step = 0; step < 1000; ++step) {
@@ -116,12 +122,11 @@ TEST_CASE("a worker that beats just inside the timeout is never flagged, and is 
 }
 
 TEST_CASE("silence timeout fires one timeout after the last output") {
-  ManualClock clock;
   wd::WatchdogOptions opt;
   opt.silence_timeout = 300ms;
   opt.stuck_timeout = 0ms;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(opt);
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
   clock.advance(50ms);
   dog.on_output(0);
@@ -137,14 +142,13 @@ TEST_CASE("silence timeout fires one timeout after the last output") {
 }
 
 TEST_CASE("a quiet start-up is not silence: the timeout arms at the first output, until then the grace") {
-  ManualClock clock;
   wd::WatchdogOptions opt;
   opt.silence_timeout = 100ms;
   opt.heartbeat_grace = 700ms;  // --heartbeat-grace names the start-up grace
   opt.stuck_timeout = 0ms;
   CHECK(opt.effective_silence_grace() == 700ms);
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(opt);
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);  // never prints
   clock.advance(699ms);
   CHECK_FALSE(hang);
@@ -158,14 +162,13 @@ TEST_CASE("a quiet start-up is not silence: the timeout arms at the first output
 
   // Once a worker has printed, the timeout itself counts, even inside the
   // grace: the first output moves the deadline earlier.
-  hang.reset();
-  wd::Watchdog dog2(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
-  dog2.add_worker(0, 0, kPid);
-  dog2.on_output(0);
-  clock.advance(100ms);
-  REQUIRE(hang);
-  CHECK(hang->due == dog2.workers()[0].spawned + 100ms);
-  CHECK(hang->timeout == 100ms);
+  Watched talker(opt);
+  talker.dog.add_worker(0, 0, kPid);
+  talker.dog.on_output(0);
+  talker.clock.advance(100ms);
+  REQUIRE(talker.hang);
+  CHECK(talker.hang->due == talker.dog.workers()[0].spawned + 100ms);
+  CHECK(talker.hang->timeout == 100ms);
 
   // Without --heartbeat-grace the start-up grace is the default, never
   // shorter than the silence timeout itself.
@@ -176,48 +179,40 @@ TEST_CASE("a quiet start-up is not silence: the timeout arms at the first output
   CHECK(d.effective_silence_grace() == 120s);
 }
 
-TEST_CASE("an agent that did not run past a deadline restarts the deadlines instead of blaming the workers") {
-  ManualClock clock;
+TEST_CASE("a deadline seen late: past the pause threshold the agent was paused, up to it the worker hung") {
   wd::WatchdogOptions opt = heartbeat_only(1s, 10s);
   opt.pause_threshold = 1s;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
-  dog.add_worker(0, 0, kPid);
-  dog.on_beat({0, 1, clock.now()});
-  // The timer due in 1 s runs 4 s late: the agent was stopped, so the beats
-  // the worker sent meanwhile were never read.
-  clock.jump(5s);
-  CHECK_FALSE(hang);
-  CHECK(dog.pauses() == 1);
-  CHECK(dog.paused_for() == 4s);
-  const auto resumed = clock.now();
-  clock.advance(999ms);
-  CHECK_FALSE(hang);
-  clock.advance(1ms);
-  REQUIRE(hang);
-  CHECK(hang->due == resumed + 1s);
-}
-
-TEST_CASE("a deadline seen late by less than the pause threshold is still a hang") {
-  ManualClock clock;
-  wd::WatchdogOptions opt = heartbeat_only(1s, 10s);
-  opt.pause_threshold = 1s;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(opt);
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
   dog.on_beat({0, 1, clock.now()});
   const auto beat = clock.now();
-  clock.jump(2s);  // 1 s late: the threshold itself, not more
-  REQUIRE(hang);
-  CHECK(dog.pauses() == 0);
-  CHECK(hang->due == beat + 1s);
-  CHECK(hang->detected == beat + 2s);
+  SUBCASE("4 s late: the deadlines restart instead of blaming the worker") {
+    // The agent was stopped, so the beats the worker sent meanwhile were
+    // never read.
+    clock.jump(5s);
+    CHECK_FALSE(hang);
+    CHECK(dog.pauses() == 1);
+    CHECK(dog.paused_for() == 4s);
+    const auto resumed = clock.now();
+    clock.advance(999ms);
+    CHECK_FALSE(hang);
+    clock.advance(1ms);
+    REQUIRE(hang);
+    CHECK(hang->due == resumed + 1s);
+  }
+  SUBCASE("1 s late, the threshold itself: a hang") {
+    clock.jump(2s);
+    REQUIRE(hang);
+    CHECK(dog.pauses() == 0);
+    CHECK(hang->due == beat + 1s);
+    CHECK(hang->detected == beat + 2s);
+  }
 }
 
 TEST_CASE("stop() disarms every detector") {
-  ManualClock clock;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, heartbeat_only(100ms, 100ms), [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(heartbeat_only(100ms, 100ms));
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
   dog.stop();
   CHECK(clock.armed_timers() == 0);
@@ -226,12 +221,11 @@ TEST_CASE("stop() disarms every detector") {
 }
 
 TEST_CASE("a SIGSTOPped worker is detected from its process state at the first poll past the limit") {
-  ManualClock clock;
   wd::WatchdogOptions opt;
   opt.stuck_timeout = 200ms;
   opt.proc_poll_interval = 100ms;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(opt);
+  auto& [clock, hang, dog] = watched;
   Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
   REQUIRE(child.wait_for_output("ready"));
   REQUIRE(::kill(child.pid(), SIGSTOP) == 0);
@@ -267,13 +261,12 @@ TEST_CASE("a worker in uninterruptible sleep (D) is detected from its process st
 }
 
 TEST_CASE("a sleeping (S) worker is not stuck, and an exited worker is not watched") {
-  ManualClock clock;
   wd::WatchdogOptions opt;
   opt.stuck_timeout = 100ms;
   opt.heartbeat_timeout = 100ms;
   opt.heartbeat_grace = 100ms;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, opt, [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(opt);
+  auto& [clock, hang, dog] = watched;
   Child sleeper({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
   REQUIRE(sleeper.wait_for_output("ready"));
   dog.add_worker(0, 0, sleeper.pid());
@@ -290,9 +283,8 @@ TEST_CASE("a sleeping (S) worker is not stuck, and an exited worker is not watch
 }
 
 TEST_CASE("laggard rule names the rank whose step is behind") {
-  ManualClock clock;
-  std::optional<wd::HangEvent> hang;
-  wd::Watchdog dog(clock, heartbeat_only(200ms, 10s), [&](const wd::HangEvent& e) { hang = e; });
+  Watched watched(heartbeat_only(200ms, 10s));
+  auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
   dog.add_worker(1, 1, kPid + 1);
   dog.add_worker(2, 2, kPid + 2);
