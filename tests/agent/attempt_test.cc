@@ -199,6 +199,36 @@ TEST_CASE("a worker that survives SIGKILL is given up on after the kill deadline
   CHECK(h.attempt->result().ends.size() == 1);  // it never exited
 }
 
+TEST_CASE("output pipes held open by a leftover end the attempt at the drain deadline, not never") {
+  Harness h(1);
+  h.launcher.hold_streams(0);
+  h.start();
+  h.launcher.exit(0, exited_with(0));
+  h.reap();
+  CHECK_FALSE(h.attempt->done());  // draining what the pipes still hold
+  h.clock.advance(1999ms);
+  h.io.poll();
+  CHECK_FALSE(h.attempt->done());
+  h.clock.advance(1ms);
+  CHECK(h.attempt->done());
+  CHECK(h.attempt->result().outcome == ag::Outcome::kSucceeded);
+}
+
+TEST_CASE("a leftover that closes the pipes inside the drain deadline ends the attempt at once") {
+  Harness h(1);
+  h.launcher.hold_streams(0);
+  h.start();
+  h.launcher.exit(0, exited_with(0));
+  h.reap();
+  CHECK_FALSE(h.attempt->done());
+  h.launcher.drop_streams();
+  // The EOFs come through the loop.
+  while (!h.attempt->done() && h.io.run_one_for(10s) > 0) {
+  }
+  CHECK(h.attempt->done());
+  CHECK(h.clock.armed_timers() == 0);
+}
+
 TEST_CASE("a stop signal is forwarded to every group; a second one kills at once") {
   Harness h(2);
   h.launcher.ignore(0, SIGINT);

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <map>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "agent/attempt.h"
 #include "agent/process_launcher.h"
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent::test {
 
@@ -50,6 +52,11 @@ class FakeLauncher : public ProcessLauncher {
   // The worker stays alive through `sig` (a handler, SIG_IGN; for SIGKILL
   // a process stuck in the kernel).
   void ignore(int worker, int sig) { ignored_[worker].insert(sig); }
+  // Spawn number `worker` leaves its stdout and stderr open after it exits,
+  // as a grandchild or daemon that inherited them would.
+  void hold_streams(int worker) { held_workers_.insert(worker); }
+  // The holder of those streams ends.
+  void drop_streams() { held_.clear(); }
   // The worker ends on its own; its exit waits for reap().
   void exit(int worker, int wait_status) {
     if (!alive_.count(worker)) return;
@@ -78,6 +85,10 @@ class FakeLauncher : public ProcessLauncher {
     if (fail_spawn_at && *fail_spawn_at == n)
       throw SpawnError("cannot execute '" + request.path + "': No such file or directory", ENOENT,
                        true);
+    if (held_workers_.count(n)) {
+      held_.emplace_back(::dup(request.stdout_fd));
+      held_.emplace_back(::dup(request.stderr_fd));
+    }
     requests.push_back(std::move(request));
     alive_.insert(n);
     return pid_of(n);
@@ -99,6 +110,8 @@ class FakeLauncher : public ProcessLauncher {
   }
 
   std::set<int> alive_;
+  std::set<int> held_workers_;
+  std::vector<base::ScopedFd> held_;
   std::map<int, std::set<int>> ignored_;
   std::vector<std::pair<pid_t, int>> exits_;
 };
