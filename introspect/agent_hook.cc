@@ -150,9 +150,23 @@ void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::A
   const auto& round = attempt.round;
   node_ = round.group_world_size > 1 ? round.group_rank : -1;
   if (round.group_world_size > 1 && !round.store_addr.empty() && server_) {
+    // Another node's `ddprun stacks`: capture here, answer through the store.
+    auto on_request = [this, alive = alive_](nlohmann::json request) {
+      boost::asio::post(io_, [this, alive, request] {
+        if (!*alive) return;
+        const std::string id = request.value("id", "");
+        const int rank = request.contains("rank") && request["rank"].is_number_integer()
+                             ? request["rank"].get<int>()
+                             : -1;
+        stacks(rank, [this, id](const nlohmann::json& result) {
+          if (board_) board_->answer(id, result);
+        });
+      });
+    };
     board_ = std::make_unique<NodeBoard>(BoardPlace{round.store_addr, round.store_token,
                                                     round.store_prefix, round.group_rank,
-                                                    round.group_world_size});
+                                                    round.group_world_size},
+                                         on_request);
     board_->publish(status());
   }
   schedule_sample();
@@ -283,7 +297,12 @@ void IntrospectHook::handle(const nlohmann::json& request, ControlServer::Reply 
   } else if (op == "stacks") {
     int rank = -1;
     if (request.contains("rank") && request["rank"].is_number_integer()) rank = request["rank"];
-    stacks(rank, std::move(reply));
+    const bool all_nodes = !request.contains("nodes") || request["nodes"] != "local";
+    if (all_nodes && board_) {
+      stacks_all_nodes(rank, std::move(reply));
+    } else {
+      stacks(rank, std::move(reply));
+    }
   } else {
     reply({{"error", "unknown op '" + op + "' (status, stacks)"}});
   }
@@ -303,44 +322,6 @@ void IntrospectHook::status_reply(bool all_nodes, ControlServer::Reply reply) {
       r["peers"] = peers;
       if (!error.empty()) r["peers_error"] = error;
       reply(r);
-    });
-  });
-}
-
-void IntrospectHook::stacks(int rank, ControlServer::Reply reply) {
-  if (capturing_) {
-    reply({{"error", "a stacks request is already running on this agent; try again"}});
-    return;
-  }
-  std::vector<StackTarget> targets;
-  std::string local;
-  for (const auto& w : workers_) {
-    local += (local.empty() ? "" : ",") + std::to_string(w.info.rank);
-    if (w.exited || (rank >= 0 && w.info.rank != rank)) continue;
-    targets.push_back({w.info.rank, w.info.pid});
-  }
-  if (targets.empty()) {
-    reply({{"error", rank >= 0 ? fmt::format("rank {} is not running on this agent (ranks: {})",
-                                             rank, local.empty() ? "none" : local)
-                               : std::string("no worker is running")}});
-    return;
-  }
-  CollectOptions o;
-  o.dir = runtime_dir_ + "/stacks";
-  o.native = options_.stacks;
-  o.cancel = cancel_.get();
-  if (capture_.joinable()) capture_.join();  // finished: capturing_ is false
-  capturing_ = true;
-  // The thread holds the cancel flag it was given (o.cancel) through `keep`.
-  capture_ = std::thread([this, targets, o, reply, alive = alive_, run_id = options_.run_id,
-                          host = host_, keep = cancel_] {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& s : collect_stacks(targets, o)) list.push_back(to_json(s));
-    nlohmann::json result = {{"run_id", run_id}, {"host", host}, {"stacks", list}};
-    boost::asio::post(io_, [this, alive, reply, result] {
-      if (!*alive) return;
-      capturing_ = false;
-      reply(result);
     });
   });
 }

@@ -98,6 +98,8 @@ class IntrospectHook : public agent::AgentHooks {
   void handle(const nlohmann::json& request, ControlServer::Reply reply);
   void stacks(int rank, ControlServer::Reply reply);
   void status_reply(bool all_nodes, ControlServer::Reply reply);
+  // Every node's stacks: this node's capture plus the others' through the store.
+  void stacks_all_nodes(int rank, ControlServer::Reply reply);
   const watchdog::WorkerStatus* beat_status(int rank) const;
 
   boost::asio::io_context& io_;

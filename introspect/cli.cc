@@ -188,11 +188,14 @@ int stacks_main(int argc, char** argv) {
                "ddprun stacks");
   Target t;
   t.timeout_s = 60;
-  bool json = false;
+  bool json = false, local = false;
   int rank = -1;
   add_target_flags(app, t);
   app.add_option("--rank", rank, "only this global rank")->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "one JSON object");
+  app.add_flag("--local", local,
+               "this host's ranks only (default: every node of a multi-node job, asked through "
+               "the job's store)");
   app.footer("Exit status: 0 stacks shown, 1 no agent or rank answered, 2 wrong flags.");
   if (int rc = parse(app, argc, argv); rc >= 0) return rc;
   auto agents = find_agents("stacks", t);
@@ -206,15 +209,24 @@ int stacks_main(int argc, char** argv) {
                  names.c_str());
     return kUsageExit;
   }
-  nlohmann::json request = {{"op", "stacks"}, {"rank", rank}};
+  nlohmann::json request = {{"op", "stacks"}, {"rank", rank}, {"nodes", local ? "local" : "all"}};
   std::vector<nlohmann::json> replies;
   if (!ask_all("stacks", agents, request, t.timeout_s, replies)) return 1;
+  for (const auto& r : replies)
+    for (const auto& e : r.value("errors", nlohmann::json::array()))
+      std::fprintf(stderr, "ddprun stacks: %s\n", e.get<std::string>().c_str());
   if (json) {
     std::cout << nlohmann::json{{"agents", replies}}.dump() << std::endl;
     return 0;
   }
+  // Two agents of the job on this host both answer for every node: each process once.
+  std::set<std::pair<std::string, int64_t>> shown;
   for (const auto& r : replies) {
-    for (const auto& s : r["stacks"]) std::cout << to_text(stacks_from_json(s), r.value("host", ""));
+    for (const auto& s : r["stacks"]) {
+      const std::string host = s.value("host", r.value("host", ""));
+      if (shown.insert({host, s.value("pid", int64_t{0})}).second)
+        std::cout << to_text(stacks_from_json(s), host);
+    }
   }
   return 0;
 }

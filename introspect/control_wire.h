@@ -6,7 +6,8 @@
 // Request: one JSON object on one line, at most kMaxRequestBytes:
 //   {"op": "status"}                   every node's rows (multi-node jobs)
 //   {"op": "status", "nodes": "local"} this agent's rows only
-//   {"op": "stacks", "rank": R}        R = -1: every local rank
+//   {"op": "stacks", "rank": R}        R = -1: every rank, on every node
+//   {"op": "stacks", "rank": R, "nodes": "local"}   this agent's ranks only
 // Reply: one JSON object on one line, at most kMaxReplyBytes:
 //   status: {"run_id", "host", "agent_pid", "attempt", "restarts",
 //            "straggler": {"fraction", "window_s"},
@@ -19,7 +20,9 @@
 //            "node" (group rank), "published_unix", "age_s"], and
 //            "peers_error" when the store could not be read (node_board.h)}
 //   stacks: {"run_id", "host", "stacks": [{"rank", "pid", "python",
-//            "python_note", "native", "native_method", "native_note"}]}
+//            "python_note", "native", "native_method", "native_note",
+//            "host" (multi-node)}], "errors": [nodes that failed, one line
+//            each] (multi-node)}
 //   any failure: {"error": "one line"}
 #pragma once
 

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <optional>
 
+#include <unistd.h>
+
 #include "rendezvous/canceller.h"
 #include "rendezvous/client.h"
 
@@ -16,8 +18,10 @@ std::string board_key(const std::string& store_prefix, int node) {
   return "ddprun-introspect/" + store_prefix + "node/" + std::to_string(node);
 }
 
-NodeBoard::NodeBoard(BoardPlace place)
-    : place_(std::move(place)), canceller_(std::make_shared<rdzv::Canceller>()) {
+NodeBoard::NodeBoard(BoardPlace place, Requested on_request)
+    : place_(std::move(place)),
+      canceller_(std::make_shared<rdzv::Canceller>()),
+      on_request_(std::move(on_request)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -31,6 +35,30 @@ NodeBoard::~NodeBoard() {
   thread_.join();
   // Requests still waiting get an answer: their callers must not hang.
   for (auto& done : waiting_) done({}, "the round ended before the other nodes were read");
+  for (auto& ask : new_asks_) ask.done({}, {"the round ended before the other nodes were asked"});
+}
+
+std::string NodeBoard::key(const std::string& name) const {
+  return "ddprun-introspect/" + place_.store_prefix + name;
+}
+
+void NodeBoard::ask_stacks(int rank, Asked done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Ask a;
+    a.rank = rank;
+    a.done = std::move(done);
+    new_asks_.push_back(std::move(a));
+  }
+  cv_.notify_all();
+}
+
+void NodeBoard::answer(const std::string& id, nlohmann::json reply) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    answers_.emplace_back(id, std::move(reply));
+  }
+  cv_.notify_all();
 }
 
 void NodeBoard::publish(nlohmann::json status) {
@@ -78,13 +106,25 @@ void NodeBoard::run() {
       return false;
     }
   };
+  using SteadyClock = std::chrono::steady_clock;
+  std::vector<Ask> asks;       // sent, waiting for replies
+  int64_t seen_requests = 0;   // this node's requests handed on so far
+  uint64_t asked = 0;
+  auto next_poll = SteadyClock::now();
   for (;;) {
     nlohmann::json entry;
     bool have_entry = false;
     std::vector<Fetched> waiting;
+    std::vector<Ask> fresh;
+    std::vector<std::pair<std::string, nlohmann::json>> answers;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || has_entry_ || !waiting_.empty(); });
+      // Requests from other nodes are looked for once a second, replies to
+      // our own asks every 100 ms while some are out.
+      const auto wake = asks.empty() ? next_poll : SteadyClock::now() + std::chrono::milliseconds(100);
+      cv_.wait_until(lock, wake, [&] {
+        return stop_ || has_entry_ || !waiting_.empty() || !new_asks_.empty() || !answers_.empty();
+      });
       if (stop_) break;
       if (has_entry_) {
         entry = std::move(entry_);
@@ -92,6 +132,8 @@ void NodeBoard::run() {
         have_entry = true;
       }
       waiting.swap(waiting_);
+      fresh.swap(new_asks_);
+      answers.swap(answers_);
     }
     if (have_entry) {
       entry["node"] = place_.node;
@@ -102,6 +144,81 @@ void NodeBoard::run() {
       with_store([&](rdzv::Client& c) {
         c.set(board_key(place_.store_prefix, place_.node), rdzv::to_bytes(text));
       });
+    }
+    for (auto& [id, reply] : answers) {
+      const std::string text = reply.dump();
+      with_store([&](rdzv::Client& c) {
+        c.set(key("stacks/reply/" + id + "/" + std::to_string(place_.node)), rdzv::to_bytes(text));
+      });
+    }
+    for (auto& a : fresh) {
+      a.id = std::to_string(::getpid()) + "-" + std::to_string(place_.node) + "-" +
+             std::to_string(++asked);
+      a.deadline = SteadyClock::now() + kAskDeadline;
+      const std::string request = nlohmann::json{{"id", a.id}, {"rank", a.rank}}.dump();
+      for (int n = 0; n < place_.nodes; ++n) {
+        if (n == place_.node) continue;
+        const bool sent = with_store([&](rdzv::Client& c) {
+          const int64_t seq = c.add(key("stacks/count/" + std::to_string(n)), 1);
+          c.set(key("stacks/req/" + std::to_string(n) + "/" + std::to_string(seq)),
+                rdzv::to_bytes(request));
+        });
+        if (sent) a.left.push_back(n);
+        else a.replies.push_back({{"node", n}, {"error", "could not ask it: " + last_error}});
+      }
+      asks.push_back(std::move(a));
+    }
+    if (SteadyClock::now() >= next_poll) {
+      next_poll = SteadyClock::now() + std::chrono::seconds(1);
+      const std::string count_key = key("stacks/count/" + std::to_string(place_.node));
+      int64_t count = seen_requests;
+      with_store([&](rdzv::Client& c) { count = c.add(count_key, 0); });
+      for (; seen_requests < count; ++seen_requests) {
+        rdzv::Bytes value;
+        const std::string req_key = key("stacks/req/" + std::to_string(place_.node) + "/" +
+                                        std::to_string(seen_requests + 1));
+        // The asker counts first and writes the request right after.
+        if (!with_store([&](rdzv::Client& c) { value = c.get(req_key, kStoreDeadline); })) break;
+        try {
+          on_request_(nlohmann::json::parse(rdzv::to_string(value)));
+        } catch (const std::exception& e) {
+          spdlog::debug("status board: request {}: {}", req_key, e.what());
+        }
+      }
+    }
+    for (auto it = asks.begin(); it != asks.end();) {
+      Ask& a = *it;
+      for (auto n = a.left.begin(); n != a.left.end();) {
+        const std::string reply_key = key("stacks/reply/" + a.id + "/" + std::to_string(*n));
+        bool present = false;
+        rdzv::Bytes value;
+        with_store([&](rdzv::Client& c) {
+          present = c.check({reply_key});
+          if (present) value = c.get(reply_key, std::chrono::milliseconds(0));
+        });
+        if (!present) {
+          ++n;
+          continue;
+        }
+        try {
+          auto r = nlohmann::json::parse(rdzv::to_string(value));
+          r["node"] = *n;
+          a.replies.push_back(std::move(r));
+        } catch (const std::exception& e) {
+          a.replies.push_back({{"node", *n}, {"error", std::string("malformed reply: ") + e.what()}});
+        }
+        n = a.left.erase(n);
+      }
+      if (!a.left.empty() && SteadyClock::now() < a.deadline) {
+        ++it;
+        continue;
+      }
+      std::vector<std::string> errors;
+      for (int n : a.left)
+        errors.push_back("node " + std::to_string(n) + " did not answer within " +
+                         std::to_string(kAskDeadline.count()) + " s");
+      a.done(std::move(a.replies), std::move(errors));
+      it = asks.erase(it);
     }
     if (waiting.empty()) continue;
     std::vector<nlohmann::json> peers;
@@ -136,6 +253,7 @@ void NodeBoard::run() {
     }
     for (auto& done : waiting) done(peers, error);
   }
+  for (auto& a : asks) a.done(std::move(a.replies), {"the round ended before every node answered"});
 }
 
 }  // namespace ddprun::introspect

@@ -16,8 +16,15 @@
 // left out, not waited for. The destructor cancels a blocked call (the
 // store may be gone) and joins.
 //
-// Thread safety: publish, fetch and the destructor from one thread (the
-// agent's loop); the callback on the board's thread.
+// Stacks across nodes go through the store too: ask_stacks() writes a
+// request for every other node (a counter per node, then the request under
+// its number); each board looks for new requests of its node once a second
+// and hands them to `on_request` (the agent captures its ranks' stacks and
+// gives the reply to answer()); the asker collects the nodes' replies until
+// every node answered or kAskDeadline passed.
+//
+// Thread safety: publish, fetch, ask_stacks, answer and the destructor from
+// one thread (the agent's loop); the callbacks on the board's thread.
 #pragma once
 
 #include <chrono>
@@ -53,9 +60,18 @@ class NodeBoard {
   // some could not be read ("" when all were).
   using Fetched = std::function<void(std::vector<nlohmann::json> peers, std::string error)>;
 
-  static constexpr std::chrono::seconds kStoreDeadline{3};
+  // A stacks request from another node: {"id", "rank"}.
+  using Requested = std::function<void(nlohmann::json request)>;
+  // The other nodes' stacks replies, and one line per node that failed to
+  // answer in time.
+  using Asked = std::function<void(std::vector<nlohmann::json> replies,
+                                   std::vector<std::string> errors)>;
 
-  explicit NodeBoard(BoardPlace place);
+  static constexpr std::chrono::seconds kStoreDeadline{3};
+  // How long the other nodes have to answer a stacks request.
+  static constexpr std::chrono::seconds kAskDeadline{45};
+
+  NodeBoard(BoardPlace place, Requested on_request);
   ~NodeBoard();
   NodeBoard(const NodeBoard&) = delete;
   NodeBoard& operator=(const NodeBoard&) = delete;
@@ -65,9 +81,22 @@ class NodeBoard {
   // Reads every other node's entry; `done` is called once, on the board's
   // thread, within a few store deadlines.
   void fetch(Fetched done);
+  // Asks every other node for the stacks of `rank` (-1: all its ranks).
+  void ask_stacks(int rank, Asked done);
+  // This node's reply to the request `id`.
+  void answer(const std::string& id, nlohmann::json reply);
 
  private:
+  struct Ask {
+    int rank = -1;
+    Asked done;
+    std::string id;
+    std::vector<int> left;  // nodes yet to answer
+    std::chrono::steady_clock::time_point deadline;
+    std::vector<nlohmann::json> replies;
+  };
   void run();
+  std::string key(const std::string& name) const;
 
   BoardPlace place_;
   std::shared_ptr<rendezvous::Canceller> canceller_;
@@ -77,6 +106,9 @@ class NodeBoard {
   bool has_entry_ = false;           // guarded by mu_
   nlohmann::json entry_;             // guarded by mu_
   std::vector<Fetched> waiting_;     // guarded by mu_
+  std::vector<Ask> new_asks_;        // guarded by mu_
+  std::vector<std::pair<std::string, nlohmann::json>> answers_;  // guarded by mu_
+  Requested on_request_;
   std::thread thread_;
 };
 

@@ -148,3 +148,51 @@ TEST_CASE("status across nodes: asked on either agent, status shows every node's
   CHECK(end_a.status == 0);
   CHECK(end_b.status == 0);
 }
+
+TEST_CASE("stacks across nodes: asked on one agent, stacks returns the Python tracebacks of "
+          "every node's ranks, the other node's captured there and sent through the store") {
+  TwoNodeJob job;
+  DdprunProcess a(job.args, job.env(0));
+  DdprunProcess b(job.args, job.env(1));
+  auto two_ready = [](const std::string& o) { return count_of(o, "ready ") >= 2; };
+  REQUIRE(a.wait_for_stdout(two_ready, std::chrono::seconds(120)));
+  REQUIRE(b.wait_for_stdout(two_ready, std::chrono::seconds(120)));
+  // The ranks and host of the other agent, as status --local on each tells.
+  std::set<int> remote_ranks;
+  const auto local_b = job.status(1, {"--local", "--json"});
+  REQUIRE(local_b.status == 0);
+  const json b_only = json::parse(local_b.out);  // kept: the loop walks into it
+  for (const auto& w : b_only["agents"].at(0)["workers"]) remote_ranks.insert(w["rank"].get<int>());
+  REQUIRE(remote_ranks.size() == 2);
+
+  const auto all = run_ddprun({"stacks", job.run_id, "--json"}, job.env(0), std::chrono::seconds(120));
+  INFO("stacks stderr: " << all.err);
+  REQUIRE(all.status == 0);
+  const json stacks = json::parse(all.out)["agents"].at(0)["stacks"];
+  std::set<int> ranks;
+  for (const auto& s : stacks) {
+    INFO("rank " << s["rank"] << " python: " << s["python"] << " note: " << s["python_note"]);
+    ranks.insert(s["rank"].get<int>());
+    CHECK(s["python"].get<std::string>().find("in wait_here") != std::string::npos);
+    CHECK(!s["host"].get<std::string>().empty());
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2, 3});
+
+  // One rank of the other node: only its stack, no error for the nodes without it.
+  const int far = *remote_ranks.begin();
+  const auto one = run_ddprun({"stacks", job.run_id, "--rank", std::to_string(far)}, job.env(0),
+                              std::chrono::seconds(120));
+  INFO("stacks --rank stderr: " << one.err);
+  CHECK(one.status == 0);
+  CHECK(count_of(one.out, "=== ") == 1);
+  CHECK(one.out.find("rank " + std::to_string(far)) != std::string::npos);
+  CHECK(one.out.find("in wait_here") != std::string::npos);
+  CHECK(one.err.empty());
+
+  std::ofstream(job.until).put('\n');
+  const auto end_a = a.finish(std::chrono::seconds(120));
+  const auto end_b = b.finish(std::chrono::seconds(120));
+  INFO("agent a: " << end_a.err << "\nagent b: " << end_b.err);
+  CHECK(end_a.status == 0);
+  CHECK(end_b.status == 0);
+}
