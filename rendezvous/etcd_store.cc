@@ -1,22 +1,14 @@
 #include "rendezvous/etcd_store.h"
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
 #include <cstring>
+#include <map>
 #include <optional>
 #include <thread>
 
-#include "rendezvous/client.h"  // parse_host_port
-
 namespace ddprun::rendezvous {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -71,62 +63,56 @@ int64_t num(const json& j, const char* field) {
 
 std::string quoted(const std::string& key) { return "'" + key.substr(0, 128) + "'"; }
 
+// The end of the key range holding every key that starts with `prefix`.
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty() && uint8_t(prefix.back()) == 0xff) prefix.pop_back();
+  if (prefix.empty()) return std::string(1, '\0');  // to the end of the key space
+  prefix.back() = char(uint8_t(prefix.back()) + 1);
+  return prefix;
+}
+
+std::string folder(const std::string& key) {
+  auto slash = key.rfind('/');
+  return slash == std::string::npos ? "" : key.substr(0, slash + 1);
+}
+
+json put_op(const std::string& key, const Bytes& value, int64_t lease = 0) {
+  json put = {{"key", b64(key)}, {"value", b64(value)}};
+  if (lease) put["lease"] = std::to_string(lease);
+  return {{"request_put", put}};
+}
+json delete_op(const std::string& key) { return {{"request_delete_range", {{"key", b64(key)}}}}; }
+json compare_mod(const std::string& key, int64_t rev) {
+  return {{"result", "EQUAL"}, {"target", "MOD"}, {"key", b64(key)}, {"mod_revision", std::to_string(rev)}};
+}
+json compare_absent(const std::string& key) {
+  return {{"result", "EQUAL"}, {"target", "CREATE"}, {"key", b64(key)}, {"create_revision", "0"}};
+}
+
 }  // namespace
 
 struct EtcdStore::Impl {
-  EtcdOptions options;
-  std::vector<std::pair<std::string, uint16_t>> endpoints;
-  size_t current = 0;  // the endpoint the connection goes to
-  asio::io_context io;
-  std::optional<beast::tcp_stream> stream;
+  explicit Impl(EtcdOptions o) : gateway(std::move(o)) {}
+  EtcdGateway gateway;
+  Duration lease_ttl{15000};  // the keep-alive window once set
+  // The armed death notice: its lease and record key.
+  int64_t lease = 0;
+  std::string record;
+  Clock::time_point next_refresh;
 
-  // POSTs `body` to `path`; returns the reply's JSON. Tries each endpoint
-  // once; throws StoreError naming them and the last failure.
   json post(const std::string& path, const json& body, const std::string& what) {
-    std::string errors;
-    for (size_t attempt = 0; attempt < endpoints.size(); ++attempt) {
-      const auto& [host, port] = endpoints[current];
-      const std::string where = host + ":" + std::to_string(port);
-      try {
-        return post_once(host, port, path, body.dump());
-      } catch (const StoreError& e) {
-        errors += (errors.empty() ? "" : "; ") + where + ": " + e.what();
-      } catch (const std::exception& e) {
-        errors += (errors.empty() ? "" : "; ") + where + ": " + e.what();
-      }
-      stream.reset();
-      current = (current + 1) % endpoints.size();
-    }
-    throw StoreError("etcd " + what + " failed at every endpoint (" + errors + ")");
+    refresh_lease();
+    return gateway.post(path, body, what);
   }
 
-  json post_once(const std::string& host, uint16_t port, const std::string& path,
-                 const std::string& body) {
-    if (!stream) {
-      stream.emplace(io);
-      stream->expires_after(options.request_timeout);
-      asio::ip::tcp::resolver resolver(io);
-      stream->connect(resolver.resolve(host, std::to_string(port)));
-    }
-    http::request<http::string_body> req{http::verb::post, path, 11};
-    req.set(http::field::host, host);
-    req.set(http::field::content_type, "application/json");
-    req.keep_alive(true);
-    req.body() = body;
-    req.prepare_payload();
-    stream->expires_after(options.request_timeout);
-    http::write(*stream, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(*stream, buf, res);
-    if (!res.keep_alive()) stream.reset();
-    json j = json::parse(res.body(), nullptr, false);
-    if (res.result() != http::status::ok || j.is_discarded()) {
-      std::string msg = j.is_discarded() ? res.body().substr(0, 200)
-                                         : j.value("message", j.value("error", res.body().substr(0, 200)));
-      throw StoreError("HTTP " + std::to_string(res.result_int()) + ": " + msg);
-    }
-    return j;
+  // The lease lives while this store is used: KeepAlive calls it far more
+  // often than a third of the TTL.
+  void refresh_lease() {
+    if (!lease || Clock::now() < next_refresh) return;
+    next_refresh = Clock::now() + lease_ttl / 3;
+    json r = gateway.post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, "lease keep-alive");
+    if (num(r.value("result", json::object()), "TTL") <= 0)
+      spdlog::debug("etcd: lease {:x} has ended; the other nodes apply this node's death notice", lease);
   }
 
   // nullopt when absent; else (value, mod_revision).
@@ -137,24 +123,21 @@ struct EtcdStore::Impl {
     return std::make_pair(unb64(kv.value("value", "")), num(kv, "mod_revision"));
   }
 
-  // A transaction: put `desired` if `key` is absent (expected empty) or
-  // holds `expected` (by value, or by mod_revision when rev > 0).
-  // Returns (succeeded, value after).
+  json txn(const json& compare, const json& success, const json& failure, const std::string& what) {
+    return post("/v3/kv/txn", {{"compare", compare}, {"success", success}, {"failure", failure}}, what);
+  }
+
+  // Puts `desired` if `key` is absent (absent == true) or holds `expected`
+  // (by value, or by mod_revision when rev > 0). Returns (succeeded, value after).
   std::pair<bool, Bytes> cas(const std::string& key, const Bytes& expected, const Bytes& desired,
                              int64_t rev, bool absent) {
-    json cmp;
-    if (absent) {
-      cmp = {{"result", "EQUAL"}, {"target", "CREATE"}, {"key", b64(key)}, {"create_revision", "0"}};
-    } else if (rev > 0) {
-      cmp = {{"result", "EQUAL"}, {"target", "MOD"}, {"key", b64(key)},
-             {"mod_revision", std::to_string(rev)}};
-    } else {
-      cmp = {{"result", "EQUAL"}, {"target", "VALUE"}, {"key", b64(key)}, {"value", b64(expected)}};
-    }
-    json txn = {{"compare", json::array({cmp})},
-                {"success", json::array({{{"request_put", {{"key", b64(key)}, {"value", b64(desired)}}}}})},
-                {"failure", json::array({{{"request_range", {{"key", b64(key)}}}}})}};
-    json r = post("/v3/kv/txn", txn, "compare_set(" + quoted(key) + ")");
+    json cmp = absent ? compare_absent(key)
+               : rev > 0 ? compare_mod(key, rev)
+                         : json{{"result", "EQUAL"}, {"target", "VALUE"}, {"key", b64(key)},
+                                {"value", b64(expected)}};
+    json r = txn(json::array({cmp}), json::array({put_op(key, desired)}),
+                 json::array({{{"request_range", {{"key", b64(key)}}}}}),
+                 "compare_set(" + quoted(key) + ")");
     if (r.value("succeeded", false)) return {true, desired};
     Bytes now;
     if (r.contains("responses") && !r["responses"].empty()) {
@@ -163,26 +146,72 @@ struct EtcdStore::Impl {
     }
     return {false, now};
   }
+
+  void disarm() {
+    if (!lease) return;
+    const int64_t id = lease;
+    lease = 0;
+    txn(json::array(), json::array({delete_op(record), delete_op(record + "/alive")}), json::array(),
+        "set_on_close(cancel)");
+    gateway.post("/v3/lease/revoke", {{"ID", std::to_string(id)}}, "lease revoke");
+  }
+
+  // Applies one ended session's notice: when its first key is absent, every
+  // pair is set and the counter gets 1, with the record deleted in the same
+  // transaction (so exactly one participant applies it).
+  void apply(const std::string& rec_key, int64_t rec_rev, const std::string& text) {
+    json rec = json::parse(text, nullptr, false);
+    if (rec.is_discarded() || !rec.contains("keys") || rec["keys"].empty()) {
+      txn(json::array({compare_mod(rec_key, rec_rev)}), json::array({delete_op(rec_key)}), json::array(),
+          "settle_closed");
+      return;
+    }
+    std::vector<std::string> keys;
+    for (const auto& k : rec["keys"]) keys.push_back(to_string(unb64(k.get<std::string>())));
+    const std::string counter = to_string(unb64(rec.value("counter", "")));
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      json compare = json::array({compare_mod(rec_key, rec_rev), compare_absent(keys[0])});
+      json ops = json::array({delete_op(rec_key)});
+      for (size_t i = 0; i < keys.size() && i < rec["values"].size(); ++i)
+        ops.push_back(put_op(keys[i], unb64(rec["values"][i].get<std::string>())));
+      if (!counter.empty()) {
+        auto cur = range(counter);
+        int64_t v = 0;
+        try {
+          if (cur) v = std::stoll(to_string(cur->first));
+        } catch (const std::exception&) {
+        }
+        compare.push_back(cur ? compare_mod(counter, cur->second) : compare_absent(counter));
+        ops.push_back(put_op(counter, to_bytes(std::to_string(v + 1))));
+      }
+      if (txn(compare, ops, json::array(), "settle_closed(" + quoted(rec_key) + ")").value("succeeded", false))
+        return;
+      // Lost a race: the record is gone (someone applied it), the first key
+      // exists (the round already ended: drop the record), or the counter
+      // moved (try again).
+      auto now = range(rec_key);
+      if (!now || now->second != rec_rev) return;
+      if (range(keys[0])) {
+        txn(json::array({compare_mod(rec_key, rec_rev)}), json::array({delete_op(rec_key)}), json::array(),
+            "settle_closed");
+        return;
+      }
+    }
+  }
 };
 
-EtcdStore::EtcdStore(EtcdOptions options) : impl_(std::make_unique<Impl>()) {
-  impl_->options = std::move(options);
-  std::string list = impl_->options.endpoints;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t comma = list.find(',', start);
-    std::string ep = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (ep.rfind("http://", 0) == 0) ep = ep.substr(7);
-    if (!ep.empty() && ep.back() == '/') ep.pop_back();
-    if (ep.empty()) throw StoreError("etcd endpoints '" + list + "': an empty endpoint");
-    if (ep.find(':') == std::string::npos) ep += ":2379";
-    impl_->endpoints.push_back(parse_host_port(ep, "etcd endpoint"));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+EtcdStore::EtcdStore(EtcdOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+EtcdStore::~EtcdStore() {
+  if (!impl_->lease) return;
+  // Gone without a goodbye: revoking the lease fires the notice now rather
+  // than when its TTL runs out.
+  try {
+    impl_->gateway.post("/v3/lease/revoke", {{"ID", std::to_string(impl_->lease)}}, "lease revoke");
+  } catch (const std::exception& e) {
+    spdlog::debug("etcd: {} (the lease ends with its TTL)", e.what());
   }
 }
-
-EtcdStore::~EtcdStore() = default;
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
   impl_->post("/v3/kv/put", {{"key", b64(key)}, {"value", b64(value)}}, "set(" + quoted(key) + ")");
@@ -196,7 +225,7 @@ Bytes EtcdStore::get(const std::string& key, Duration timeout) {
       throw TimeoutError("etcd: get(" + quoted(key) + ") timed out after " +
                          std::to_string(timeout.count()) + " ms");
     std::this_thread::sleep_for(std::min<Duration>(
-        impl_->options.poll_interval,
+        impl_->gateway.options().poll_interval,
         std::chrono::duration_cast<Duration>(deadline - Clock::now()) + Duration(1)));
   }
 }
@@ -240,6 +269,12 @@ bool EtcdStore::remove(const std::string& key) {
   return num(r, "deleted") > 0;
 }
 
+int64_t EtcdStore::remove_prefix(const std::string& prefix) {
+  json r = impl_->post("/v3/kv/deleterange", {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}},
+                       "remove_prefix(" + quoted(prefix) + ")");
+  return num(r, "deleted");
+}
+
 int64_t EtcdStore::num_keys() {
   // Every key: from "\0" to the end of the key space ("\0" as range_end).
   json r = impl_->post("/v3/kv/range",
@@ -250,5 +285,61 @@ int64_t EtcdStore::num_keys() {
 }
 
 void EtcdStore::ping() { impl_->post("/v3/maintenance/status", json::object(), "ping"); }
+
+void EtcdStore::set_reply_window(Duration window) {
+  impl_->gateway.set_retry_window(window);
+  if (window.count() > 0) impl_->lease_ttl = window;
+}
+
+std::string EtcdStore::local_address() const { return impl_->gateway.local_address(); }
+
+bool EtcdStore::set_on_close(const std::vector<std::string>& keys, const std::vector<Bytes>& values,
+                             const std::string& counter) {
+  auto& im = *impl_;
+  im.disarm();
+  if (keys.empty()) return true;
+  if (keys.size() != values.size())
+    throw StoreError("set_on_close: " + std::to_string(keys.size()) + " keys but " +
+                     std::to_string(values.size()) + " values");
+  // etcd's TTLs are whole seconds (and it raises a short one to its minimum).
+  const int64_t ttl = std::max<int64_t>(1, (im.lease_ttl.count() + 999) / 1000);
+  json g = im.gateway.post("/v3/lease/grant", {{"TTL", std::to_string(ttl)}}, "lease grant");
+  const int64_t id = num(g, "ID");
+  if (id == 0) throw StoreError("etcd: lease grant returned no lease");
+  json rec = {{"keys", json::array()}, {"values", json::array()}, {"counter", b64(counter)}};
+  for (size_t i = 0; i < keys.size(); ++i) {
+    rec["keys"].push_back(b64(keys[i]));
+    rec["values"].push_back(b64(values[i]));
+  }
+  const std::string record = folder(keys[0]) + "on_close/" + std::to_string(id);
+  im.txn(json::array(),
+         json::array({put_op(record, to_bytes(rec.dump())), put_op(record + "/alive", to_bytes("1"), id)}),
+         json::array(), "set_on_close(" + quoted(keys[0]) + ")");
+  im.lease = id;
+  im.record = record;
+  im.next_refresh = Clock::now() + im.lease_ttl / 3;
+  return true;
+}
+
+bool EtcdStore::settle_closed(const std::string& dir) {
+  const std::string prefix = dir + "on_close/";
+  json r = impl_->post("/v3/kv/range", {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}},
+                       "settle_closed(" + quoted(dir) + ")");
+  if (!r.contains("kvs")) return true;
+  // record key -> (mod_revision, value); and the records still alive.
+  std::map<std::string, std::pair<int64_t, std::string>> records;
+  std::vector<std::string> alive;
+  for (const auto& kv : r["kvs"]) {
+    std::string key = to_string(unb64(kv.value("key", "")));
+    if (key.size() > 6 && key.compare(key.size() - 6, 6, "/alive") == 0) {
+      alive.push_back(key.substr(0, key.size() - 6));
+    } else {
+      records[key] = {num(kv, "mod_revision"), to_string(unb64(kv.value("value", "")))};
+    }
+  }
+  for (const auto& a : alive) records.erase(a);
+  for (const auto& [key, rec] : records) impl_->apply(key, rec.first, rec.second);
+  return true;
+}
 
 }  // namespace ddprun::rendezvous

@@ -1,39 +1,37 @@
 // The Store interface on etcd v3, through its HTTP/JSON gateway
-// (/v3/kv/range, /v3/kv/put, /v3/kv/txn, /v3/kv/deleterange), so the
+// (etcd_gateway.h: endpoints, deadlines, TLS, authentication), so the
 // elastic rendezvous (rendezvous.h) can run on an etcd cluster users
 // already operate: no training node hosts the store, so any node may die.
 //
-// Every request has a deadline; an endpoint that refuses or times out is
-// skipped for the next one in the list, and the error names every endpoint
-// tried. Compare-and-set and add are etcd transactions (compare on the
-// value or on create_revision == 0 for "absent"; add retries on a lost
-// race). Blocking reads (get, wait) poll with a short interval up to their
-// timeout. Keys and values are base64 on the wire, as the gateway wants.
-// No death notice on close (set_on_close returns false): heartbeats find
-// dead members. Thread-compatible: one EtcdStore per thread.
+// Compare-and-set and add are etcd transactions (compare on the value, or
+// on create_revision == 0 for "absent"; add retries on a lost race).
+// Blocking reads (get, wait) poll every poll_interval up to their timeout.
+// Keys and values are base64 on the wire, as the gateway wants.
+//
+// Death notices (set_on_close) ride on an etcd lease: the armed writes are
+// kept in "<dir>on_close/<lease>" (dir: the first key's folder) beside a
+// marker "<dir>on_close/<lease>/alive" bound to the lease, which this store
+// keeps alive while it is used. When the lease ends without a goodbye (the
+// process died: etcd expires it after its TTL, the keep-alive window; or
+// it was revoked), the marker vanishes, and the next participant that
+// calls settle_closed(dir) applies the writes in one transaction, exactly
+// once. Thread-compatible: one EtcdStore per thread.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "rendezvous/etcd_gateway.h"
 #include "rendezvous/store.h"
 
 namespace ddprun::rendezvous {
-
-struct EtcdOptions {
-  // "host:port,host:port" (torchrun's --rdzv-endpoint for etcd), http only.
-  std::string endpoints;
-  // Deadline of each HTTP request (connect + send + reply).
-  Duration request_timeout{5000};
-  // Blocking reads re-check this often.
-  Duration poll_interval{20};
-};
 
 class EtcdStore : public Store {
  public:
   // Parses the endpoints (StoreError naming a bad one); connects lazily.
   explicit EtcdStore(EtcdOptions options);
+  // Revokes an armed lease: the death notice then fires at once.
   ~EtcdStore() override;
   EtcdStore(const EtcdStore&) = delete;
   EtcdStore& operator=(const EtcdStore&) = delete;
@@ -47,6 +45,17 @@ class EtcdStore : public Store {
   bool remove(const std::string& key) override;
   int64_t num_keys() override;
   void ping() override;
+  bool set_on_close(const std::vector<std::string>& keys, const std::vector<Bytes>& values,
+                    const std::string& counter) override;
+  bool settle_closed(const std::string& dir) override;
+  // Also the retry window while etcd is unreachable, and the lease's TTL.
+  void set_reply_window(Duration window) override;
+
+  // The address this host's connection to etcd leaves from ("" before the
+  // first call).
+  std::string local_address() const;
+  // Deletes every key that starts with `prefix`; returns how many.
+  int64_t remove_prefix(const std::string& prefix);
 
   struct Impl;
 

@@ -12,6 +12,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // The watcher's longest blocking call, so destruction is prompt.
 constexpr Duration kMaxBlock{500};
+// How often a watcher applies ended members' notices where the store
+// leaves that to the participants (settle_closed).
+constexpr Duration kSettleSlice{100};
 }  // namespace
 
 KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, RoundResult round,
@@ -33,6 +36,10 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
   std::string reason = "node " + options_.node_id + " at " + (me ? me->addr : options_.local_addr) +
                        " (group rank " + std::to_string(round_.group_rank) + ") " +
                        std::string(kConnectionClosed) + " (its agent died or lost the link)";
+  // A reply may take the whole window (interval x max_attempt) before the
+  // store counts as lost, not the client's default grace: loss the settings
+  // allow must not end the job. Set first: etcd's lease TTL is this window.
+  store_->set_reply_window(options_.keep_alive_interval * options_.keep_alive_max_attempt);
   try {
     on_close_armed_ = store_->set_on_close(
         {prefix_ + "end", prefix_ + "dead/" + options_.node_id},
@@ -40,10 +47,6 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
   } catch (const StoreError& e) {
     spdlog::debug("rendezvous '{}': no death notice on close: {}", options_.run_id, e.what());
   }
-  // A reply may take the whole window (interval x max_attempt) before the
-  // store counts as lost, not the client's default grace: loss the settings
-  // allow must not end the job.
-  store_->set_reply_window(options_.keep_alive_interval * options_.keep_alive_max_attempt);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -112,8 +115,11 @@ void KeepAlive::run() {
           }
         }
       }
-      auto wait =
-          std::min(kMaxBlock, std::chrono::duration_cast<Duration>(beats.next() - Clock::now()));
+      // Where members' death notices wait for a participant to apply them
+      // (etcd: an ended lease), every watcher looks for them often.
+      const bool settles = store_->settle_closed(prefix_);
+      auto wait = std::min(settles ? kSettleSlice : kMaxBlock,
+                           std::chrono::duration_cast<Duration>(beats.next() - Clock::now()));
       if (wait.count() < 1) wait = Duration(1);
       try {
         std::string why = to_string(store_->get(end_key, wait));

@@ -44,6 +44,7 @@ class PrefixStore : public Store {
     return inner_->set_on_close(k(keys), values, counter.empty() ? counter : k(counter));
   }
 
+  bool settle_closed(const std::string& dir) override { return inner_->settle_closed(k(dir)); }
   void set_reply_window(Duration window) override { inner_->set_reply_window(window); }
 
   const std::string& prefix() const { return prefix_; }

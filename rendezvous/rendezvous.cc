@@ -97,14 +97,15 @@ void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousO
       else if (value == "0" || value == "false" || value == "False") o.is_host = false;
       else throw RendezvousError("--rdzv-conf is_host=" + value + ": expected true or false");
     } else if (key == "token" || key == "read_timeout" || key == "timeout" ||
-               key == "use_agent_store") {
-      // Read by the caller (the store connection), or accepted for torchrun
-      // compatibility.
+               key == "use_agent_store" || key == "cacert" || key == "cert" || key == "key" ||
+               key == "user") {
+      // Read by the caller (the store connection; cacert, cert, key and
+      // user are etcd's), or accepted for torchrun compatibility.
     } else {
       throw RendezvousError("--rdzv-conf: unknown key '" + key +
                             "' (known: join_timeout, last_call_timeout, close_timeout, "
                             "keep_alive_interval, keep_alive_max_attempt, is_host, token, "
-                            "read_timeout)");
+                            "read_timeout; for etcd: cacert, cert, key, user)");
     }
   }
 }

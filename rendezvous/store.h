@@ -1,10 +1,11 @@
 // The key-value store interface every rendezvous participant talks to.
 //
 // Modelled on gloo's rendezvous/store.h: a handful of blocking calls, each
-// with a deadline. Implementations: the TCP client (client.h) and, for tests,
-// an in-memory twin (hash_store.h); PrefixStore scopes keys the way gloo's
-// prefix_store.h does. Implementations are thread-compatible, not
-// thread-safe: give each thread its own client.
+// with a deadline. Implementations: the TCP client (client.h), etcd
+// (etcd_store.h) and, for tests, an in-memory twin (hash_store.h);
+// PrefixStore scopes keys the way gloo's prefix_store.h does.
+// Implementations are thread-compatible, not thread-safe: give each thread
+// its own client.
 #pragma once
 
 #include <chrono>
@@ -75,6 +76,13 @@ class Store {
                             const std::string& /*counter*/) {
     return false;
   }
+  // Applies the set_on_close writes of participants whose session ended
+  // without a goodbye, where the store cannot apply them itself (etcd: a
+  // lease that expired or was revoked, see etcd_store.h). `dir` is the
+  // folder of those writes' first key ("rdzv/job/r3/"). Returns true when
+  // this store needs such calls (the caller then makes them often); false
+  // where the store applies the writes the moment a connection closes.
+  virtual bool settle_closed(const std::string& /*dir*/) { return false; }
   // How long this connection waits for any reply (beyond a blocking call's
   // own timeout) before it counts the store as gone. The keep-alive sets its
   // window here, so a slow reply the settings allow ends nothing. No-op

@@ -4,10 +4,6 @@
 // store), and etcd stopped and restarted. Exits 77 (skipped) without etcd.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <future>
@@ -15,10 +11,9 @@
 
 #include "rendezvous/etcd_store.h"
 #include "rendezvous/rendezvous.h"
+#include "tests/common/etcd_server.h"
 #include "tests/common/temp_dir.h"
 #include "tests/rendezvous/test_util.h"
-
-extern char** environ;
 
 using namespace ddprun::rendezvous;
 using namespace std::chrono_literals;
@@ -26,66 +21,7 @@ using ddprun::testing::TempDir;
 
 namespace {
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// One etcd member on 127.0.0.1, its data in a temporary directory.
-class Etcd {
- public:
-  Etcd() : client_port_(free_port()), peer_port_(free_port()) { start(); }
-  ~Etcd() { stop(); }
-  void start() {
-    const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
-    const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
-    std::vector<std::string> args = {"etcd", "--name", "t", "--data-dir", dir_.file("data"),
-                                     "--listen-client-urls", client, "--advertise-client-urls", client,
-                                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                     "--initial-cluster", "t=" + peer, "--logger", "zap",
-                                     "--log-level", "error"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    REQUIRE(posix_spawnp(&pid_, "etcd", nullptr, nullptr, argv.data(), environ) == 0);
-    // Ready when it answers (deadline 30 s).
-    EtcdStore probe(options());
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    for (;;) {
-      try {
-        probe.ping();
-        return;
-      } catch (const StoreError&) {
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(20ms);  // polling a daemon that has no readiness event
-      }
-    }
-  }
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  EtcdOptions options() const {
-    EtcdOptions o;
-    o.endpoints = "127.0.0.1:" + std::to_string(client_port_);
-    o.request_timeout = 2s;
-    return o;
-  }
-
- private:
-  TempDir dir_;
-  uint16_t client_port_, peer_port_;
-  pid_t pid_ = -1;
-};
+using Etcd = ddprun::testing::EtcdServer;
 
 RendezvousOptions member(int i, int min, int max) {
   RendezvousOptions o;
@@ -230,8 +166,56 @@ TEST_CASE("etcd: stopped, the store fails with a clear error within its deadline
   CHECK(to_string(s.get("k", 5s)) == "v");  // same data dir: the key survived
 }
 
+TEST_CASE("etcd: a death notice rides on a lease: applied once when it ends, never when cancelled") {
+  Etcd etcd;
+  EtcdStore watcher(etcd.options());
+  {
+    EtcdStore dying(etcd.options());
+    dying.set_reply_window(2s);  // the lease's TTL
+    CHECK(dying.set_on_close({"job/r0/end", "job/r0/dead/x"}, {to_bytes("x died"), to_bytes("1")},
+                             "job/count"));
+    CHECK(watcher.settle_closed("job/r0/"));  // alive: nothing happens
+    CHECK_FALSE(watcher.check({"job/r0/end"}));
+  }  // gone without cancelling: the lease is revoked
+  CHECK(watcher.settle_closed("job/r0/"));
+  CHECK(to_string(watcher.get("job/r0/end", 0ms)) == "x died");
+  CHECK(to_string(watcher.get("job/r0/dead/x", 0ms)) == "1");
+  CHECK(watcher.add("job/count", 0) == 1);
+  // A second notice for the same round finds it ended: no second count.
+  {
+    EtcdStore late(etcd.options());
+    late.set_on_close({"job/r0/end", "job/r0/dead/y"}, {to_bytes("y died"), to_bytes("1")}, "job/count");
+  }
+  watcher.settle_closed("job/r0/");
+  watcher.settle_closed("job/r0/");
+  CHECK(watcher.add("job/count", 0) == 1);
+  CHECK_FALSE(watcher.check({"job/r0/dead/y"}));
+  // Cancelled (a node that leaves on purpose): nothing is written.
+  {
+    EtcdStore leaving(etcd.options());
+    leaving.set_on_close({"job/r1/end"}, {to_bytes("z died")}, "job/count");
+    leaving.set_on_close({}, {}, "");
+  }
+  watcher.settle_closed("job/r1/");
+  CHECK_FALSE(watcher.check({"job/r1/end"}));
+  // A lease that expires (SIGKILL: nobody revokes it) fires it too, after its TTL.
+  EtcdStore silent(etcd.options());
+  silent.set_reply_window(1s);
+  silent.set_on_close({"job/r2/end"}, {to_bytes("w went silent")}, "");
+  std::string end;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (end.empty() && std::chrono::steady_clock::now() < deadline) {
+    watcher.settle_closed("job/r2/");
+    try {
+      end = to_string(watcher.get("job/r2/end", 200ms));
+    } catch (const TimeoutError&) {
+    }
+  }
+  CHECK(end == "w went silent");
+}
+
 int main(int argc, char** argv) {
-  if (::access("/usr/bin/etcd", X_OK) != 0) {
+  if (!ddprun::testing::etcd_available()) {
     std::puts("SKIP: etcd not found (scripts/setup.sh installs etcd-server)");
     return 77;
   }
