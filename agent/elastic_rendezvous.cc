@@ -9,7 +9,9 @@
 #include <boost/asio/post.hpp>
 
 #include "base/scoped_fd.h"
+#include "agent/rendezvous_store.h"
 #include "rendezvous/client.h"
+#include "rendezvous/etcd_store.h"
 
 namespace ddprun::agent {
 namespace {
@@ -77,16 +79,13 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
   if (options_.rdzv_endpoint.empty())
     throw RendezvousError("--nnodes=" + std::to_string(options_.min_nodes) + ":" +
                           std::to_string(options_.max_nodes) +
-                          " needs --rdzv-endpoint=HOST:PORT (the node at HOST hosts the store)");
-  std::string ep = options_.rdzv_endpoint;
-  bool has_port = ep.back() != ']' && ep.find(':') != std::string::npos;
-  if (!has_port) ep += ":" + std::to_string(kDefaultPort);
-  try {
-    std::tie(host_name_, port_) = rdzv::parse_host_port(ep, "--rdzv-endpoint");
-  } catch (const rdzv::StoreError& e) {
-    throw RendezvousError(e.what());
-  }
-  store_addr_ = ep;
+                          (is_etcd_backend(options_.rdzv_backend)
+                               ? " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...] (etcd's client URLs)"
+                               : " needs --rdzv-endpoint=HOST:PORT (the node at HOST hosts the store)"));
+  spec_ = rendezvous_store_spec(options_, kDefaultPort);
+  host_name_ = spec_.host;
+  port_ = spec_.port;
+  store_addr_ = spec_.address;
   token_ = options_.rdzv_token;
 
   rdzv::RendezvousOptions ro;
@@ -96,13 +95,16 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
   ro.local_world_size = options_.nproc_per_node;
   auto conf = options_.rdzv_conf;
   conf.erase("token");
+  for (const char* k : {"cacert", "cert", "key", "user"}) conf.erase(k);  // the store's (spec_)
   rdzv::apply_rdzv_conf(conf, ro);
   keep_alive_window_ = ro.keep_alive_interval * ro.keep_alive_max_attempt;
 
   // Host the store here? An explicit is_host decides; otherwise the agent
   // whose machine owns HOST hosts it, if it gets the port first.
   const bool explicit_host = options_.rdzv_conf.count("is_host") > 0;
-  if (explicit_host ? ro.is_host : is_local_address(host_name_)) {
+  if (spec_.etcd && explicit_host && ro.is_host)
+    throw RendezvousError("is_host=true: with --rdzv-backend=etcd no node hosts the store");
+  if (!spec_.etcd && (explicit_host ? ro.is_host : is_local_address(host_name_))) {
     StoreHostOptions so;
     so.bind_host = host_name_.find(':') != std::string::npos ? "::" : "0.0.0.0";
     so.port = port_;
@@ -122,15 +124,10 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
   // the one peers can reach us at, even on multi-NIC hosts.
   std::string local_addr = options_.local_addr;
   try {
-    rdzv::ClientOptions co;
-    co.host = host_name_;
-    co.port = port_;
-    co.token = token_;
-    co.connect_timeout = ro.join_timeout;
-    rdzv::Client probe(co);
-    if (local_addr.empty()) local_addr = probe.local_address();
+    std::string from = probe_rendezvous_store(spec_, ro.join_timeout);
+    if (local_addr.empty()) local_addr = from;
   } catch (const std::exception& e) {
-    std::string hint = std::string(e.what()).find("token") != std::string::npos
+    std::string hint = !spec_.etcd && std::string(e.what()).find("token") != std::string::npos
                            ? " (give every node the same --rdzv-conf token=... or DDPRUN_RDZV_TOKEN)"
                            : "";
     throw RendezvousError(std::string("cannot join the rendezvous store: ") + e.what() + hint);
@@ -166,7 +163,9 @@ ElasticRendezvous::~ElasticRendezvous() {
     const std::string base =
         "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/exited/";
     try {
-      if (!host_) {
+      if (spec_.etcd) {
+        forget_finished_job(base);
+      } else if (!host_) {
         control_->set(base + rdzv_->node_id(), rdzv::to_bytes("1"));
       } else if (drain_) {
         std::vector<std::string> keys;
@@ -184,6 +183,21 @@ ElasticRendezvous::~ElasticRendezvous() {
   host_.reset();
 }
 
+void ElasticRendezvous::forget_finished_job(const std::string& exited) {
+  // etcd outlives the job: the last node out of a finished job deletes its
+  // keys, so the same --rdzv-id can run again from round 0 with a fresh
+  // restart budget. (Two nodes that both see everyone out both delete:
+  // harmless.) A job that did not finish leaves them; see docs/multinode.md.
+  control_->set(exited + rdzv_->node_id(), rdzv::to_bytes("1"));
+  if (!drain_) return;
+  for (const auto& n : round_->nodes)
+    if (!control_->check({exited + n.node_id})) return;
+  if (auto* etcd = dynamic_cast<rdzv::EtcdStore*>(control_.get())) {
+    etcd->remove_prefix("rdzv/" + options_.run_id + "/");
+    spdlog::debug("rendezvous '{}': the job's keys are deleted from etcd", options_.run_id);
+  }
+}
+
 void ElasticRendezvous::abandon(int signal) {
   stop_signal_ = signal;
   canceller_->cancel();
@@ -197,13 +211,8 @@ void ElasticRendezvous::farewell() {
   if (!round_ || round_over_) return;
   round_over_ = true;
   try {
-    rdzv::ClientOptions co;
-    co.host = host_name_;
-    co.port = port_;
-    co.token = token_;
-    co.connect_timeout = Duration(500);
-    co.op_timeout = Duration(500);
-    rdzv::Client store(co);
+    auto owned = open_rendezvous_store(spec_, Duration(500), Duration(500), nullptr);
+    rdzv::Store& store = *owned;
     const std::string base = "rdzv/" + options_.run_id + "/";
     const std::string reason = "failed: " + me() + ": its agent was stopped by a signal" +
                                kExitTag + std::to_string(128 + stop_signal_) + ")";
@@ -217,18 +226,9 @@ void ElasticRendezvous::farewell() {
 }
 
 std::unique_ptr<rdzv::Store> ElasticRendezvous::connect(Duration connect_timeout, bool cancellable) {
-  rdzv::ClientOptions co;
-  if (cancellable) co.canceller = canceller_;
-  co.host = host_name_;
-  co.port = port_;
-  co.token = token_;
-  co.connect_timeout = std::max(connect_timeout, Duration(1000));
-  co.op_timeout = std::max(keep_alive_window_, Duration(5000));
-  try {
-    return std::make_unique<rdzv::Client>(co);
-  } catch (const rdzv::TimeoutError& e) {
-    throw rdzv::StoreError(e.what());  // Rendezvous reports StoreErrors
-  }
+  return open_rendezvous_store(spec_, std::max(connect_timeout, Duration(1000)),
+                               std::max(keep_alive_window_, Duration(5000)),
+                               cancellable ? canceller_ : nullptr);
 }
 
 std::string ElasticRendezvous::me() const {
@@ -269,9 +269,11 @@ RoundInfo ElasticRendezvous::next_round(int) {
   info.local_world_size = options_.nproc_per_node;
   info.master_addr = round_->master_addr;
   info.master_port = round_->master_port;
-  info.store_addr = store_addr_;
-  info.store_prefix = round_->store_prefix;
-  info.store_token = token_;
+  if (!spec_.etcd) {  // workers may use our store; etcd is the agents' only
+    info.store_addr = store_addr_;
+    info.store_prefix = round_->store_prefix;
+    info.store_token = token_;
+  }
   spdlog::info("round {}: group rank {} of {}, ranks {}..{} of {}, restart count {}",
                round_->round, info.group_rank, info.group_world_size, info.rank_base,
                info.rank_base + info.local_world_size - 1, info.world_size, info.restart_count);
@@ -282,6 +284,7 @@ void ElasticRendezvous::linger_after_failed_join() {
   // The nodes of a round that never formed each time out on their own
   // clock; the host keeps the store up (at most join_timeout) until each
   // has said so, so they report the join failure rather than a lost store.
+  if (spec_.etcd) return;  // etcd stays up: nobody waits for anyone
   const std::string base = "rdzv/" + options_.run_id + "/";
   try {
     if (!host_) {

@@ -1,7 +1,10 @@
 // The multi-node rendezvous handler: the agent's RendezvousHandler and
 // AgentHooks over rendezvous::Rendezvous (rendezvous/rendezvous.h).
 //
-// Store: the agent whose address matches --rdzv-endpoint hosts it on its own
+// Store: with --rdzv-backend=etcd, an etcd cluster (rendezvous_store.h):
+// no agent hosts anything, every agent is a client, so the death of any
+// node, the first included, leaves the others able to re-form. Otherwise
+// ddprun's TCP store: the agent whose address matches --rdzv-endpoint hosts it on its own
 // thread (store_host.h), like torchrun's c10d backend: `is_host` in
 // --rdzv-conf decides when given; otherwise an agent hosts when HOST is one
 // of this machine's addresses and it can bind PORT (a second agent on the
@@ -41,6 +44,7 @@
 #include "agent/hooks.h"
 #include "agent/options.h"
 #include "agent/port_reservation.h"
+#include "agent/rendezvous_store.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/store_host.h"
 #include "rendezvous/canceller.h"
@@ -87,6 +91,9 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   void apply_end(uint64_t generation);
   void signal_failure(const std::string& what, int exit_code);
   void linger_after_failed_join();
+  // etcd: marks this node out of the finished job under `exited`; the last
+  // one out deletes the job's keys.
+  void forget_finished_job(const std::string& exited);
   // After abandon(): ends the running round for the other nodes (bounded).
   void farewell();
   // Records "ok" and waits for every node's outcome; true when all are ok.
@@ -98,6 +105,7 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   void forward_peer_signal(const std::string& reason, FailRequest& req) const;
 
   Options options_;
+  RendezvousStoreSpec spec_;  // our TCP store or etcd
   std::string host_name_;  // the endpoint's HOST
   uint16_t port_ = 0;
   std::string store_addr_;

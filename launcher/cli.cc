@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "agent/exit_status.h"
+#include "agent/rendezvous_store.h"
 #include "rendezvous/rendezvous.h"
 #include "launcher/command.h"
 #include "launcher/nproc.h"
@@ -391,12 +392,15 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
       if (o.rdzv_endpoint.empty())
         o.rdzv_endpoint = f.master_addr + ":" + std::to_string(o.master_port.value_or(29500));
       o.master_port.reset();
-    } else if (o.rdzv_backend != "c10d") {
+    } else if (o.rdzv_backend != "c10d" && !agent::is_etcd_backend(o.rdzv_backend)) {
       throw UsageError("--rdzv-backend=" + o.rdzv_backend +
-                       ": not supported; ddprun hosts its own store, use c10d (or static)");
+                       ": not supported; use c10d (ddprun hosts its own store), etcd (an etcd "
+                       "cluster; etcd-v2 is the same) or static");
     }
     if (o.rdzv_endpoint.empty())
-      throw UsageError("--nnodes=" + f.nnodes + " needs --rdzv-endpoint=HOST:PORT");
+      throw UsageError("--nnodes=" + f.nnodes + " needs --rdzv-endpoint=HOST:PORT" +
+                       (agent::is_etcd_backend(o.rdzv_backend) ? "[,HOST:PORT...] (etcd's client URLs)"
+                                                               : ""));
   }
   o.local_addr = f.local_addr;
   o.max_restarts = f.max_restarts;

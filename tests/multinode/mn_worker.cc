@@ -1,5 +1,8 @@
 // The multi-node tests' worker: meets the other workers of its round through
-// ddprun's store (DDPRUN_STORE_*), writes what it was told to
+// ddprun's store (DDPRUN_STORE_*), or, where the job has none (the etcd
+// backend), through a store its rank 0 hosts at MASTER_ADDR:MASTER_PORT
+// as torch's TCPStore would (the round is then named by
+// TORCHELASTIC_RESTART_COUNT); writes what it was told to
 // $MN_OUT/<node>.r<round>.l<local_rank> (written whole, then renamed), and
 // waits for $MN_OUT/stop (or $MN_OUT/$MN_STOP_NAME) with inotify (deadline
 // 60 s). With MN_FAIL_RANK=N,
@@ -14,7 +17,12 @@
 #include <fstream>
 #include <string>
 
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <thread>
+
 #include "rendezvous/client.h"
+#include "rendezvous/server.h"
 
 namespace rdzv = ddprun::rendezvous;
 
@@ -31,13 +39,41 @@ int main() {
   const int rank = std::atoi(env("RANK").c_str());
   const int world = std::atoi(env("WORLD_SIZE").c_str());
   auto at = prefix.find("round_");
-  const std::string round = at == std::string::npos ? "x" : prefix.substr(at + 6, prefix.size() - at - 7);
+  const bool own_store = env("DDPRUN_STORE_ADDR").empty();
+  const std::string round = own_store              ? env("TORCHELASTIC_RESTART_COUNT")
+                            : at == std::string::npos ? "x"
+                                                      : prefix.substr(at + 6, prefix.size() - at - 7);
+  // Rank 0 hosts the round's store on MASTER_PORT (the agent reserved it
+  // with SO_REUSEADDR, as for torch's TCPStore); it runs until exit.
+  boost::asio::io_context io;
+  std::unique_ptr<rdzv::Server> server;
+  std::thread serving;
+  if (own_store && rank == 0) {
+    rdzv::ServerOptions so;
+    so.port = static_cast<uint16_t>(std::atoi(env("MASTER_PORT").c_str()));
+    try {
+      server = std::make_unique<rdzv::Server>(io, so);
+      serving = std::thread([&io] { io.run(); });
+      serving.detach();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mn_worker rank 0: hosting MASTER_PORT: %s\n", e.what());
+    }
+  }
 
   // Every rank of the round sets its key and reads everyone's: the workers
   // of all nodes reach the store with the token and the round's prefix.
   std::string met = "no";
   try {
-    auto store = rdzv::connect_from_env(std::chrono::seconds(10));
+    std::unique_ptr<rdzv::Store> store;
+    if (own_store) {
+      rdzv::ClientOptions co;
+      co.host = env("MASTER_ADDR");
+      co.port = static_cast<uint16_t>(std::atoi(env("MASTER_PORT").c_str()));
+      co.connect_timeout = std::chrono::seconds(10);
+      store = std::make_unique<rdzv::Client>(co);
+    } else {
+      store = rdzv::connect_from_env(std::chrono::seconds(10));
+    }
     store->set("rank/" + std::to_string(rank), rdzv::to_bytes(node));
     std::vector<std::string> keys;
     for (int r = 0; r < world; ++r) keys.push_back("rank/" + std::to_string(r));
@@ -58,7 +94,7 @@ int main() {
     f << "MET=" << met << "\n";
   }
   std::rename((name + ".tmp").c_str(), name.c_str());
-  if (env("MN_FAIL_RANK") == std::to_string(rank)) return 7;
+  if (env("MN_FAIL_RANK") == std::to_string(rank)) std::_Exit(7);
 
   const std::string stop = out + "/" + (env("MN_STOP_NAME").empty() ? "stop" : env("MN_STOP_NAME"));
   int fd = inotify_init1(IN_CLOEXEC);
@@ -67,12 +103,12 @@ int main() {
   while (!exists(stop)) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) return 3;
+    if (left <= 0) std::_Exit(3);
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left)) > 0) {
       char buf[4096];
       (void)!read(fd, buf, sizeof buf);
     }
   }
-  return 0;
+  std::_Exit(0);  // the detached server thread is still running
 }
