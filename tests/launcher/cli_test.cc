@@ -187,8 +187,15 @@ TEST_CASE("multi-node flags: backend, endpoint, token") {
   CHECK(s.rdzv_endpoint == "10.0.0.9:1234");
   CHECK_FALSE(s.master_port.has_value());
   CHECK(error_of({"--nnodes=1:2", "x"}).find("--rdzv-backend=static needs a fixed --nnodes") == 0);
-  CHECK(error_of({"--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint=h:1", "x"})
-            .find("--rdzv-backend=etcd: not supported") == 0);
+  // etcd (torchrun's etcd-v2 too) takes etcd's endpoint list; others are refused.
+  auto e = parse({"--nnodes=2", "--rdzv-backend=etcd-v2", "--rdzv-endpoint=h:1,g:2",
+                  "--rdzv-conf=cacert=/ca.pem,user=u", "x"});
+  CHECK(e.rdzv_backend == "etcd-v2");
+  CHECK(e.rdzv_endpoint == "h:1,g:2");
+  CHECK(e.rdzv_conf.at("cacert") == "/ca.pem");
+  CHECK(error_of({"--nnodes=2", "--rdzv-backend=etcd", "x"}).find("[,HOST:PORT...]") != std::string::npos);
+  CHECK(error_of({"--nnodes=2", "--rdzv-backend=zookeeper", "--rdzv-endpoint=h:1", "x"})
+            .find("--rdzv-backend=zookeeper: not supported") == 0);
   CHECK(error_of({"--nnodes=1:2", "--rdzv-backend=c10d", "x"}).find("needs --rdzv-endpoint") !=
         std::string::npos);
   CHECK(error_of({"--rdzv-conf=token=", "x"}).find("token= is empty") != std::string::npos);

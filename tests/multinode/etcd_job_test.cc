@@ -220,6 +220,35 @@ TEST_CASE("multinode.etcd_tls") {
   CHECK(job.log(3).find("TLS") != std::string::npos);
 }
 
+#ifdef TRAIN_BIN
+TEST_CASE("multinode.etcd_train") {
+  // The trainer on two agents meeting on etcd, one rank each: the ranks
+  // meet at MASTER_ADDR:MASTER_PORT (torch's TCPStore hosted by rank 0), a
+  // failure at step 30 restarts both (one job-wide restart), they resume
+  // from the step-20 checkpoint and finish.
+  EtcdServer etcd;
+  EtcdJob job(etcd, "etcdtrain-" + std::to_string(getpid()));
+  for (int n = 1; n <= 2; ++n) {
+    std::vector<std::string> args = {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
+                                      "--rdzv-backend=etcd", "--rdzv-endpoint=" + etcd.endpoint(),
+                                      "--rdzv-id=" + job.run_id, "--rdzv-conf=" + kConf,
+                                      TRAIN_BIN, "--backend", "gloo", "--data", DIGITS_DIR,
+                                      "--steps", "60", "--log-every", "0", "--checkpoint-every", "20",
+                                      "--fail-at-step", "30", "--checkpoint-dir",
+                                      job.dir.path() + "/ck" + std::to_string(n)};
+    job.start(n, args);
+  }
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(Seconds(90)) == 0);
+    CHECK(job.log(n).find("restart count 1") != std::string::npos);
+  }
+  const std::string logs = job.log(1) + job.log(2);
+  CHECK(logs.find("resuming from") != std::string::npos);
+  CHECK(logs.find("final parameters sha256 ") != std::string::npos);
+}
+#endif
+
 }  // namespace ddprun::testing
 
 int main(int argc, char** argv) {
