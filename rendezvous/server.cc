@@ -24,8 +24,15 @@ namespace {
 // client that pipelines requests for big replies it does not read gets one
 // built, not a queue of them (each costs the loop a copy of the value).
 constexpr size_t kMaxOutBuffered = 64 * 1024;
-// Reads go through one buffer of this size, shared by every connection.
+// Reads go through one buffer of this size, shared by every connection;
+// a connection reads at most one chunk a turn of the event loop.
 constexpr size_t kReadChunk = 64 * 1024;
+// A connection answers at most this many requests a turn, then yields to
+// the others: a pipelined flood of tiny requests (64 KiB holds thousands)
+// delays everyone else by one small batch, not by the whole chunk.
+constexpr size_t kRequestsPerTurn = 64;
+// Connections accepted a turn (the rest of a connect flood waits a turn).
+constexpr size_t kAcceptsPerTurn = 256;
 // Behind a blocked request a connection buffers at most this much; the rest
 // stays in the kernel (TCP pushes back on the client).
 constexpr size_t kMaxBufferedBehindWait = kReadChunk;
@@ -51,6 +58,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       : io(io), options(std::move(o)), acceptor(io), accept_retry(io),
         table(options.max_store_bytes), log(io.get_executor()), scratch(kReadChunk) {}
   void accept();
+  // Serves a new connection, or refuses it when a connection limit is reached.
+  void admit(tcp::socket s);
   void serve(tcp::socket s, const std::string& peer_addr);
   // Closes the connections holding the most until the buffered bytes fit
   // max_buffered_bytes again.
@@ -113,6 +122,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   uint64_t wait_gen = 0;
   asio::steady_timer wait_timer, frame_timer, handshake_timer, write_timer;
   bool frame_timer_armed = false;
+  bool resume_posted = false;  // process() yielded with requests left to parse
 };
 
 void Conn::start() {
@@ -148,26 +158,36 @@ size_t Conn::read_allowance() const {
 
 void Conn::read_more() {
   if (reading || closed || closing) return;
-  // Read directly until the socket is drained, then wait for readiness.
-  // asio's epoll reactor is edge-triggered and its async_wait does not read
-  // speculatively, so waiting is only safe once a read came back short:
-  // data that arrives after that read raises a fresh edge. This saves the
-  // EAGAIN read async_read_some would make on every request.
-  for (;;) {
-    size_t allowed = read_allowance();
-    if (allowed == 0) return;  // resumed after process() or the blocked request
-    boost::system::error_code ec;
-    size_t n = sock.read_some(asio::buffer(srv->scratch.data(), allowed), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
-    if (ec) return close();  // EOF or reset: the client is gone
+  // Read directly, then wait for readiness. asio's epoll reactor is
+  // edge-triggered and its async_wait does not read speculatively, so
+  // waiting is only safe once a read came back short: data that arrives
+  // after that read raises a fresh edge. This saves the EAGAIN read
+  // async_read_some would make on every request.
+  size_t allowed = read_allowance();
+  if (allowed == 0) return;  // resumed after process() or the blocked request
+  boost::system::error_code ec;
+  size_t n = sock.read_some(asio::buffer(srv->scratch.data(), allowed), ec);
+  bool drained = ec == asio::error::would_block || ec == asio::error::try_again;
+  if (ec && !drained) return close();  // EOF or reset: the client is gone
+  if (!drained) {
     in.insert(in.end(), srv->scratch.begin(), srv->scratch.begin() + static_cast<std::ptrdiff_t>(n));
     account();
     if (closed) return;
     process();
     if (closed || closing) return;
-    if (n < allowed) break;
   }
   reading = true;
+  if (!drained && n == allowed) {
+    // More may be waiting, and no new edge would announce it. One chunk a
+    // turn: continue behind the other connections' ready handlers, so a
+    // client streaming megabytes (or a flood of tiny frames) costs the
+    // others one chunk's work per turn, not the whole socket's.
+    asio::post(sock.get_executor(), [self = shared_from_this()] {
+      self->reading = false;
+      if (!self->closed) self->read_more();
+    });
+    return;
+  }
   sock.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
     self->reading = false;
     if (self->closed) return;
@@ -177,7 +197,21 @@ void Conn::read_more() {
 }
 
 void Conn::process() {
+  size_t handled = 0;
   while (!pending && !closing && !closed && out.size() < kMaxOutBuffered) {
+    if (handled == kRequestsPerTurn) {
+      // Yield; the rest is parsed behind the other connections' handlers.
+      if (!resume_posted) {
+        resume_posted = true;
+        asio::post(sock.get_executor(), [self = shared_from_this()] {
+          self->resume_posted = false;
+          if (self->closed) return;
+          self->process();
+          self->read_more();
+        });
+      }
+      break;
+    }
     const uint8_t* front = in.data() + in_pos;
     size_t avail = in.size() - in_pos;
     auto len = wire::frame_length(front, avail);
@@ -204,6 +238,7 @@ void Conn::process() {
     }
     in_pos += r.consumed;
     handle(std::move(r.request));
+    ++handled;
   }
   if (in_pos == in.size()) {
     in.clear();
@@ -436,31 +471,44 @@ void Server::Impl::accept() {
       });
       return;
     }
-    boost::system::error_code ignored;
-    auto ep = s.remote_endpoint(ignored);
-    std::string addr = ignored ? "unknown peer" : ep.address().to_string();
-    const auto& o = self->options;
-    const auto& peer = self->slots.of(addr);
-    const bool auth = !o.token.empty();
-    std::string refusal;
-    if (self->conns.size() >= o.max_connections) {
-      refusal = std::to_string(o.max_connections) + " connections is the limit";
-    } else if (peer.connections >= o.max_connections_per_peer) {
-      refusal = std::to_string(o.max_connections_per_peer) + " connections from one address is the limit";
-    } else if (auth && peer.unauthenticated >= o.max_unauthenticated_per_peer) {
-      refusal = std::to_string(o.max_unauthenticated_per_peer) +
-                " unauthenticated connections from one address is the limit";
-    } else if (auth && self->slots.unauthenticated() >= o.max_unauthenticated) {
-      refusal = std::to_string(o.max_unauthenticated) + " unauthenticated connections is the limit";
-    }
-    if (!refusal.empty()) {
-      self->log.warn("store: refusing a connection from " + addr + ": " + refusal);
-      s.close(ignored);
-    } else {
-      self->serve(std::move(s), addr);
+    self->admit(std::move(s));
+    // Take every connection already queued, not one a turn: behind a
+    // flood of connects a good client's would otherwise wait one turn of
+    // the loop (every busy connection's chunk) per connection ahead of it.
+    for (size_t i = 1; i < kAcceptsPerTurn && !self->closed; ++i) {
+      tcp::socket next(self->io);
+      self->acceptor.accept(next, ec);
+      if (ec) break;  // drained (would block), or an error async_accept reports
+      self->admit(std::move(next));
     }
     self->accept();
   });
+}
+
+void Server::Impl::admit(tcp::socket s) {
+  boost::system::error_code ignored;
+  auto ep = s.remote_endpoint(ignored);
+  std::string addr = ignored ? "unknown peer" : ep.address().to_string();
+  const auto& o = options;
+  const auto& peer = slots.of(addr);
+  const bool auth = !o.token.empty();
+  std::string refusal;
+  if (conns.size() >= o.max_connections) {
+    refusal = std::to_string(o.max_connections) + " connections is the limit";
+  } else if (peer.connections >= o.max_connections_per_peer) {
+    refusal = std::to_string(o.max_connections_per_peer) + " connections from one address is the limit";
+  } else if (auth && peer.unauthenticated >= o.max_unauthenticated_per_peer) {
+    refusal = std::to_string(o.max_unauthenticated_per_peer) +
+              " unauthenticated connections from one address is the limit";
+  } else if (auth && slots.unauthenticated() >= o.max_unauthenticated) {
+    refusal = std::to_string(o.max_unauthenticated) + " unauthenticated connections is the limit";
+  }
+  if (!refusal.empty()) {
+    log.warn("store: refusing a connection from " + addr + ": " + refusal);
+    s.close(ignored);
+  } else {
+    serve(std::move(s), addr);
+  }
 }
 
 Server::Server(asio::io_context& io, ServerOptions options)
@@ -473,6 +521,7 @@ Server::Server(asio::io_context& io, ServerOptions options)
     impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
     impl_->acceptor.bind(ep);
     impl_->acceptor.listen(o.backlog);
+    impl_->acceptor.non_blocking(true);  // accept() drains the queue without blocking
   } catch (const boost::system::system_error& e) {
     throw StoreError("store server: cannot listen on " + where + ": " + e.code().message());
   }
