@@ -148,6 +148,10 @@ void Conn::start() {
 }
 
 size_t Conn::read_allowance() const {
+  // Requests already read wait to be answered: read more once they are
+  // (a pipelining client would otherwise fill its buffer faster than
+  // kRequestsPerTurn drains it).
+  if (resume_posted) return 0;
   size_t buffered = in.size() - in_pos;
   // Before authentication only one small frame is legal.
   size_t limit = !authed ? wire::kHeaderSize + wire::kMaxPreAuthFrameSize
