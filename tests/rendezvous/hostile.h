@@ -1,6 +1,7 @@
 // Attacks on a store at 127.0.0.1:port, and a well-behaved client measured
-// while they run: shared by the hostile test suite (store_hostile_test.cc)
-// and bench/store_attack_bench.cc.
+// before and while they run: shared by the hostile test suite
+// (store_hostile_test.cc) and bench/store_attack_bench.cc, which runs the
+// same attacks against c10d's TCPStore.
 //
 // An attacker keeps `connections` sockets from its own loopback address
 // (127.0.0.2: every 127/8 address is loopback on Linux, so the store sees
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -58,6 +60,8 @@ class Attacker {
   }
   uint64_t connects() const { return connects_; }
   uint64_t closed() const { return closed_; }
+  // Every connection was open at once (the attack is in full force).
+  bool established() const { return established_; }
 
  private:
   struct Sock {
@@ -76,7 +80,17 @@ class Attacker {
     a.sin_family = AF_INET;
     a.sin_port = htons(o_.port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (s.fd < 0 || ::bind(s.fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+    // Each socket binds its own source port, taken in turn from a range
+    // below the ephemeral one: left to the kernel, picking 16,384 ports
+    // for one address pair takes it tens of seconds on a busy machine.
+    int one = 1;
+    if (s.fd >= 0) ::setsockopt(s.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    bool bound = false;
+    for (int tries = 0; s.fd >= 0 && !bound && tries < 64; ++tries) {
+      local.sin_port = htons(next_source_port());
+      bound = ::bind(s.fd, reinterpret_cast<sockaddr*>(&local), sizeof local) == 0;
+    }
+    if (!bound ||
         (::connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS)) {
       if (s.fd >= 0) ::close(s.fd);
       s.fd = -1;
@@ -88,6 +102,13 @@ class Attacker {
     return true;
   }
 
+  // 10000-28999: below Linux's ephemeral range (32768+) and clear of the
+  // ports torch and ddprun listen on by default (29400, 29500).
+  static uint16_t next_source_port() {
+    static std::atomic<uint32_t> cursor{0};
+    return static_cast<uint16_t>(10000 + cursor++ % 19000);
+  }
+
   void run() {
     std::vector<Sock> socks(o_.connections);
     auto next_open = Clock::now();
@@ -95,8 +116,12 @@ class Attacker {
       // (Re)open closed sockets, at most every 10 ms so a refused flood
       // does not spin.
       if (Clock::now() >= next_open) {
+        // A failed connect (ports used up) stops this round: each one
+        // scans the whole ephemeral port range.
         for (size_t i = 0; i < socks.size(); ++i)
-          if (socks[i].fd < 0) open(socks[i], i);
+          if (socks[i].fd < 0 && !open(socks[i], i)) break;
+        if (std::all_of(socks.begin(), socks.end(), [](const Sock& s) { return s.fd >= 0; }))
+          established_ = true;
         next_open = Clock::now() + std::chrono::milliseconds(10);
       }
       std::vector<pollfd> fds;
@@ -142,43 +167,48 @@ class Attacker {
   }
 
   AttackOptions o_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, established_{false};
   std::atomic<uint64_t> connects_{0}, closed_{0};
   std::thread thread_;
 };
 
 // A well-behaved client: set then get on its connection in a loop, and a
 // fresh connection (connect, handshake, one set/get) every `fresh_every`
-// operations; every latency is kept.
+// rounds; every latency is kept, the fresh rounds apart.
 struct GoodStats {
-  std::vector<double> latency_ms;  // one set+get round
+  std::vector<double> latency_ms;  // one set+get round on an open connection
+  std::vector<double> connect_ms;  // a fresh connection: connect, handshake, set+get
   uint64_t failures = 0;
   uint64_t fresh_ok = 0;
   std::string first_error;
-  double p(double q) const {
-    if (latency_ms.empty()) return 0;
-    std::vector<double> v = latency_ms;
+  double p(double q) const { return percentile(latency_ms, q); }
+  double connect_p(double q) const { return percentile(connect_ms, q); }
+  static double percentile(std::vector<double> v, double q) {
+    if (v.empty()) return 0;
     size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
     return v[i];
   }
 };
 
-inline GoodStats good_client(const ClientOptions& co, std::chrono::milliseconds duration,
-                             int fresh_every = 25) {
+// `connect()` returns a connected client (a unique_ptr to a type with
+// set(key, Bytes) and get(key) -> Bytes) or throws.
+template <class Connect>
+GoodStats good_client_of(Connect connect, std::chrono::milliseconds duration, int fresh_every = 25) {
   GoodStats st;
   auto end = Clock::now() + duration;
-  std::unique_ptr<Client> c;
+  decltype(connect()) c;
   Bytes value(64, 'g');
   for (uint64_t i = 0; Clock::now() < end; ++i) {
     try {
       bool fresh = !c || i % static_cast<uint64_t>(fresh_every) == 0;
       auto t0 = Clock::now();
-      if (fresh) c = std::make_unique<Client>(co);
+      if (fresh) c = connect();
       std::string key = "good/" + std::to_string(i % 64);
       c->set(key, value);
-      if (c->get(key, std::chrono::milliseconds(5000)) != value) throw StoreError("wrong value");
-      st.latency_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (c->get(key) != value) throw std::runtime_error("wrong value for " + key);
+      (fresh ? st.connect_ms : st.latency_ms)
+          .push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       if (fresh) ++st.fresh_ok;
     } catch (const std::exception& e) {
       ++st.failures;
@@ -187,6 +217,72 @@ inline GoodStats good_client(const ClientOptions& co, std::chrono::milliseconds 
     }
   }
   return st;
+}
+
+// The good client on ddprun's store.
+struct GoodDdprunClient {
+  explicit GoodDdprunClient(const ClientOptions& co) : c(co) {}
+  void set(const std::string& k, const Bytes& v) { c.set(k, v); }
+  Bytes get(const std::string& k) { return c.get(k, std::chrono::milliseconds(5000)); }
+  Client c;
+};
+inline GoodStats good_client(const ClientOptions& co, std::chrono::milliseconds duration) {
+  return good_client_of([&] { return std::make_unique<GoodDdprunClient>(co); }, duration);
+}
+
+// --- One measurement: idle, then under attack. ---
+
+struct Measurement {
+  size_t idle_rss = 0, peak_rss = 0;
+  GoodStats idle, attack;
+  bool established = false;  // the attackers had every connection open
+  uint64_t attacker_connects = 0, attacker_closed = 0;
+  // The good client's p99 under attack over its idle p99.
+  double p99_ratio() const { return idle.p(0.99) > 0 ? attack.p(0.99) / idle.p(0.99) : 0; }
+};
+
+using Attackers = std::vector<std::unique_ptr<Attacker>>;
+
+// Warms the store up with the good client, runs it `idle_time` alone, then
+// starts `attack()`, waits (up to 30 s) for every attacking connection to
+// be open, and runs the good client `attack_time` while sampling `rss()`.
+// `during` runs after that, the attack still going (a probe of the store's
+// state under attack).
+inline Measurement measure(const std::function<size_t()>& rss,
+                           const std::function<GoodStats(std::chrono::milliseconds)>& good,
+                           const std::function<Attackers()>& attack,
+                           std::chrono::milliseconds idle_time, std::chrono::milliseconds attack_time,
+                           const std::function<void()>& during = {}) {
+  Measurement m;
+  good(std::chrono::milliseconds(300));  // the idle RSS includes a client's traces
+  m.idle = good(idle_time);
+  m.idle_rss = rss();
+  m.peak_rss = m.idle_rss;
+  {
+    Attackers attackers = attack();
+    auto all_open = [&] {
+      return std::all_of(attackers.begin(), attackers.end(), [](const auto& a) { return a->established(); });
+    };
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (!all_open() && Clock::now() < deadline) {
+      m.peak_rss = std::max(m.peak_rss, rss());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // sampling, not synchronization
+    }
+    m.established = all_open();
+    auto g = std::async(std::launch::async, [&] { return good(attack_time); });
+    while (g.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      m.peak_rss = std::max(m.peak_rss, rss());
+    }
+    m.attack = g.get();
+    if (during) during();
+    m.peak_rss = std::max(m.peak_rss, rss());
+    for (auto& a : attackers) {
+      m.attacker_connects += a->connects();
+      m.attacker_closed += a->closed();
+    }
+  }
+  m.peak_rss = std::max(m.peak_rss, rss());
+  return m;
 }
 
 // --- The attacks' bytes. ---

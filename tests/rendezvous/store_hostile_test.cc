@@ -1,15 +1,17 @@
 // The hostile-client suite (ctest label `hostile`): each attack of issue 10
 // runs for a bounded time against a real ddprun-store on 127.0.0.1, from
 // attacker address 127.0.0.2, while a well-behaved client from 127.0.0.1
-// keeps setting, getting and opening fresh connections. Each asserts:
+// keeps setting, getting and opening fresh connections. The same client
+// first runs alone for kIdleTime on the same store: the idle figure of the
+// same run. Each attack asserts:
 //   - the store's resident memory stays under idle + kRssBound (64 MiB);
-//   - every good call and every fresh good connection succeeds throughout.
-// The good client's p99 latency is printed here, not asserted (a timing
-// threshold would be flaky on a loaded 2-core CI machine); bench/
-// store_attack_bench records it next to the idle figure and TCPStore's.
+//   - every good call and every fresh good connection succeeds throughout;
+//   - the good client's p99 set+get latency under attack is at most
+//     kP99Factor (200) times its idle p99. A ratio within one run, so a
+//     loaded machine slows both sides; generous, because the store shares
+//     two cores with the attacker, the good client and up to 8 other jobs.
+// bench/store_attack_bench.cc reports the same figures next to TCPStore's.
 #include <doctest/doctest.h>
-
-#include <future>
 
 #include "rendezvous/server.h"
 #include "tests/rendezvous/hostile.h"
@@ -22,74 +24,70 @@ using namespace ddprun::rendezvous::hostile;
 namespace {
 
 constexpr size_t kRssBound = 64u << 20;
+constexpr double kP99Factor = 200;
+constexpr auto kIdleTime = std::chrono::milliseconds(1000);
 constexpr auto kAttackTime = std::chrono::milliseconds(4000);
 
-struct Outcome {
-  size_t idle_rss = 0, peak_rss = 0;
-  GoodStats good;
-  uint64_t attacker_connects = 0, attacker_closed = 0;
-  std::string log;  // the store's
+struct Run {
+  std::vector<std::string> store_args;
+  std::string token;
+  // Runs before the idle phase, on a client of its own.
+  std::function<void(Client&)> prepare;
+  // Runs under attack, after the good client's measurement.
+  std::function<void(StoreProcess&, const ClientOptions&)> during;
 };
 
-// Starts the store, measures idle, runs `attack` (a factory of Attackers)
-// with the good client alongside, samples RSS throughout.
-Outcome run_attack(const std::vector<std::string>& store_args, const std::string& token,
-                   const std::function<std::vector<std::unique_ptr<Attacker>>(uint16_t)>& attack,
-                   const std::function<void(Client&)>& prepare = {}) {
+// Starts the store, measures the good client idle and under `attack`, and
+// stops the store (which must still be running, and exit 0).
+Measurement run_attack(const Run& run, const std::function<Attackers(uint16_t)>& attack) {
   std::vector<std::string> env = {"DDPRUN_STORE_TOKEN"};
-  env.push_back(token.empty() ? "DDPRUN_RDZV_TOKEN" : "DDPRUN_RDZV_TOKEN=" + token);
-  StoreProcess store(STORE_BIN, store_args, env);
+  env.push_back(run.token.empty() ? "DDPRUN_RDZV_TOKEN" : "DDPRUN_RDZV_TOKEN=" + run.token);
+  StoreProcess store(STORE_BIN, run.store_args, env);
   auto port = store.port();
   REQUIRE(port);
   ClientOptions co;
   co.host = "127.0.0.1";
   co.port = *port;
-  co.token = token;
+  co.token = run.token;
   co.connect_timeout = std::chrono::milliseconds(10000);
   co.op_timeout = std::chrono::milliseconds(10000);
   {
     Client c(co);
-    if (prepare) prepare(c);
+    if (run.prepare) run.prepare(c);
     c.ping();
   }
-  good_client(co, std::chrono::milliseconds(300));  // warm: the idle figure includes a client's traces
-  Outcome out;
-  out.idle_rss = store.rss();
-  {
-    auto attackers = attack(*port);
-    auto good = std::async(std::launch::async, [&] { return good_client(co, kAttackTime); });
-    while (good.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
-      out.peak_rss = std::max(out.peak_rss, store.rss());
-    }
-    out.good = good.get();
-    for (auto& a : attackers) {
-      out.attacker_connects += a->connects();
-      out.attacker_closed += a->closed();
-    }
-  }
-  out.peak_rss = std::max(out.peak_rss, store.rss());
+  Measurement m = measure([&] { return store.rss(); },
+                          [&](std::chrono::milliseconds d) { return good_client(co, d); },
+                          [&] { return attack(*port); }, kIdleTime, kAttackTime,
+                          [&] {
+                            if (run.during) run.during(store, co);
+                          });
   CHECK_FALSE(store.exited());
-  out.log = store.log();
-  if (getenv("HOSTILE_LOG")) MESSAGE(out.log.substr(out.log.size() > 3000 ? out.log.size() - 3000 : 0));
-  MESSAGE("idle RSS " << out.idle_rss / 1048576.0 << " MiB, peak " << out.peak_rss / 1048576.0
-                      << " MiB; good: " << out.good.latency_ms.size() << " rounds, p99 "
-                      << out.good.p(0.99) << " ms, " << out.good.fresh_ok
-                      << " fresh connections; attacker: " << out.attacker_connects
-                      << " connects, " << out.attacker_closed << " closed by the store");
+  std::string log = store.log();
+  if (getenv("HOSTILE_LOG")) MESSAGE(log.substr(log.size() > 3000 ? log.size() - 3000 : 0));
+  MESSAGE("RSS idle " << m.idle_rss / 1048576.0 << " MiB, peak " << m.peak_rss / 1048576.0
+                      << " MiB; good p99 idle " << m.idle.p(0.99) << " ms, under attack "
+                      << m.attack.p(0.99) << " ms (x" << m.p99_ratio() << "; p50 " << m.attack.p(0.5)
+                      << " ms), " << m.attack.latency_ms.size() << " rounds, " << m.attack.fresh_ok
+                      << " fresh connections (p99 " << m.attack.connect_p(0.99) << " ms), "
+                      << m.attack.failures << " failures; attacker: " << m.attacker_connects
+                      << " connects, " << m.attacker_closed << " closed by the store");
   CHECK(store.stop() == 0);
-  return out;
+  return m;
 }
 
-void check(const Outcome& o) {
-  CHECK(o.peak_rss <= o.idle_rss + kRssBound);
-  CHECK(o.good.failures == 0);
-  INFO("first good-client error: " << o.good.first_error);
-  CHECK(o.good.first_error.empty());
-  CHECK(o.good.fresh_ok > 0);
+void check(const Measurement& m) {
+  CHECK(m.established);  // the attack was in full force while measured
+  CHECK(m.peak_rss <= m.idle_rss + kRssBound);
+  INFO("first good-client error: " << m.attack.first_error);
+  CHECK(m.attack.failures == 0);
+  CHECK(m.attack.fresh_ok > 0);
+  CHECK(m.idle.failures == 0);
+  CHECK(m.p99_ratio() <= kP99Factor);
 }
 
-std::vector<std::unique_ptr<Attacker>> one(AttackOptions o) {
-  std::vector<std::unique_ptr<Attacker>> v;
+Attackers one(AttackOptions o) {
+  Attackers v;
   v.push_back(std::make_unique<Attacker>(std::move(o)));
   return v;
 }
@@ -97,74 +95,98 @@ std::vector<std::unique_ptr<Attacker>> one(AttackOptions o) {
 }  // namespace
 
 TEST_CASE("hostile: 100 connections without the token send 4 MiB frames before authenticating") {
-  auto o = run_attack({}, "s3cret", [](uint16_t port) {
+  auto m = run_attack({{}, "s3cret", {}, {}}, [](uint16_t port) {
     AttackOptions a;
     a.port = port;
     a.script = partial_big_frame;
     return one(a);
   });
-  check(o);
+  check(m);
 }
 
 TEST_CASE("hostile: 100 connections park 4 MiB partial frames (no token)") {
-  auto o = run_attack({}, "", [](uint16_t port) {
+  auto m = run_attack({}, [](uint16_t port) {
     AttackOptions a;
     a.port = port;
     a.script = partial_big_frame;
     return one(a);
   });
-  check(o);
-  CHECK(o.attacker_closed > 0);  // the buffer limit closed some of them
+  check(m);
 }
 
 TEST_CASE("hostile: 100 connections block in 4 MiB waits with 4 MiB queued behind (no token)") {
-  auto o = run_attack({}, "", [](uint16_t port) {
+  auto m = run_attack({}, [](uint16_t port) {
     AttackOptions a;
     a.port = port;
     a.script = wait_flood;
     return one(a);
   });
-  check(o);
-  CHECK(o.attacker_closed > 0);
+  check(m);
 }
 
 TEST_CASE("hostile: 100 connections never read 24 MiB of replies each (no token)") {
-  auto o = run_attack(
-      {}, "",
-      [](uint16_t port) {
-        AttackOptions a;
-        a.port = port;
-        a.drain = false;
-        a.script = unread_replies;
-        return one(a);
-      },
-      [](Client& c) { c.set("hostile/big", Bytes(wire::kMaxValueSize, 'b')); });
+  Run run;
+  run.prepare = [](Client& c) { c.set("hostile/big", Bytes(wire::kMaxValueSize, 'b')); };
+  auto m = run_attack(run, [](uint16_t port) {
+    AttackOptions a;
+    a.port = port;
+    a.drain = false;
+    a.script = unread_replies;
+    return one(a);
+  });
   // Each gets one reply built and then nothing until it reads (the unread
   // reply timer closes it after 10 s, past this attack).
-  check(o);
+  check(m);
 }
 
 TEST_CASE("hostile: one peer opens 16,384 idle connections") {
   raise_fd_limit();
   for (const std::string token : {"", "s3cret"}) {
     CAPTURE(token);
-    auto o = run_attack({}, token, [](uint16_t port) {
+    std::string log;
+    Run run{{}, token, {}, {}};
+    run.during = [&](StoreProcess& store, const ClientOptions&) { log = store.log(); };
+    auto m = run_attack(run, [](uint16_t port) {
       AttackOptions a;
       a.port = port;
       a.connections = 16384;
       return one(a);
     });
-    check(o);
+    check(m);
     // The per-peer caps turned the flood away (logged a few lines a second).
-    CHECK(o.log.find(token.empty() ? "2048 connections from one address is the limit"
-                                   : "64 unauthenticated connections from one address") !=
+    CHECK(log.find(token.empty() ? "2048 connections from one address is the limit"
+                                 : "64 unauthenticated connections from one address") !=
           std::string::npos);
   }
 }
 
-TEST_CASE("hostile: tiny keys until the budget is full charge the memory they really take") {
-  // A 32 MiB key budget, so the table's whole budget fits the bound.
-  auto o = run_attack({"--max-store-bytes", std::to_string(32u << 20)}, "", [](uint16_t port) {
+TEST_CASE("hostile: tiny keys fill the key budget, which charges the memory they really take") {
+  // A 16 MiB budget (--max-store-bytes), so four connections fill it
+  // within the attack and the table's whole budget fits the bound.
+  constexpr size_t kBudget = 16u << 20;
+  bool filled = false;
+  std::string refusal;
+  size_t rss_full = 0;
+  Run run;
+  run.store_args = {"--max-store-bytes", std::to_string(kBudget)};
+  // The good client's 64 keys exist before the flood, so its sets (same
+  // size) still fit once the budget is full; a new key must be refused.
+  run.during = [&](StoreProcess& store, const ClientOptions& co) {
+    Client probe(co);
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    for (uint64_t i = 0; !filled && Clock::now() < deadline; ++i) {
+      try {
+        probe.set("probe/" + std::to_string(i), Bytes{'p'});
+        probe.ping();  // set is answered lazily: the ping brings its refusal
+      } catch (const StoreError& e) {
+        refusal = e.what();
+        filled = refusal.find("store full") != std::string::npos;
+        rss_full = store.rss();
+        if (!filled) break;
+      }
+    }
+  };
+  auto m = run_attack(run, [](uint16_t port) {
     AttackOptions a;
     a.port = port;
     a.connections = 4;
@@ -172,9 +194,13 @@ TEST_CASE("hostile: tiny keys until the budget is full charge the memory they re
     a.script = key_flood;
     return one(a);
   });
-  // The good client's sets are refused once the budget is full (the
-  // documented behaviour of a token-less store); its memory is what is
-  // checked here.
-  // (Measured: peak 35 MiB over idle for the 32 MiB budget, filled.)
-  CHECK(o.peak_rss <= o.idle_rss + kRssBound);
+  check(m);
+  INFO("the probe's refusal: " << refusal);
+  CHECK(filled);
+  MESSAGE("budget full at RSS " << rss_full / 1048576.0 << " MiB (idle " << m.idle_rss / 1048576.0
+                                << " MiB, budget " << kBudget / 1048576.0 << " MiB)");
+  // At that point the table holds the whole budget, and the store stays
+  // within what its limits promise: idle + key budget + buffer cap.
+  CHECK(rss_full <= m.idle_rss + kBudget + wire::kMaxBufferedBytes);
+  CHECK(rss_full <= m.idle_rss + kRssBound);
 }

@@ -33,32 +33,15 @@ class StoreProcess {
                const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {bin, "--host", "127.0.0.1", "--port", "0"};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> envv;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string entry = *e;
-      bool replaced = false;
-      for (const auto& x : env) {
-        std::string name = x.substr(0, x.find('='));
-        if (entry.rfind(name + "=", 0) == 0) replaced = true;
-      }
-      if (!replaced) envv.push_back(entry);
-    }
-    for (const auto& x : env) {
-      if (x.find('=') != std::string::npos) envv.push_back(x);
-    }
-    log_ = dir_.file("store.log");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    std::vector<char*> a, e;
-    for (auto& s : argv) a.push_back(s.data());
-    a.push_back(nullptr);
-    for (auto& s : envv) e.push_back(s.data());
-    e.push_back(nullptr);
-    int rc = posix_spawn(&pid_, bin.c_str(), &fa, nullptr, a.data(), e.data());
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw std::runtime_error("cannot start " + bin);
+    start(std::move(argv), env);
+  }
+  // Another store server (bench/tcpstore_server.py) run as `argv` exactly;
+  // it too prints "listening on 127.0.0.1:PORT".
+  struct Command {
+    std::vector<std::string> argv;
+  };
+  explicit StoreProcess(Command c, const std::vector<std::string>& env = {}) {
+    start(std::move(c.argv), env);
   }
   ~StoreProcess() {
     if (pid_ > 0 && !status_) {
@@ -124,6 +107,35 @@ class StoreProcess {
   pid_t pid() const { return pid_; }
 
  private:
+  void start(std::vector<std::string> argv, const std::vector<std::string>& env) {
+    std::vector<std::string> envv;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string entry = *e;
+      bool replaced = false;
+      for (const auto& x : env) {
+        std::string name = x.substr(0, x.find('='));
+        if (entry.rfind(name + "=", 0) == 0) replaced = true;
+      }
+      if (!replaced) envv.push_back(entry);
+    }
+    for (const auto& x : env) {
+      if (x.find('=') != std::string::npos) envv.push_back(x);
+    }
+    log_ = dir_.file("store.log");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    std::vector<char*> a, e;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    for (auto& s : envv) e.push_back(s.data());
+    e.push_back(nullptr);
+    int rc = posix_spawn(&pid_, argv[0].c_str(), &fa, nullptr, a.data(), e.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+  }
+
   ddprun::testing::TempDir dir_;
   std::string log_;
   pid_t pid_ = -1;
