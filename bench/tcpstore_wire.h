@@ -1,0 +1,185 @@
+// c10d's TCPStore protocol, the little of it store_attack_bench needs: a
+// blocking client that does what torch's own TCPStore client does for
+// set/get, and the hostile suite's attacks (tests/rendezvous/hostile.h)
+// spelled in TCPStore's bytes.
+//
+// The layout (torch/csrc/distributed/c10d/TCPStore.cpp; little-endian):
+//   request  := u8 query, args
+//   string   := u64 n, byte[n]
+//   SET      := key:string value:string            (no reply)
+//   WAIT     := u64 count, key:string[count]       -> u8 STOP_WAITING (0)
+//   GET      := key:string                         -> value:string
+// torch 2.x numbers the queries from VALIDATE = 0 and its client opens with
+// VALIDATE u32 0x3C85F7CE; torch 1.13 has no VALIDATE (SET = 0).
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddprun::bench::tcpstore {
+
+using Bytes = std::vector<uint8_t>;
+
+struct Protocol {
+  bool v2 = true;  // torch >= 2: VALIDATE first, queries shifted by one
+  uint8_t q(uint8_t v113) const { return static_cast<uint8_t>(v2 ? v113 + 1 : v113); }
+  uint8_t set() const { return q(0); }
+  uint8_t get() const { return q(2); }
+  uint8_t wait() const { return q(5); }
+  // What a client sends right after connecting.
+  Bytes hello() const {
+    if (!v2) return {};
+    return {0, 0xCE, 0xF7, 0x85, 0x3C};  // VALIDATE, magic
+  }
+};
+
+inline void put_u64(Bytes& b, uint64_t v) {
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+inline void append(Bytes& b, const Bytes& x) {
+  size_t at = b.size();
+  b.resize(at + x.size());
+  if (!x.empty()) std::memcpy(b.data() + at, x.data(), x.size());
+}
+inline void put_str(Bytes& b, const std::string& s) {
+  put_u64(b, s.size());
+  b.insert(b.end(), s.begin(), s.end());
+}
+inline void put_bytes(Bytes& b, const Bytes& v) {
+  put_u64(b, v.size());
+  b.insert(b.end(), v.begin(), v.end());
+}
+
+// One blocking connection; every receive has a 5 s deadline.
+class Client {
+ public:
+  Client(uint16_t port, Protocol p) : p_(p) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw std::runtime_error("TCPStore client: socket failed");
+    timeval tv{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      int err = errno;
+      ::close(fd_);
+      // (SO_SNDTIMEO bounds a blocking connect too: EINPROGRESS after 5 s.)
+      throw std::runtime_error("TCPStore client: connect to 127.0.0.1:" + std::to_string(port) +
+                               (err == EINPROGRESS ? " not accepted within 5 s"
+                                                   : std::string(" failed: ") + std::strerror(err)));
+    }
+    send(p_.hello());
+  }
+  ~Client() { ::close(fd_); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  void set(const std::string& key, const Bytes& value) {
+    Bytes b{p_.set()};
+    put_str(b, key);
+    put_bytes(b, value);
+    send(b);
+  }
+  // As torch's client does: WAIT for the key, then GET it.
+  Bytes get(const std::string& key) {
+    Bytes w{p_.wait()};
+    put_u64(w, 1);
+    put_str(w, key);
+    send(w);
+    uint8_t stop = 0xff;
+    recv(&stop, 1);
+    if (stop != 0) throw std::runtime_error("TCPStore client: wait(" + key + ") was not answered");
+    Bytes g{p_.get()};
+    put_str(g, key);
+    send(g);
+    uint8_t n[8];
+    recv(n, 8);
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) len = len << 8 | n[i];
+    if (len > (64u << 20)) throw std::runtime_error("TCPStore client: absurd value length");
+    Bytes v(len);
+    recv(v.data(), len);
+    return v;
+  }
+
+ private:
+  void send(const Bytes& b) {
+    size_t off = 0;
+    while (off < b.size()) {
+      ssize_t n = ::send(fd_, b.data() + off, b.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) throw std::runtime_error("TCPStore client: send failed");
+      off += static_cast<size_t>(n);
+    }
+  }
+  void recv(uint8_t* p, size_t len) {
+    size_t off = 0;
+    while (off < len) {
+      ssize_t n = ::recv(fd_, p + off, len - off, 0);
+      if (n <= 0) throw std::runtime_error("TCPStore client: no reply within 5 s, or closed");
+      off += static_cast<size_t>(n);
+    }
+  }
+  Protocol p_;
+  int fd_ = -1;
+};
+
+// --- The hostile suite's attacks, in TCPStore's bytes. ---
+
+// A SET whose key announces 4 MiB, 1 MiB of it sent.
+inline Bytes partial_big_frame(Protocol p) {
+  Bytes b = p.hello();
+  b.push_back(p.set());
+  put_u64(b, 4u << 20);
+  b.resize(b.size() + (1u << 20), 'p');
+  return b;
+}
+
+// A ~4 MiB WAIT on 1,000 keys that never appear, and another behind it.
+inline Bytes wait_flood(Protocol p) {
+  Bytes one{p.wait()};
+  put_u64(one, 1000);
+  std::string pad(4000, 'w');
+  for (int i = 0; i < 1000; ++i) put_str(one, "never/" + std::to_string(i) + pad);
+  Bytes b = p.hello();
+  append(b, one);
+  append(b, one);
+  return b;
+}
+
+// 24 GETs of a 1 MiB value (as much as ddprun's 8 multi_gets of 3), never read.
+inline Bytes unread_replies(Protocol p) {
+  Bytes b = p.hello();
+  for (int i = 0; i < 24; ++i) {
+    b.push_back(p.get());
+    put_str(b, "hostile/big");
+  }
+  return b;
+}
+
+// 4,096 SETs of tiny unique keys.
+inline Bytes key_flood(Protocol p, size_t conn, uint64_t round) {
+  Bytes b = round == 0 ? p.hello() : Bytes{};
+  for (int i = 0; i < 4096; ++i) {
+    b.push_back(p.set());
+    put_str(b, std::to_string(conn) + "." + std::to_string(round) + "." + std::to_string(i));
+    put_bytes(b, Bytes{'x'});
+  }
+  return b;
+}
+
+}  // namespace ddprun::bench::tcpstore
