@@ -3,12 +3,17 @@
 #   scripts/test-sanitizer.sh thread|address [CTEST_ARGS...]
 # thread:  ThreadSanitizer, everything except the trainer (LibTorch is not
 #          built with TSan, so its own threads would be reported), in build-tsan/
-# address: AddressSanitizer + UndefinedBehaviorSanitizer, everything, in build-asan/
+# address: AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer on),
+#          everything, in build-asan/
 # Any report fails the test that produced it (halt_on_error / abort_on_error).
+# ASan and UBSan also write each report to build-asan/sanitizer-reports/, and
+# the run fails when that folder is not empty at the end: a report from a
+# worker or a guardian whose exit a test expects (or ignores) is not lost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: scripts/test-sanitizer.sh thread|address [ctest args]}
 shift
+reports=
 case $kind in
   thread)
     dir=build-tsan
@@ -18,10 +23,20 @@ case $kind in
   address)
     dir=build-asan
     bash scripts/build.sh "$dir" -DDDPRUN_SANITIZE=address -DDDPRUN_WERROR=ON
-    export ASAN_OPTIONS="abort_on_error=1 ${ASAN_OPTIONS:-}"
-    export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-}"
+    reports=$PWD/$dir/sanitizer-reports
+    rm -rf "$reports" && mkdir -p "$reports"
+    # log_path: one file per reporting process (<path>.<pid>), swept below.
+    export ASAN_OPTIONS="abort_on_error=1 detect_leaks=1 log_path=$reports/asan ${ASAN_OPTIONS:-}"
+    export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 log_path=$reports/ubsan ${UBSAN_OPTIONS:-}"
     ;;
   *) echo "test-sanitizer.sh: unknown sanitizer '$kind' (thread or address)" >&2; exit 2 ;;
 esac
 cd "$dir"
-ctest --output-on-failure --timeout 900 -j "${DDPRUN_TEST_JOBS:-2}" "$@"
+rc=0
+ctest --output-on-failure --timeout 900 -j "${DDPRUN_TEST_JOBS:-2}" "$@" || rc=$?
+if [[ -n $reports ]] && compgen -G "$reports/*" >/dev/null; then
+  echo "test-sanitizer.sh: sanitizer reports in $reports:" >&2
+  for f in "$reports"/*; do echo "==== $f" >&2; cat "$f" >&2; done
+  rc=1
+fi
+exit $rc
