@@ -32,6 +32,7 @@ struct Unreached : StoreError {
 struct Answered : StoreError {
   using StoreError::StoreError;
   bool bad_token = false;
+  bool unavailable = false;  // 503: no leader yet, the gateway's own link down
 };
 
 struct Endpoint {
@@ -146,6 +147,7 @@ struct EtcdGateway::Impl {
                             ? res.body().substr(0, 200)
                             : j.value("message", j.value("error", res.body().substr(0, 200)));
       Answered a("HTTP " + std::to_string(res.result_int()) + ": " + msg);
+      a.unavailable = res.result() == http::status::service_unavailable;
       a.bad_token = res.result() == http::status::unauthorized &&
                     msg.find("invalid auth token") != std::string::npos;
       throw a;
@@ -231,7 +233,9 @@ json EtcdGateway::post(const std::string& path, const json& body, const std::str
                                  canceller, local_address_);
             im.token = r.value("token", "");
           } catch (const Answered& e) {
-            throw Answered("authenticating as '" + options_.user + "': " + e.what());
+            Answered a("authenticating as '" + options_.user + "': " + e.what());
+            a.unavailable = e.unavailable;
+            throw a;
           }
         }
         return im.exchange(ep, path, text, options_.request_timeout, canceller, local_address_);
@@ -242,7 +246,10 @@ json EtcdGateway::post(const std::string& path, const json& body, const std::str
           --attempt;
           continue;
         }
-        throw StoreError("etcd " + what + " at " + where + ": " + e.what());
+        if (!e.unavailable) throw StoreError("etcd " + what + " at " + where + ": " + e.what());
+        // etcd coming up (or electing a leader) refuses before it acts:
+        // like an endpoint that is not up yet.
+        errors += (errors.empty() ? "" : "; ") + where + ": " + e.what();
       } catch (const Unreached& e) {
         errors += (errors.empty() ? "" : "; ") + where + ": " + e.what();
       } catch (const StoreError& e) {

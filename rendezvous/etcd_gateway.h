@@ -11,8 +11,8 @@
 // the gateway's auth token is fetched (/v3/auth/authenticate) before the
 // first call and again when etcd says it is no longer valid.
 //
-// While etcd is unreachable (every endpoint refuses the connection), calls
-// are retried for up to `retry_window` (set by the keep-alive: a restart of
+// While etcd is unreachable (every endpoint refuses the connection, or
+// answers 503 Unavailable: starting, no leader), calls are retried for up to `retry_window` (set by the keep-alive: a restart of
 // etcd within its window is ridden out). A request that reached etcd is
 // never retried: its effect may have happened.
 //
