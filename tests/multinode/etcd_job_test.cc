@@ -220,6 +220,35 @@ TEST_CASE("multinode.etcd_tls") {
   CHECK(job.log(3).find("TLS") != std::string::npos);
 }
 
+TEST_CASE("multinode.etcd_interrupt") {
+  // SIGINT while the join waits on etcd: the agent's etcd calls are
+  // cancelled and it exits 128+2 at once, not after join_timeout.
+  EtcdServer etcd;
+  EtcdJob lone(etcd, "etcdint-" + std::to_string(getpid()));
+  lone.start(1, lone.args("2", kConf + ",join_timeout=120"));
+  REQUIRE(wait_in_dir(lone.dir.path(), [&] {
+    return lone.log(1).find("joining rendezvous '" + lone.run_id + "'") != std::string::npos;
+  }, kDeadline));
+  lone.agents[1]->signal(SIGINT);
+  {
+    INFO("lone agent:\n" << lone.log(1));
+    CHECK(lone.agents[1]->wait(kDeadline) == 130);
+    CHECK(lone.log(1).find("got SIGINT while waiting for the other nodes") != std::string::npos);
+  }
+  // SIGTERM to one agent of a running job: it tells the other through etcd
+  // why it left, and the other re-forms alone (1:2) with one restart spent.
+  EtcdJob job(etcd, "etcdterm-" + std::to_string(getpid()));
+  for (int i = 1; i <= 2; ++i) job.start(i, job.args("1:2", kConf + ",keep_alive_interval=60"));
+  check_round(job.attempt(0, 4), 4, job.run_id);
+  job.agents[2]->signal(SIGTERM);
+  check_round(job.attempt(1, 2), 2, job.run_id);
+  job.stop_workers();
+  INFO("node 1:\n" << job.log(1) << "\nnode 2:\n" << job.log(2));
+  CHECK(job.agents[2]->wait(kDeadline) == 143);
+  CHECK(job.agents[1]->wait(kDeadline) == 0);
+  CHECK(job.log(1).find("its agent got SIGTERM") != std::string::npos);
+}
+
 #ifdef TRAIN_BIN
 TEST_CASE("multinode.etcd_train") {
   // The trainer on two agents meeting on etcd, one rank each: the ranks
