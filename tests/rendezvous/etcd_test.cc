@@ -214,6 +214,28 @@ TEST_CASE("etcd: a death notice rides on a lease: applied once when it ends, nev
   CHECK(end == "w went silent");
 }
 
+TEST_CASE("etcd: an endpoint list skips a member that is down, and the error names every one tried") {
+  Etcd etcd;
+  const uint16_t dead = ddprun::testing::etcd_free_port();  // nobody listens there
+  EtcdOptions o = etcd.options();
+  o.endpoints = "127.0.0.1:" + std::to_string(dead) + "," + etcd.options().endpoints;
+  EtcdStore s(o);
+  s.set("k", to_bytes("v"));
+  CHECK(to_string(s.get("k", 0ms)) == "v");
+  CHECK_FALSE(s.local_address().empty());
+  o.endpoints = "127.0.0.1:" + std::to_string(dead) + ",http://127.0.0.1:" + std::to_string(dead);
+  EtcdStore none(o);
+  std::string error;
+  try {
+    none.ping();
+  } catch (const StoreError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("etcd ping failed at every endpoint") == 0);
+  CHECK(error.find("; 127.0.0.1:" + std::to_string(dead) + ": ") != std::string::npos);
+  CHECK_THROWS_AS(EtcdStore(EtcdOptions{"127.0.0.1:1,"}), StoreError);  // an empty endpoint
+}
+
 int main(int argc, char** argv) {
   if (!ddprun::testing::etcd_available()) {
     std::puts("SKIP: etcd not found (scripts/setup.sh installs etcd-server)");
