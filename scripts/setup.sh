@@ -12,7 +12,7 @@ packages=(
   python3 python3-torch python3-numpy
   clang libclang-rt-14-dev
   iproute2 gdb elfutils procps
-  slurmctld slurmd slurm-client munge util-linux etcd-server etcd-client
+  slurmctld slurmd slurm-client munge util-linux etcd-server etcd-client openssl
 )
 
 missing=()

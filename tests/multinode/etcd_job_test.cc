@@ -180,6 +180,7 @@ TEST_CASE("multinode.etcd_auth") {
   // etcd with authentication: the agents log in as --rdzv-conf user= with
   // the password in DDPRUN_RDZV_TOKEN (never logged); a wrong one is a
   // clear error at once.
+  if (::access("/usr/bin/etcdctl", X_OK) != 0) SKIP_TEST("etcdctl not found (scripts/setup.sh installs etcd-client)");
   EtcdServer etcd;
   etcd.enable_auth("etcd-pw-" + std::to_string(getpid()));
   EtcdJob job(etcd, "etcdauth-" + std::to_string(getpid()));
@@ -203,6 +204,7 @@ TEST_CASE("multinode.etcd_tls") {
   // etcd over TLS with client certificates (--client-cert-auth): the agents
   // check etcd's certificate against cacert= and show cert=/key=; one
   // without a client certificate is refused with a clear error at once.
+  if (::access("/usr/bin/openssl", X_OK) != 0) SKIP_TEST("openssl not found (scripts/setup.sh installs it)");
   EtcdServer etcd(EtcdServer::Config{true, true});
   EtcdJob job(etcd, "etcdtls-" + std::to_string(getpid()));
   const std::string conf = kConf + ",cacert=" + etcd.file("ca.pem") + ",cert=" + etcd.file("client.pem") +
