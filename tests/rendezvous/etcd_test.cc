@@ -233,7 +233,9 @@ TEST_CASE("etcd: an endpoint list skips a member that is down, and the error nam
   }
   CHECK(error.find("etcd ping failed at every endpoint") == 0);
   CHECK(error.find("; 127.0.0.1:" + std::to_string(dead) + ": ") != std::string::npos);
-  CHECK_THROWS_AS(EtcdStore(EtcdOptions{"127.0.0.1:1,"}), StoreError);  // an empty endpoint
+  EtcdOptions empty;
+  empty.endpoints = "127.0.0.1:1,";
+  CHECK_THROWS_AS(EtcdStore{empty}, StoreError);  // an empty endpoint
 }
 
 int main(int argc, char** argv) {
