@@ -79,7 +79,6 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
 
   bool is_host() const { return host_ != nullptr; }
   // "host:port" of the store, as errors name it.
-  const std::string& store_address() const { return store_addr_; }
 
  private:
   // `cancellable`: abandon() shuts the connection down. KeepAlive's is not:

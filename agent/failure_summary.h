@@ -10,7 +10,8 @@
 namespace ddprun::agent {
 
 // Multi-line summary of a failed attempt, each line ending in '\n'.
-// `host` names this node; `final` says whether ddprun stops after it.
+// `host` names this node; `verdict` says what ddprun does next (the restart
+// policy's or the rendezvous' reason, printed after "; ").
 std::string failure_summary(const AttemptResult& result, const std::string& host,
                             const std::string& verdict);
 

@@ -2,10 +2,10 @@
 //
 // The agent calls next_round() before every attempt (the first one and each
 // restart) and reports how the local group ended. The single-node version
-// is standalone_rendezvous.h; the multi-node one lives in rendezvous/ and
-// implements this same interface. A multi-node handler that must fail the
-// local group when another node fails can also implement AgentHooks
-// (hooks.h) and call AttemptControl::fail_attempt.
+// is standalone_rendezvous.h; the multi-node one is elastic_rendezvous.h
+// (over rendezvous/rendezvous.h), which also implements AgentHooks
+// (hooks.h) so that a failure on another node can fail the local group
+// through AttemptControl::fail_attempt.
 #pragma once
 
 #include <string>

@@ -9,7 +9,6 @@
 //   r<N>/hb/<node_id>  heartbeat counter
 //   r<N>/dead/<node_id>  set when the member was seen dead (connection
 //                      closed, or heartbeats missed)
-//   r<N>/outcome/<node_id>  "ok" or "failed" when the node's workers ended
 #include "rendezvous/rendezvous.h"
 
 #include "rendezvous/client.h"
@@ -386,27 +385,6 @@ std::unique_ptr<KeepAlive> Rendezvous::watch(std::function<void(const RoundEnd&)
   if (!current_) throw RendezvousError("rendezvous: watch() before a round was formed");
   try {
     return std::make_unique<KeepAlive>(keep_alive_factory_(), *this, *current_, std::move(on_end));
-  } catch (const StoreError& e) {
-    throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
-  }
-}
-
-bool Rendezvous::finish(bool succeeded) {
-  if (!current_) return succeeded;
-  const int64_t r = current_->round;
-  std::vector<std::string> keys;
-  for (const auto& n : current_->nodes) keys.push_back(round_key(r, "outcome/" + n.node_id));
-  try {
-    store_->set(round_key(r, "outcome/" + options_.node_id), to_bytes(succeeded ? "ok" : "failed"));
-    auto values = store_->multi_get(keys, options_.close_timeout);
-    return std::all_of(values.begin(), values.end(), [](const Bytes& v) { return v == to_bytes("ok"); });
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!store_->check({keys[i]})) missing += " " + current_->nodes[i].node_id + " at " + current_->nodes[i].addr;
-    }
-    throw RendezvousError("rendezvous '" + options_.run_id + "' round " + std::to_string(r) +
-                          ": no outcome within close_timeout from" + missing);
   } catch (const StoreError& e) {
     throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
   }

@@ -121,9 +121,6 @@ class Rendezvous {
   // Starts heartbeating the current round and watching it. `on_end` runs on
   // the KeepAlive thread, once, when the round ends for any reason.
   std::unique_ptr<KeepAlive> watch(std::function<void(const RoundEnd&)> on_end);
-  // Records this node's local outcome and waits (close_timeout) until every
-  // node of the round has recorded one; returns true when all succeeded.
-  bool finish(bool succeeded);
 
   const RendezvousOptions& options() const { return options_; }
   const std::string& node_id() const { return options_.node_id; }

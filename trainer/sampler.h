@@ -22,7 +22,6 @@ class DistributedSampler {
   DistributedSampler(int64_t dataset_size, uint64_t seed);
 
   int64_t dataset_size() const { return n_; }
-  int64_t epoch_of(int64_t position) const { return position / n_; }
 
   // The sample index at global stream position `position`.
   int64_t index_at(int64_t position);

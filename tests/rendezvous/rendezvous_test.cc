@@ -237,16 +237,6 @@ TEST_CASE("a dead store host ends the round with an error naming its address") {
   CHECK_THROWS_WITH_AS(a.next_round(), doctest::Contains(addr.c_str()), RendezvousError);
 }
 
-TEST_CASE("finish reports whether every node succeeded") {
-  ServerThread server;
-  Rendezvous a(factory(server.port()), node(1, 2, 2));
-  Rendezvous b(factory(server.port()), node(2, 2, 2));
-  form({&a, &b});
-  auto fa = std::async(std::launch::async, [&] { return a.finish(true); });
-  CHECK_FALSE(b.finish(false));
-  CHECK_FALSE(fa.get());
-}
-
 TEST_CASE("--rdzv-conf keys are torchrun's, and bad ones are named") {
   RendezvousOptions o;
   apply_rdzv_conf({{"join_timeout", "12"}, {"last_call_timeout", "0.5"}, {"keep_alive_interval", "2"},
