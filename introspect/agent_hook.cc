@@ -105,7 +105,7 @@ void IntrospectHook::set_up(const std::string& agent_runtime_dir) {
     fs::create_directory(runtime_dir_ + "/pystack");
     fs::create_directory(runtime_dir_ + "/stacks");
     server_ = std::make_unique<ControlServer>(
-        io_, runtime_dir_ + "/" + wire::kSocketName,
+        io_, runtime_dir_ + "/" + control_wire::kSocketName,
         [this](const nlohmann::json& req, ControlServer::Reply reply) { handle(req, reply); });
     AgentEntry e{options_.run_id, host_, ::getpid(), server_->path()};
     registration_ = std::make_unique<Registration>(registry_dir(options_.registry_dir), e);

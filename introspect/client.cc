@@ -70,7 +70,7 @@ nlohmann::json ask_agent(const std::string& socket, const nlohmann::json& reques
     const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
     if (n > 0) {
       reply.append(buf, static_cast<std::size_t>(n));
-      if (reply.size() > wire::kMaxReplyBytes) fail(socket, "reply too large");
+      if (reply.size() > control_wire::kMaxReplyBytes) fail(socket, "reply too large");
       if (reply.back() == '\n') break;
       continue;
     }

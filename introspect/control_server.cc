@@ -24,7 +24,7 @@ namespace {
 // written or the deadline closes it.
 struct Connection : std::enable_shared_from_this<Connection> {
   explicit Connection(asio::io_context& io)
-      : socket(io), timer(io), buffer(wire::kMaxRequestBytes) {}
+      : socket(io), timer(io), buffer(control_wire::kMaxRequestBytes) {}
   stream::socket socket;
   asio::steady_timer timer;
   asio::streambuf buffer;
@@ -46,7 +46,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
     if (replied || !socket.is_open()) return;
     replied = true;
     out = reply.dump() + "\n";
-    if (out.size() > wire::kMaxReplyBytes) {
+    if (out.size() > control_wire::kMaxReplyBytes) {
       out = nlohmann::json{{"error", "reply too large"}}.dump() + "\n";
     }
     asio::async_write(socket, asio::buffer(out),
@@ -96,7 +96,7 @@ void ControlServer::accept() {
       conn->close();
       return;
     }
-    conn->arm(wire::kRequestDeadline);
+    conn->arm(control_wire::kRequestDeadline);
     asio::async_read_until(
         conn->socket, conn->buffer, '\n',
         [this, conn, alive](const boost::system::error_code& ec, std::size_t n) {
@@ -114,7 +114,7 @@ void ControlServer::accept() {
             return;
           }
           conn->timer.cancel();
-          conn->arm(wire::kStacksDeadline);
+          conn->arm(control_wire::kStacksDeadline);
           handler_(request, [conn](const nlohmann::json& reply) { conn->send(reply); });
         });
   });

@@ -29,7 +29,7 @@
 #include <chrono>
 #include <cstddef>
 
-namespace ddprun::introspect::wire {
+namespace ddprun::introspect::control_wire {
 
 inline constexpr const char* kSocketName = "control.sock";
 inline constexpr std::size_t kMaxRequestBytes = 4096;
@@ -39,4 +39,4 @@ inline constexpr std::chrono::seconds kRequestDeadline{5};
 // Longest a stacks request may take on the agent (tools are bounded too).
 inline constexpr std::chrono::seconds kStacksDeadline{60};
 
-}  // namespace ddprun::introspect::wire
+}  // namespace ddprun::introspect::control_wire

@@ -65,8 +65,8 @@ HookOptions hook_options_from(const agent::Options& o) {
   return h;
 }
 
-RestartPolicyOptions restart_options_from(const agent::Options& o) {
-  RestartPolicyOptions r;
+RestartRulesOptions restart_options_from(const agent::Options& o) {
+  RestartRulesOptions r;
   r.max_restarts = o.max_restarts;
   r.backoff_initial = to_ms(o.restart_backoff_s);
   r.max_no_progress_restarts = o.max_no_progress_restarts;
@@ -355,9 +355,9 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
 
 agent::RestartDecision JobRestartPolicy::decide(const agent::AttemptResult& failed,
                                                 int max_restarts) {
-  if (!policy_) {
+  if (!rules_) {
     options_.max_restarts = max_restarts;
-    policy_.emplace(options_);
+    rules_.emplace(options_);
   }
   AttemptOutcome o;
   o.restart_count = failed.restart_count;
@@ -365,7 +365,7 @@ agent::RestartDecision JobRestartPolicy::decide(const agent::AttemptResult& fail
   o.max_step = hook_ ? hook_->last_attempt_max_step() : -1;
   // Only the root cause's own exit code: the rest were stopped by teardown.
   if (failed.root && failed.root->status) o.exit_codes.push_back(failed.root->status->shell_code());
-  const watchdog::RestartDecision d = policy_->on_attempt_end(o);
+  const RuleDecision d = rules_->on_attempt_end(o);
   if (auto* ev = hook_ ? hook_->events() : nullptr) {
     ev->write(d.restart ? "restart" : "done", failed.restart_count, {},
               d.restart ? d.reason : "failed: " + d.reason,

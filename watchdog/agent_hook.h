@@ -11,7 +11,7 @@
 // workers so the teardown reaches them, and fails the attempt with a
 // one-paragraph reason that the failure summary shows.
 //
-// JobRestartPolicy (agent/restart_policy.h) applies restart_policy.h's rules
+// JobRestartPolicy (agent/restart_policy.h) applies restart_rules.h's rules
 // using the hook's knowledge of the attempt (hang, highest step), and
 // both write the job's events.jsonl in the run directory.
 //
@@ -35,7 +35,7 @@
 #include "watchdog/file_timer_server.h"
 #include "watchdog/hang_report.h"
 #include "watchdog/heartbeat_server.h"
-#include "watchdog/restart_policy.h"
+#include "watchdog/restart_rules.h"
 #include "watchdog/stack_capture.h"
 #include "watchdog/watchdog.h"
 
@@ -76,7 +76,7 @@ std::string heartbeat_python_dir();
 // and TORCHELASTIC_TIMER_FILE are read from options.base_env (the launcher's
 // environment), as torchrun's agent reads its own.
 HookOptions hook_options_from(const agent::Options& options);
-RestartPolicyOptions restart_options_from(const agent::Options& options);
+RestartRulesOptions restart_options_from(const agent::Options& options);
 
 class WatchdogHook : public agent::AgentHooks {
  public:
@@ -139,18 +139,18 @@ class WatchdogHook : public agent::AgentHooks {
   std::string last_report_dir_;
 };
 
-// restart_policy.h's rules behind the agent's RestartPolicy seam.
+// restart_rules.h's RestartRules behind the agent's RestartPolicy seam.
 class JobRestartPolicy : public agent::RestartPolicy {
  public:
-  explicit JobRestartPolicy(RestartPolicyOptions options) : options_(std::move(options)) {}
+  explicit JobRestartPolicy(RestartRulesOptions options) : options_(std::move(options)) {}
   // The hook whose attempt knowledge (hang, highest step) feeds the rules;
   // without one, every attempt counts as "no step reported".
   void attach(WatchdogHook* hook) { hook_ = hook; }
   agent::RestartDecision decide(const agent::AttemptResult& failed, int max_restarts) override;
 
  private:
-  RestartPolicyOptions options_;
-  std::optional<watchdog::RestartPolicy> policy_;
+  RestartRulesOptions options_;
+  std::optional<RestartRules> rules_;
   WatchdogHook* hook_ = nullptr;
 };
 

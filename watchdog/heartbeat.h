@@ -35,15 +35,15 @@ class HeartbeatClient {
   // when the socket variable is unset, empty or too long for sun_path, or
   // the socket cannot be created.
   HeartbeatClient() noexcept {
-    const char* path = std::getenv(wire::kSocketEnv);
+    const char* path = std::getenv(heartbeat_wire::kSocketEnv);
     if (path == nullptr || path[0] == '\0') return;
     const std::size_t len = std::strlen(path);
     if (len >= sizeof(addr_.sun_path)) return;
-    const char* rank = std::getenv(wire::kRankEnv);
+    const char* rank = std::getenv(heartbeat_wire::kRankEnv);
     if (rank != nullptr && rank[0] != '\0') {
       char* end = nullptr;
       const long long r = std::strtoll(rank, &end, 10);
-      if (end != rank && *end == '\0' && r >= 0 && r < wire::kMaxRank) rank_ = r;
+      if (end != rank && *end == '\0' && r >= 0 && r < heartbeat_wire::kMaxRank) rank_ = r;
     }
     addr_.sun_family = AF_UNIX;
     std::memcpy(addr_.sun_path, path, len + 1);
@@ -59,12 +59,12 @@ class HeartbeatClient {
 
   // Sends "hb <rank> <step>\n". step < 0 means "no step". Drops the beat on
   // any error (EAGAIN: buffer full; ECONNREFUSED/ENOENT: agent gone).
-  void beat(int64_t step = wire::kNoStep) noexcept {
+  void beat(int64_t step = heartbeat_wire::kNoStep) noexcept {
     if (!fd_) return;
-    if (step < 0) step = wire::kNoStep;
-    char buf[wire::kMaxDatagramBytes];
+    if (step < 0) step = heartbeat_wire::kNoStep;
+    char buf[heartbeat_wire::kMaxDatagramBytes];
     const int n = std::snprintf(buf, sizeof(buf), "%s%" PRId64 " %" PRId64 "\n",
-                                wire::kPrefix, rank_, step);
+                                heartbeat_wire::kPrefix, rank_, step);
     if (n <= 0 || static_cast<std::size_t>(n) >= sizeof(buf)) return;
     ssize_t rc;
     do {
@@ -88,7 +88,7 @@ inline HeartbeatClient& default_heartbeat_client() noexcept {
 }
 
 // Convenience: ddprun::watchdog::beat(step) from anywhere in a worker.
-inline void beat(int64_t step = wire::kNoStep) noexcept {
+inline void beat(int64_t step = heartbeat_wire::kNoStep) noexcept {
   default_heartbeat_client().beat(step);
 }
 

@@ -32,8 +32,8 @@ bool parse_int(std::string_view s, int64_t& out) {
 }  // namespace
 
 std::optional<Beat> parse_beat(std::string_view d) {
-  const std::string_view prefix = wire::kPrefix;
-  if (d.size() > wire::kMaxDatagramBytes || d.size() < prefix.size() + 4) return std::nullopt;
+  const std::string_view prefix = heartbeat_wire::kPrefix;
+  if (d.size() > heartbeat_wire::kMaxDatagramBytes || d.size() < prefix.size() + 4) return std::nullopt;
   if (d.substr(0, prefix.size()) != prefix || d.back() != '\n') return std::nullopt;
   d.remove_prefix(prefix.size());
   d.remove_suffix(1);
@@ -43,7 +43,7 @@ std::optional<Beat> parse_beat(std::string_view d) {
   if (!parse_int(d.substr(0, space), b.global_rank) || !parse_int(d.substr(space + 1), b.step)) {
     return std::nullopt;
   }
-  if (b.global_rank < 0 || b.global_rank >= wire::kMaxRank || b.step < wire::kNoStep) {
+  if (b.global_rank < 0 || b.global_rank >= heartbeat_wire::kMaxRank || b.step < heartbeat_wire::kNoStep) {
     return std::nullopt;
   }
   return b;
@@ -119,7 +119,6 @@ void HeartbeatServer::on_datagram(std::size_t n) {
     }
     return;
   }
-  ++beats_;
   beat->received = std::chrono::steady_clock::now();
   on_beat_(*beat);
 }

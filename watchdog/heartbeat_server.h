@@ -52,7 +52,6 @@ class HeartbeatServer {
   HeartbeatServer& operator=(const HeartbeatServer&) = delete;
 
   const std::string& path() const { return path_; }
-  uint64_t beats_received() const { return beats_; }
   uint64_t malformed_received() const { return malformed_; }
 
  private:
@@ -63,7 +62,6 @@ class HeartbeatServer {
   std::string path_;
   BeatHandler on_beat_;
   char buf_[256];
-  uint64_t beats_ = 0;
   uint64_t malformed_ = 0;
   std::chrono::steady_clock::time_point last_warning_{};
   uint64_t suppressed_warnings_ = 0;

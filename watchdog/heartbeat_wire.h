@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ddprun::watchdog::wire {
+namespace ddprun::watchdog::heartbeat_wire {
 
 // Environment variable naming the agent's socket path (docs/CONTRACTS.md).
 inline constexpr const char* kSocketEnv = "DDPRUN_HEARTBEAT_SOCKET";
@@ -30,4 +30,4 @@ inline constexpr std::size_t kMaxDatagramBytes = 64;
 // Ranks at or above this are malformed (no job is that large per agent view).
 inline constexpr int64_t kMaxRank = 1 << 24;
 
-}  // namespace ddprun::watchdog::wire
+}  // namespace ddprun::watchdog::heartbeat_wire

@@ -1,41 +1,10 @@
-#include "watchdog/restart_policy.h"
+#include "watchdog/restart_rules.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <stdexcept>
 
 namespace ddprun::watchdog {
-
-std::vector<int> parse_exit_code_list(const std::string& text) {
-  std::vector<int> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    auto comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string item = text.substr(start, comma - start);
-    item.erase(0, item.find_first_not_of(' '));
-    item.erase(item.find_last_not_of(' ') + 1);
-    if (!item.empty()) {
-      std::size_t used = 0;
-      int code = -1;
-      try {
-        code = std::stoi(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != item.size() || code < 0 || code > 255) {
-        throw std::invalid_argument("bad exit code '" + item + "' in '" + text +
-                                    "' (expected comma-separated integers 0-255)");
-      }
-      out.push_back(code);
-    } else if (text.find_first_not_of(' ') != std::string::npos) {
-      throw std::invalid_argument("empty exit code in '" + text + "'");
-    }
-    start = comma + 1;
-  }
-  return out;
-}
 
 const char* to_string(StopRule rule) {
   switch (rule) {
@@ -48,8 +17,8 @@ const char* to_string(StopRule rule) {
   return "unknown";
 }
 
-RestartDecision RestartPolicy::on_attempt_end(const AttemptOutcome& outcome) {
-  RestartDecision d;
+RuleDecision RestartRules::on_attempt_end(const AttemptOutcome& outcome) {
+  RuleDecision d;
   // Progress bookkeeping first: every attempt counts, whatever stops us.
   if (outcome.max_step > best_step_) {
     best_step_ = outcome.max_step;

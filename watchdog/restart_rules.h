@@ -1,4 +1,4 @@
-// RestartPolicy: pure decision logic for "restart the group or stop?".
+// RestartRules: pure decision logic for "restart the group or stop?".
 //
 // Rules, checked in this order after each failed attempt:
 //  1. an exit code listed in no_restart_exit_codes (e.g. 2, a usage error)
@@ -22,7 +22,7 @@
 
 namespace ddprun::watchdog {
 
-struct RestartPolicyOptions {
+struct RestartRulesOptions {
   // Restarts allowed after the first attempt (torchrun's --max-restarts).
   int max_restarts = 0;
   // Delay before the second restart (the first is immediate); each further
@@ -35,10 +35,6 @@ struct RestartPolicyOptions {
   // Worker exit codes that mean "do not restart".
   std::vector<int> no_restart_exit_codes;
 };
-
-// Parses "2,64" (spaces allowed); throws std::invalid_argument naming the
-// bad item.
-std::vector<int> parse_exit_code_list(const std::string& text);
 
 struct AttemptOutcome {
   // Restarts the job had spent when the attempt started: its
@@ -55,7 +51,7 @@ struct AttemptOutcome {
 enum class StopRule { kRestart, kSucceeded, kNoRestartExitCode, kMaxRestarts, kNoProgress };
 const char* to_string(StopRule rule);
 
-struct RestartDecision {
+struct RuleDecision {
   bool restart = false;
   StopRule rule = StopRule::kRestart;
   // Back-off before the next attempt (restart only).
@@ -64,18 +60,18 @@ struct RestartDecision {
   std::string reason;
 };
 
-class RestartPolicy {
+class RestartRules {
  public:
-  explicit RestartPolicy(RestartPolicyOptions options) : options_(std::move(options)) {}
+  explicit RestartRules(RestartRulesOptions options) : options_(std::move(options)) {}
 
   // Records the outcome of the attempt that just ended and decides.
-  RestartDecision on_attempt_end(const AttemptOutcome& outcome);
+  RuleDecision on_attempt_end(const AttemptOutcome& outcome);
 
   int64_t best_step() const { return best_step_; }
   int no_progress_streak() const { return no_progress_streak_; }
 
  private:
-  RestartPolicyOptions options_;
+  RestartRulesOptions options_;
   int64_t best_step_ = -1;
   int no_progress_streak_ = 0;
 };

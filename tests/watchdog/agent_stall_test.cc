@@ -16,8 +16,8 @@
 #include "tests/common/run_folder.h"
 #include "tests/watchdog/test_util.h"
 
-using ddprun::watchdog::test::Child;
-using ddprun::watchdog::test::TempDir;
+using ddprun::watchdog::testing::Child;
+using ddprun::watchdog::testing::TempDir;
 using nlohmann::json;
 
 namespace {

@@ -16,8 +16,8 @@
 namespace wd = ddprun::watchdog;
 using namespace std::chrono_literals;
 using ddprun::base::ManualClock;
-using wd::test::Child;
-using wd::test::run_until;
+using wd::testing::Child;
+using wd::testing::run_until;
 
 namespace {
 

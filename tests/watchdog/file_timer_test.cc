@@ -14,9 +14,9 @@
 
 namespace wd = ddprun::watchdog;
 using ddprun::testing::test_python;
-using wd::test::Child;
-using wd::test::run_until;
-using wd::test::TempDir;
+using wd::testing::Child;
+using wd::testing::run_until;
+using wd::testing::TempDir;
 
 namespace {
 

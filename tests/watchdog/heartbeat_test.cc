@@ -13,9 +13,9 @@
 
 namespace wd = ddprun::watchdog;
 using ddprun::testing::test_python;
-using wd::test::Child;
-using wd::test::run_until;
-using wd::test::TempDir;
+using wd::testing::Child;
+using wd::testing::run_until;
+using wd::testing::TempDir;
 
 namespace {
 
@@ -149,5 +149,5 @@ TEST_CASE("clients never block when the agent stops reading: beats are dropped")
   REQUIRE_MESSAGE(status.has_value(), "the Python client blocked on a full socket");
   CHECK(WEXITSTATUS(*status) == 0);
   // What did fit is still valid and arrives once the agent reads again.
-  CHECK(wd::test::run_until(io, [&] { return received > 0; }));
+  CHECK(wd::testing::run_until(io, [&] { return received > 0; }));
 }

@@ -13,9 +13,9 @@
 #include "tests/common/test_python.h"
 
 using ddprun::testing::test_python;
-using ddprun::watchdog::test::Child;
-using ddprun::watchdog::test::TempDir;
-using ddprun::watchdog::test::tool_installed;
+using ddprun::watchdog::testing::Child;
+using ddprun::watchdog::testing::TempDir;
+using ddprun::watchdog::testing::tool_installed;
 using nlohmann::json;
 
 namespace {

@@ -16,9 +16,9 @@
 
 namespace wd = ddprun::watchdog;
 using ddprun::testing::test_python;
-using wd::test::Child;
-using wd::test::TempDir;
-using wd::test::tool_installed;
+using wd::testing::Child;
+using wd::testing::TempDir;
+using wd::testing::tool_installed;
 
 namespace {
 

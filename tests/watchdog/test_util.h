@@ -25,7 +25,7 @@ extern char** environ;
 #include "base/pidfd.h"
 #include "tests/common/temp_dir.h"
 
-namespace ddprun::watchdog::test {
+namespace ddprun::watchdog::testing {
 
 // Runs `io` until `done()` or `timeout`; returns done().
 inline bool run_until(boost::asio::io_context& io, const std::function<bool()>& done,
@@ -155,4 +155,4 @@ inline bool tool_installed(const std::string& tool) {
 
 using ddprun::testing::TempDir;
 
-}  // namespace ddprun::watchdog::test
+}  // namespace ddprun::watchdog::testing
