@@ -7,7 +7,8 @@ bash scripts/setup.sh
 # The newest PyPI torch in .venv-torch, for the torch2 test label (a fresh
 # machine downloads ~4 GB: about 17 min measured on a loaded 2-core machine).
 bash scripts/setup-torch.sh
-bash scripts/build.sh build -DDDPRUN_WERROR=ON
+# The store's fuzzers are opt-in; CI builds them and runs each for 20 s.
+bash scripts/build.sh build -DDDPRUN_WERROR=ON -DDDPRUN_FUZZ=ON
 # The CUDA variant of `train` against that torch's CUDA LibTorch and NCCL
 # (configure, compile, link; no GPU needed, and without one it checks that
 # `train --backend nccl` refuses in one line). Measured 2026-11-30 from an
