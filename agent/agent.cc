@@ -23,6 +23,7 @@
 #include "agent/output_pump.h"
 #include "agent/runtime_dir.h"
 #include "agent/spawn.h"
+#include "base/contract.h"
 #include "base/steady_clock.h"
 #include "agent/standalone_rendezvous.h"
 
@@ -230,8 +231,8 @@ std::string Agent::make_run_dir(const EnvMap& env, bool keep) {
 }
 
 void Agent::make_cgroup(EnvMap& worker_env) {
-  std::string why = "DDPRUN_CGROUP=off";
-  if (env_value(worker_env, kEnvCgroup) != "off") cgroup_ = JobCgroup::create(&why);
+  std::string why = std::string(base::kEnvCgroup) + "=off";
+  if (env_value(worker_env, base::kEnvCgroup) != "off") cgroup_ = JobCgroup::create(&why);
   if (cgroup_) return;
   // Once, at start-up: without a cgroup, what leaves the workers' process
   // groups is found by ancestry while ddprun lives and by an environment
@@ -242,7 +243,7 @@ void Agent::make_cgroup(EnvMap& worker_env) {
   for (auto& b : bytes) b = static_cast<unsigned char>(rd());
   char hex[33];
   for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
-  worker_env[kEnvContainmentToken] = hex;
+  worker_env[base::kEnvContainmentToken] = hex;
 }
 
 int Agent::run() {
@@ -282,7 +283,7 @@ int Agent::run() {
   watch_job_control();
   EnvMap env = env_from_strings(options_.base_env);
   make_cgroup(env);
-  auto token = env.find(kEnvContainmentToken);
+  auto token = env.find(base::kEnvContainmentToken);
   std::optional<Guardian> guardian;
   try {
     guardian.emplace(cgroup_ ? cgroup_->path() : "",

@@ -16,6 +16,7 @@
 #include "agent/error_file.h"
 #include "agent/line_splitter.h"
 #include "agent/spawn.h"
+#include "base/contract.h"
 #include "base/scoped_fd.h"
 #include "agent/worker_streams.h"
 
@@ -44,7 +45,8 @@ Attempt::Attempt(boost::asio::io_context& io, base::Clock& clock, ProcessLaunche
       timer_(clock.make_timer()) {
   info_.restart_count = setup_.restart_count;
   info_.round = setup_.round;
-  info_.log_dir = setup_.run_dir + "/attempt_" + std::to_string(setup_.attempt_index);
+  info_.log_dir =
+      setup_.run_dir + "/" + base::kFileAttemptDirPrefix + std::to_string(setup_.attempt_index);
   info_.runtime_dir = setup_.runtime_dir;
   result_.restart_count = setup_.restart_count;
   ptys_ = setup_.consoles.out && setup_.consoles.out->terminal();

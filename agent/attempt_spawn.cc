@@ -13,6 +13,7 @@
 #include "agent/line_splitter.h"
 #include "agent/spawn.h"
 #include "agent/worker_streams.h"
+#include "base/contract.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::agent {
@@ -44,8 +45,8 @@ void Attempt::spawn_worker(int lr) {
   if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(lr))
     shown_streams = kStdNone;
   base::ScopedFd out_log, err_log;
-  if (filed & kStdOut) out_log = open_log(w.stdout_log = dir + "/stdout.log");
-  if (filed & kStdErr) err_log = open_log(w.stderr_log = dir + "/stderr.log");
+  if (filed & kStdOut) out_log = open_log(w.stdout_log = dir + "/" + base::kFileStdoutLog);
+  if (filed & kStdErr) err_log = open_log(w.stderr_log = dir + "/" + base::kFileStderrLog);
 
   const EnvMap env = worker_env(w);
 
@@ -88,7 +89,7 @@ std::string Attempt::make_worker_dir(WorkerInfo& w) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw SpawnError("cannot create log directory " + dir + ": " + ec.message(), ec.value());
-  w.error_file = dir + "/error.json";
+  w.error_file = dir + "/" + base::kFileErrorJson;
   fs::remove(w.error_file, ec);  // a stale file would be blamed on this attempt
   return dir;
 }

@@ -10,6 +10,7 @@
 #include "agent/process_launcher.h"
 #include "agent/spawn.h"
 #include "agent/standalone_rendezvous.h"
+#include "base/contract.h"
 
 namespace ddprun::agent {
 
@@ -56,7 +57,7 @@ std::optional<int> Agent::prepare_job(AttemptSetup& setup, EnvMap env) {
     spdlog::error("{}", e.what());
     return 1;
   }
-  if (options_.nproc_per_node > 1 && !setup.base_env.count(kEnvOmpNumThreads))
+  if (options_.nproc_per_node > 1 && !setup.base_env.count(base::kEnvOmpNumThreads))
     spdlog::info("OMP_NUM_THREADS=1 for each of the {} workers (set it to override)",
                  options_.nproc_per_node);
   if (options_.log_dir.empty() && redirected)

@@ -12,13 +12,17 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "base/contract.h"
+
 namespace ddprun::agent {
 namespace {
 
-constexpr const char* kPrefix = "ddprun-agent.";
+constexpr const char* kPrefix = base::kFileAgentDirPrefix;
 constexpr const char* kNewPrefix = ".ddprun-agent-new.";
+const std::string kLockPath = std::string("/") + base::kFileLock;
 // The longest name placed in the folder that must fit sun_path.
-constexpr size_t kLongestSocketName = sizeof("heartbeat.sock");
+constexpr size_t kLongestSocketName =
+    std::char_traits<char>::length(base::kFileHeartbeatSocket) + 1;
 
 void add_base(std::vector<std::string>& out, const EnvMap& env, const char* key) {
   auto it = env.find(key);
@@ -41,12 +45,12 @@ bool remove_locked_dir(const std::string& path) {
   std::error_code ec;
   bool ok = true;
   for (const auto& e : std::filesystem::directory_iterator(path, ec))
-    if (e.path().filename() != "lock") {
+    if (e.path().filename() != base::kFileLock) {
       std::filesystem::remove_all(e.path(), ec);
       ok = ok && !ec;
     }
   if (!ok) return false;
-  std::filesystem::remove(path + "/lock", ec);
+  std::filesystem::remove(path + kLockPath, ec);
   return std::filesystem::remove(path, ec) && !ec;
 }
 
@@ -54,14 +58,14 @@ bool remove_locked_dir(const std::string& path) {
 
 std::vector<std::string> runtime_bases(const EnvMap& env) {
   std::vector<std::string> out;
-  add_base(out, env, "XDG_RUNTIME_DIR");
-  add_base(out, env, "TMPDIR");
+  add_base(out, env, base::kEnvXdgRuntimeDir);
+  add_base(out, env, base::kEnvTmpDir);
   return with_tmp(std::move(out));
 }
 
 std::vector<std::string> temp_bases(const EnvMap& env) {
   std::vector<std::string> out;
-  add_base(out, env, "TMPDIR");
+  add_base(out, env, base::kEnvTmpDir);
   return with_tmp(std::move(out));
 }
 
@@ -93,7 +97,7 @@ RuntimeDir::RuntimeDir(const std::vector<std::string>& bases) {
       continue;
     }
     std::string suffix = tmpl.substr(tmpl.size() - 6);
-    base::ScopedFd lock(::open((tmpl + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    base::ScopedFd lock(::open((tmpl + kLockPath).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     std::string final_path = base + "/" + kPrefix + suffix;
     if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0 ||
         rename(tmpl.c_str(), final_path.c_str()) != 0) {
@@ -124,7 +128,7 @@ int remove_stale_runtime_dirs(const std::string& base) {
     struct stat st;
     // Only our own folders: in a shared /tmp, others' are not ours to judge.
     if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
-    base::ScopedFd lock(::open((path + "/lock").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+    base::ScopedFd lock(::open((path + kLockPath).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
     // No lock file: not one of ours as we make them; leave it.
     if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;
     if (remove_locked_dir(path)) ++removed;

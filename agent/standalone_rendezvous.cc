@@ -38,6 +38,8 @@ StandaloneRendezvous::StandaloneRendezvous(const Options& options) : run_id_(opt
 
 RoundInfo StandaloneRendezvous::next_round(int restart_count) {
   RoundInfo r = round_;
+  // Store keys (DDPRUN_STORE_PREFIX), only alike to the attempt folder's
+  // name: not-a-contract-name
   r.store_prefix = run_id_ + "/attempt_" + std::to_string(restart_count) + "/";
   return r;
 }

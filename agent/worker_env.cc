@@ -22,9 +22,9 @@ std::vector<std::string> env_to_strings(const EnvMap& env) {
 }
 
 void use_virtual_local_rank(int local_rank, EnvMap& env) {
-  env[kEnvLocalRank] = "0";
+  env[base::kEnvLocalRank] = "0";
   std::string gpu = std::to_string(local_rank);
-  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
+  if (auto it = env.find(base::kEnvCudaVisibleDevices); it != env.end()) {
     std::vector<std::string> list;
     size_t pos = 0;
     while (pos <= it->second.size()) {
@@ -38,42 +38,42 @@ void use_virtual_local_rank(int local_rank, EnvMap& env) {
                                   " has no GPU in CUDA_VISIBLE_DEVICES=" + it->second);
     gpu = list[local_rank];
   }
-  env["CUDA_VISIBLE_DEVICES"] = gpu;
+  env[base::kEnvCudaVisibleDevices] = gpu;
 }
 
 void add_worker_env(const WorkerEnvInput& in, EnvMap& env) {
-  env[kEnvRank] = std::to_string(in.rank);
-  env[kEnvLocalRank] = std::to_string(in.local_rank);
-  env[kEnvWorldSize] = std::to_string(in.world_size);
-  env[kEnvLocalWorldSize] = std::to_string(in.local_world_size);
-  env[kEnvGroupRank] = std::to_string(in.group_rank);
-  env[kEnvGroupWorldSize] = std::to_string(in.group_world_size);
-  env[kEnvRoleRank] = std::to_string(in.role_rank);
-  env[kEnvRoleName] = in.role_name;
-  env[kEnvRoleWorldSize] = std::to_string(in.role_world_size);
-  env[kEnvMasterAddr] = in.master_addr;
-  env[kEnvMasterPort] = std::to_string(in.master_port);
-  env[kEnvRestartCount] = std::to_string(in.restart_count);
-  env[kEnvMaxRestarts] = std::to_string(in.max_restarts);
-  env[kEnvRunId] = in.run_id;
+  env[base::kEnvRank] = std::to_string(in.rank);
+  env[base::kEnvLocalRank] = std::to_string(in.local_rank);
+  env[base::kEnvWorldSize] = std::to_string(in.world_size);
+  env[base::kEnvLocalWorldSize] = std::to_string(in.local_world_size);
+  env[base::kEnvGroupRank] = std::to_string(in.group_rank);
+  env[base::kEnvGroupWorldSize] = std::to_string(in.group_world_size);
+  env[base::kEnvRoleRank] = std::to_string(in.role_rank);
+  env[base::kEnvRoleName] = in.role_name;
+  env[base::kEnvRoleWorldSize] = std::to_string(in.role_world_size);
+  env[base::kEnvMasterAddr] = in.master_addr;
+  env[base::kEnvMasterPort] = std::to_string(in.master_port);
+  env[base::kEnvRestartCount] = std::to_string(in.restart_count);
+  env[base::kEnvMaxRestarts] = std::to_string(in.max_restarts);
+  env[base::kEnvRunId] = in.run_id;
   // Our store does not speak PyTorch's TCPStore protocol, so rank 0's env://
   // init must host its own TCPStore at MASTER_PORT.
-  env[kEnvUseAgentStore] = "False";
-  env[kEnvErrorFile] = in.error_file;
-  if (!in.signals_to_handle.empty()) env[kEnvSignalsToHandle] = in.signals_to_handle;
-  env.emplace(kEnvTorchNcclAsync, "1");
-  env.emplace(kEnvNcclAsync, "1");
-  if (in.local_world_size > 1) env.emplace(kEnvOmpNumThreads, "1");
-  if (!in.attempt_log_dir.empty()) env[kEnvLogDir] = in.attempt_log_dir;
-  if (!in.store_addr.empty()) env[kEnvStoreAddr] = in.store_addr;
-  if (!in.store_prefix.empty()) env[kEnvStorePrefix] = in.store_prefix;
-  if (!in.store_token.empty()) env[kEnvStoreToken] = in.store_token;
+  env[base::kEnvUseAgentStore] = "False";
+  env[base::kEnvErrorFile] = in.error_file;
+  if (!in.signals_to_handle.empty()) env[base::kEnvSignalsToHandle] = in.signals_to_handle;
+  env.emplace(base::kEnvTorchNcclAsync, "1");
+  env.emplace(base::kEnvNcclAsync, "1");
+  if (in.local_world_size > 1) env.emplace(base::kEnvOmpNumThreads, "1");
+  if (!in.attempt_log_dir.empty()) env[base::kEnvLogDir] = in.attempt_log_dir;
+  if (!in.store_addr.empty()) env[base::kEnvStoreAddr] = in.store_addr;
+  if (!in.store_prefix.empty()) env[base::kEnvStorePrefix] = in.store_prefix;
+  if (!in.store_token.empty()) env[base::kEnvRdzvToken] = in.store_token;
   if (!in.pythonpath_prepend.empty()) {
     std::string path;
     for (const auto& p : in.pythonpath_prepend) path += (path.empty() ? "" : ":") + p;
-    auto it = env.find(kEnvPythonPath);
+    auto it = env.find(base::kEnvPythonPath);
     if (it != env.end() && !it->second.empty()) path += ":" + it->second;
-    env[kEnvPythonPath] = path;
+    env[base::kEnvPythonPath] = path;
   }
 }
 

@@ -7,9 +7,11 @@
 
 #include <boost/asio/post.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "agent/exit_status.h"
+#include "base/contract.h"
 #include "introspect/control_wire.h"
 #include "introspect/proc_usage.h"
 #include "introspect/stacks.h"
@@ -22,7 +24,7 @@ namespace {
 
 std::string make_runtime_dir() {
   std::string base = "/tmp";
-  for (const char* var : {"XDG_RUNTIME_DIR", "TMPDIR"}) {
+  for (const char* var : {base::kEnvXdgRuntimeDir, base::kEnvTmpDir}) {
     const char* v = std::getenv(var);
     if (v && *v && ::access(v, W_OK) == 0) {
       base = v;
@@ -45,9 +47,9 @@ std::string hostname() {
 
 int attempt_number(const std::string& log_dir, int fallback) {
   const std::string name = fs::path(log_dir).filename().string();
-  if (name.rfind("attempt_", 0) == 0) {
+  if (name.rfind(base::kFileAttemptDirPrefix, 0) == 0) {
     try {
-      return std::stoi(name.substr(8));
+      return std::stoi(name.substr(std::strlen(base::kFileAttemptDirPrefix)));
     } catch (const std::exception&) {
     }
   }
@@ -102,10 +104,10 @@ void IntrospectHook::set_up(const std::string& agent_runtime_dir) {
       runtime_dir_ = agent_runtime_dir + "/introspect";
       fs::create_directory(runtime_dir_);
     }
-    fs::create_directory(runtime_dir_ + "/pystack");
+    fs::create_directory(runtime_dir_ + "/" + base::kFilePyStackDir);
     fs::create_directory(runtime_dir_ + "/stacks");
     server_ = std::make_unique<ControlServer>(
-        io_, runtime_dir_ + "/" + control_wire::kSocketName,
+        io_, runtime_dir_ + "/" + base::kFileControlSocket,
         [this](const nlohmann::json& req, ControlServer::Reply reply) { handle(req, reply); });
     AgentEntry e{options_.run_id, host_, ::getpid(), server_->path()};
     registration_ = std::make_unique<Registration>(registry_dir(options_.registry_dir), e);
@@ -136,8 +138,8 @@ void IntrospectHook::add_worker_env(const agent::AttemptInfo& attempt, int,
                                     agent::EnvMap& env) {
   if (!set_up_) set_up(attempt.runtime_dir);
   if (runtime_dir_.empty()) return;
-  env[kPyStackSignalEnv] = std::to_string(pystack_signal());
-  env[kPyStackDirEnv] = runtime_dir_ + "/pystack";
+  env[base::kEnvPyStackSignal] = std::to_string(pystack_signal());
+  env[base::kEnvPyStackDir] = runtime_dir_ + "/" + base::kFilePyStackDir;
 }
 
 void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::AttemptControl&) {

@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "base/contract.h"
 #include "base/proc_stat.h"
 #include "base/scoped_fd.h"
 #include "watchdog/heartbeat_server.h"
@@ -32,6 +33,10 @@ namespace ddprun::introspect {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::string env_entry(const char* name, const std::string& value) {
+  return std::string(name) + "=" + value;
+}
 
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -330,8 +335,8 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
           {"watched", watched_json}, {"stacks", stacks_json}, {"action", action}};
       std::string report_path;
       if (!o.report_dir.empty()) {
-        report_path = o.report_dir + "/hang_report.json";
-        std::ofstream(o.report_dir + "/hang_report.txt") << text;
+        report_path = o.report_dir + "/" + base::kFileHangReportJson;
+        std::ofstream(o.report_dir + "/" + base::kFileHangReportText) << text;
         std::ofstream(report_path + ".tmp") << report.dump(2) << "\n";
         std::rename((report_path + ".tmp").c_str(), report_path.c_str());
       }
@@ -342,9 +347,9 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
       }
       if (o.on_hang == OnHang::kCommand) {
         const auto r = run_tool({"/bin/sh", "-c", o.command}, o.command_timeout, 64 * 1024,
-                                {"DDPRUN_HANG_RANK=" + std::to_string(hang->rank),
-                                 "DDPRUN_HANG_PID=" + std::to_string(hang->pid),
-                                 "DDPRUN_HANG_REPORT=" + report_path});
+                                {env_entry(base::kEnvHangRank, std::to_string(hang->rank)),
+                                 env_entry(base::kEnvHangPid, std::to_string(hang->pid)),
+                                 env_entry(base::kEnvHangReport, report_path)});
         out << r.output
             << fmt::format("ddprun attach: --on-hang command {}\n",
                            !r.started     ? "could not start: " + r.error

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "base/contract.h"
 #include "introspect/attach.h"
 #include "introspect/client.h"
 #include "introspect/doctor.h"
@@ -41,7 +42,7 @@ int doctor_main(int argc, char** argv) {
                "ddprun doctor");
   DoctorOptions o;
   o.env = environment();
-  if (auto it = o.env.find("DDPRUN_DOCTOR_ROOT"); it != o.env.end()) o.root = it->second;
+  if (auto it = o.env.find(base::kEnvDoctorRoot); it != o.env.end()) o.root = it->second;
   bool json = false;
   app.add_option("--root", o.root,
                  "read /sys and /proc below this folder (default $DDPRUN_DOCTOR_ROOT or /)");
@@ -311,7 +312,7 @@ int attach_main(int argc, char** argv) {
   // The native tools' output files: the report folder, else a private one.
   std::string scratch;
   if (o.report_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
+    const char* tmp = std::getenv(base::kEnvTmpDir);
     scratch = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-attach-XXXXXX";
     if (::mkdtemp(scratch.data()) == nullptr) scratch.clear();
   }

@@ -138,6 +138,7 @@ std::string status_table(const std::vector<nlohmann::json>& replies) {
     }
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.rank < b.rank; });
+  // Column titles; not-a-contract-name
   const std::vector<std::string> head = {"RANK", "HOST",  "PID", "STATE",    "STEP",   "BEAT_AGE",
                                          "STEPS/S", "CPU%", "RSS", "RESTARTS", "ATTEMPT"};
   std::vector<std::size_t> width(head.size());

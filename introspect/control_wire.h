@@ -1,6 +1,7 @@
 // The agent's control socket: one request, one reply, then the agent closes.
 //
-// Transport: AF_UNIX stream socket "control.sock" in the agent's private
+// Transport: AF_UNIX stream socket base::kFileControlSocket ("control.sock",
+// base/contract.h) in the agent's private
 // runtime folder (mode 0700, so only its user can connect); agents are found
 // through the registry (registry.h).
 // Request: one JSON object on one line, at most kMaxRequestBytes:
@@ -29,9 +30,10 @@
 #include <chrono>
 #include <cstddef>
 
+#include "base/contract.h"
+
 namespace ddprun::introspect::control_wire {
 
-inline constexpr const char* kSocketName = "control.sock";
 inline constexpr std::size_t kMaxRequestBytes = 4096;
 inline constexpr std::size_t kMaxReplyBytes = 8 * 1024 * 1024;
 // A client that has not sent its request by then is dropped.

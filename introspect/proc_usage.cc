@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/contract.h"
 #include "base/proc_stat.h"
 
 namespace ddprun::introspect {
@@ -132,12 +133,12 @@ std::map<pid_t, int> find_ranks(const std::vector<pid_t>& roots) {
     if (process_gone(r)) continue;
     bool any = false;
     for (pid_t p : process_tree(r)) {
-      const auto rank = proc_environ_value(p, "RANK");
+      const auto rank = proc_environ_value(p, base::kEnvRank);
       if (!rank || process_gone(p)) continue;
       // A rank's own children (DataLoader workers) inherit RANK: keep the
       // topmost process carrying each rank.
       const auto parent = base::read_proc_stat(p);
-      if (parent && proc_environ_value(parent->ppid, "RANK") == rank) continue;
+      if (parent && proc_environ_value(parent->ppid, base::kEnvRank) == rank) continue;
       try {
         out[p] = std::stoi(*rank);
         any = true;

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "base/contract.h"
+
 namespace ddprun::introspect {
 
 namespace fs = std::filesystem;
@@ -43,12 +45,12 @@ std::string registry_dir(const std::string& override_dir) {
     ensure_private_dir(override_dir);
     return override_dir;
   }
-  if (const char* d = std::getenv("DDPRUN_REGISTRY_DIR"); d && *d) {
+  if (const char* d = std::getenv(base::kEnvRegistryDir); d && *d) {
     ensure_private_dir(d);
     return d;
   }
   std::string base;
-  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x && ::access(x, W_OK) == 0) {
+  if (const char* x = std::getenv(base::kEnvXdgRuntimeDir); x && *x && ::access(x, W_OK) == 0) {
     base = std::string(x) + "/ddprun";
   } else {
     base = "/tmp/ddprun-" + std::to_string(::getuid());

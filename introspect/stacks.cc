@@ -10,6 +10,7 @@
 #include <thread>
 #include <cstring>
 
+#include "base/contract.h"
 #include "introspect/proc_usage.h"
 
 namespace ddprun::introspect {
@@ -45,8 +46,8 @@ std::string read_from(const std::string& path, uint64_t offset) {
 }
 
 void python_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) {
-  const auto sig_text = proc_environ_value(pid, kPyStackSignalEnv);
-  const auto dir = proc_environ_value(pid, kPyStackDirEnv);
+  const auto sig_text = proc_environ_value(pid, base::kEnvPyStackSignal);
+  const auto dir = proc_environ_value(pid, base::kEnvPyStackDir);
   if (!sig_text || !dir) {
     out.python_note = "not started with ddprun's faulthandler signal (no DDPRUN_PYSTACK_* in "
                       "its environment)";
@@ -62,7 +63,8 @@ void python_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) {
                                   "not registered)", sig);
     return;
   }
-  const std::string path = *dir + "/pystack_" + std::to_string(pid) + ".txt";
+  const std::string path =
+      *dir + "/" + base::kFilePyStackPrefix + std::to_string(pid) + ".txt";
   const uint64_t before = file_size(path);
   if (::kill(pid, sig) != 0) {
     out.python_note = fmt::format("kill({}, {}): {}", pid, sig, std::strerror(errno));

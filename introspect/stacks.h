@@ -34,8 +34,6 @@ namespace ddprun::introspect {
 
 // The signal ddprun's sitecustomize registers faulthandler on.
 int pystack_signal();
-inline constexpr const char* kPyStackSignalEnv = "DDPRUN_PYSTACK_SIGNAL";
-inline constexpr const char* kPyStackDirEnv = "DDPRUN_PYSTACK_DIR";
 
 // The folder holding sitecustomize.py, for workers' PYTHONPATH: the installed
 // copy (<prefix>/share/ddprun/introspect) when present, else the source tree's.

@@ -12,6 +12,7 @@
 
 #include "agent/exit_status.h"
 #include "agent/rendezvous_store.h"
+#include "base/contract.h"
 #include "rendezvous/rendezvous.h"
 #include "launcher/command.h"
 #include "launcher/nproc.h"
@@ -249,7 +250,7 @@ void define_flags(CLI::App& app, RawFlags& f) {
       "(1 stdout, 2 stderr, 3 both) [0]");
   opt("-t,--tee", f.tee, "PET_TEE", O,
       "Streams to the log file AND the console (as torchrun; wins over -r), same values [0]");
-  opt("--stdin-rank,--stdin_rank", f.stdin_rank, "DDPRUN_STDIN_RANK", O,
+  opt("--stdin-rank,--stdin_rank", f.stdin_rank, base::kEnvStdinRank, O,
       "The rank that reads ddprun's standard input (typed input is forwarded), or none; "
       "the others read /dev/null [0]");
   opt("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter, "PET_LOCAL_RANKS_FILTER",
@@ -294,7 +295,7 @@ void apply_torch2_flags(const RawFlags& f, agent::Options& o) {
                      "(torch's handlers are Python); use null or console");
   o.events_to_console = f.event_log_handler == "console";
   o.virtual_local_rank = f.virtual_local_rank;
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); f.virtual_local_rank && v &&
+  if (const char* v = std::getenv(base::kEnvCudaVisibleDevices); f.virtual_local_rank && v &&
       static_cast<int>(split(v, ',').size()) < o.nproc_per_node)
     throw UsageError("--virtual-local-rank: CUDA_VISIBLE_DEVICES=" + std::string(v) +
                      " names fewer GPUs than --nproc-per-node=" + std::to_string(o.nproc_per_node));
@@ -322,7 +323,7 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   o.max_nodes = nn.size() == 2 ? to_int("--nnodes", nn[1], 1) : o.min_nodes;
   if (o.min_nodes > o.max_nodes)
     throw UsageError("--nnodes=" + f.nnodes + ": MIN is larger than MAX");
-  o.nproc_per_node = resolve_nproc(f.nproc, std::getenv("CUDA_VISIBLE_DEVICES"),
+  o.nproc_per_node = resolve_nproc(f.nproc, std::getenv(base::kEnvCudaVisibleDevices),
                                    static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   if (f.node_rank < 0) throw UsageError("--node-rank must be >= 0");
   if (f.max_restarts < 0) throw UsageError("--max-restarts must be >= 0");
@@ -370,9 +371,11 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
     if (it->second.empty()) throw UsageError("--rdzv-conf token= is empty");
     o.rdzv_token = it->second;
     o.rdzv_conf.erase(it);
-  } else if (const char* t = std::getenv("DDPRUN_RDZV_TOKEN")) {
+  } else if (const char* t = std::getenv(base::kEnvRdzvToken)) {
     // Empty would silently turn authentication off.
-    if (*t == '\0') throw UsageError("DDPRUN_RDZV_TOKEN is set but empty: give the shared secret or unset it");
+    if (*t == '\0')
+      throw UsageError(std::string(base::kEnvRdzvToken) +
+                       " is set but empty: give the shared secret or unset it");
     o.rdzv_token = t;
   }
   // Unknown keys and malformed values are wrong flags (exit 2), found here
@@ -443,10 +446,10 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   // torchrun's PYTHON_EXEC first, so scripts written for torchrun pick the
   // same interpreter; then ddprun's own variable; then python3 from PATH.
   o.python_source = "the default: python3 from PATH";
-  if (const char* py = std::getenv("PYTHON_EXEC"); py && *py) {
+  if (const char* py = std::getenv(base::kEnvPythonExec); py && *py) {
     spec.python = py;
     o.python_source = "$PYTHON_EXEC";
-  } else if (const char* ddp = std::getenv("DDPRUN_PYTHON"); ddp && *ddp) {
+  } else if (const char* ddp = std::getenv(base::kEnvDdprunPython); ddp && *ddp) {
     spec.python = ddp;
     o.python_source = "$DDPRUN_PYTHON";
   }

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "base/contract.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -117,7 +119,7 @@ std::vector<std::string> expand_hostlist(const std::string& list) {
 }
 
 std::optional<SlurmStep> slurm_step(const EnvLookup& env) {
-  const char* off = env("DDPRUN_SLURM");
+  const char* off = env(base::kEnvSlurm);
   if (off && std::string(off) == "0") return std::nullopt;
   const char* job = env("SLURM_JOB_ID");
   const char* step = env("SLURM_STEP_ID");

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include "base/contract.h"
 #include "rendezvous/client.h"
 
 namespace ddprun::rendezvous {
@@ -24,28 +25,30 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const 
 }
 
 std::string token_from_env() {
-  const char* token = std::getenv("DDPRUN_RDZV_TOKEN");
-  std::string name = "DDPRUN_RDZV_TOKEN";
+  const char* name = base::kEnvRdzvToken;
+  const char* token = std::getenv(name);
   if (token == nullptr) {
-    token = std::getenv("DDPRUN_STORE_TOKEN");
-    name = "DDPRUN_STORE_TOKEN";
+    name = base::kEnvOldStoreToken;
+    token = std::getenv(name);
     if (token == nullptr) return "";
-    spdlog::warn("DDPRUN_STORE_TOKEN is the old name of DDPRUN_RDZV_TOKEN; set DDPRUN_RDZV_TOKEN");
+    spdlog::warn("{} is the old name of {}; set {}", name, base::kEnvRdzvToken, base::kEnvRdzvToken);
   }
   // An empty secret would silently turn authentication off.
-  if (*token == '\0') throw StoreError(name + " is set but empty: give the shared secret or unset it");
+  if (*token == '\0') {
+    throw StoreError(std::string(name) + " is set but empty: give the shared secret or unset it");
+  }
   return token;
 }
 
 std::unique_ptr<Store> connect_from_env(Duration connect_timeout) {
-  const char* addr = std::getenv("DDPRUN_STORE_ADDR");
+  const char* addr = std::getenv(base::kEnvStoreAddr);
   if (addr == nullptr || *addr == '\0') return nullptr;
   ClientOptions o;
-  std::tie(o.host, o.port) = parse_host_port(addr, "DDPRUN_STORE_ADDR");
+  std::tie(o.host, o.port) = parse_host_port(addr, base::kEnvStoreAddr);
   o.token = token_from_env();
   o.connect_timeout = connect_timeout;
   auto client = std::make_unique<Client>(std::move(o));
-  const char* prefix = std::getenv("DDPRUN_STORE_PREFIX");
+  const char* prefix = std::getenv(base::kEnvStorePrefix);
   if (prefix == nullptr || *prefix == '\0') return client;
   return std::make_unique<PrefixStore>(prefix, std::move(client));
 }

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/contract.h"
+
 namespace ddprun::trainer {
 
 void reexec_if_openblas_misdetects(char** argv) {
@@ -27,7 +29,7 @@ void reexec_if_openblas_misdetects(char** argv) {
   }
   if (better == nullptr) return;
   setenv("OPENBLAS_CORETYPE", better, 1);  // also stops a second re-exec
-  const char* rank = std::getenv("RANK");
+  const char* rank = std::getenv(base::kEnvRank);
   if (rank == nullptr || std::strcmp(rank, "0") == 0) {
     std::fprintf(stderr,
                  "train: OpenBLAS chose its Prescott kernels on a CPU with %s; restarting with "

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include "base/contract.h"
 #include "trainer/blas_setup.h"
 #include "trainer/error.h"
 #include "trainer/log.h"
@@ -96,7 +97,8 @@ int main(int argc, char** argv) {
   o.lr_scale_linear = lr_scale == "linear";
   // One folder per job: a restart of this job resumes from it, a new job
   // (standalone run ids are fresh) starts clean; --rdzv-id resumes across jobs.
-  if (o.checkpoint_dir.empty()) o.checkpoint_dir = "checkpoints/" + env_str("TORCHELASTIC_RUN_ID", "default");
+  if (o.checkpoint_dir.empty())
+    o.checkpoint_dir = "checkpoints/" + env_str(ddprun::base::kEnvRunId, "default");
   o.backend = backend == "gloo" ? Backend::kGloo : backend == "nccl" ? Backend::kNccl
                                                    : backend == "shm"  ? Backend::kShm
                                                                        : Backend::kAuto;
@@ -111,13 +113,13 @@ int main(int argc, char** argv) {
   }
 
   WorkerInfo w;
-  w.rank = env_int("RANK", 0);
-  w.world_size = env_int("WORLD_SIZE", 1);
-  w.local_rank = env_int("LOCAL_RANK", 0);
-  w.local_world_size = env_int("LOCAL_WORLD_SIZE", w.world_size);
-  w.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
-  w.under_ddprun = std::getenv("DDPRUN_STORE_ADDR") != nullptr;
-  w.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
+  w.rank = env_int(ddprun::base::kEnvRank, 0);
+  w.world_size = env_int(ddprun::base::kEnvWorldSize, 1);
+  w.local_rank = env_int(ddprun::base::kEnvLocalRank, 0);
+  w.local_world_size = env_int(ddprun::base::kEnvLocalWorldSize, w.world_size);
+  w.restart_count = env_int(ddprun::base::kEnvRestartCount, 0);
+  w.under_ddprun = std::getenv(ddprun::base::kEnvStoreAddr) != nullptr;
+  w.master_addr = env_str(ddprun::base::kEnvMasterAddr, "127.0.0.1");
   if (w.world_size < 1 || w.rank >= w.world_size) {
     std::fprintf(stderr, "train: RANK=%d is not below WORLD_SIZE=%d\n", w.rank, w.world_size);
     return 2;
@@ -127,8 +129,8 @@ int main(int argc, char** argv) {
   StoreChoice sc;
   sc.ddprun_store = w.under_ddprun;
   sc.master_addr = w.master_addr;
-  sc.master_port = env_int("MASTER_PORT", 29500);
-  sc.agent_hosts_store = env_str("TORCHELASTIC_USE_AGENT_STORE", "") == "True";
+  sc.master_port = env_int(ddprun::base::kEnvMasterPort, 29500);
+  sc.agent_hosts_store = env_str(ddprun::base::kEnvUseAgentStore, "") == "True";
   sc.rank = w.rank;
   sc.world_size = w.world_size;
   sc.restart_count = w.restart_count;

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "agent/worker_env.h"
+#include "base/contract.h"
 
 namespace ddprun::watchdog {
 
@@ -59,8 +60,8 @@ HookOptions hook_options_from(const agent::Options& o) {
   h.is_python = o.is_python;
   h.events_to_console = o.events_to_console;
   // torchrun: the server runs only for the exact value "1".
-  h.file_timer = base_env_value(o, kEnableFileTimerEnv) == "1";
-  h.timer_file = base_env_value(o, kTimerFileEnv);
+  h.file_timer = base_env_value(o, base::kEnvEnableFileTimer) == "1";
+  h.timer_file = base_env_value(o, base::kEnvTimerFile);
   h.logs_kept = !o.log_dir.empty();
   return h;
 }
@@ -93,7 +94,7 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   if (!events_) {
     const std::string run_dir = fs::path(attempt_dir_).parent_path().string();
     try {
-      events_ = std::make_unique<EventLog>(run_dir + "/events.jsonl");
+      events_ = std::make_unique<EventLog>(run_dir + "/" + base::kFileEvents);
       events_->echo_to_console(options_.events_to_console);
       events_->write("start", attempt_, {}, "job started",
                      {{"heartbeat_timeout_s", options_.detect.heartbeat_timeout.count() / 1e3},
@@ -121,8 +122,9 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   }
   timers_.reset();
   if (options_.file_timer) {
-    const std::string path =
-        options_.timer_file.empty() ? private_dir + "/watchdog_timer" : options_.timer_file;
+    const std::string path = options_.timer_file.empty()
+                                 ? private_dir + "/" + base::kFileTimerFifo
+                                 : options_.timer_file;
     try {
       timers_ = std::make_unique<FileTimerServer>(io_, path, [this](const FileTimerExpiry& e) {
         if (dog_) dog_->on_file_timer_expiry(e);
@@ -136,11 +138,11 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
 void WatchdogHook::add_worker_env(const agent::AttemptInfo& attempt, int local_rank,
                                   agent::EnvMap& env) {
   if (local_rank == 0 || attempt.restart_count != attempt_) begin_attempt(attempt);
-  if (heartbeats_) env[agent::kEnvHeartbeatSocket] = heartbeats_->path();
-  if (timers_) env[kTimerFileEnv] = timers_->path();
+  if (heartbeats_) env[base::kEnvHeartbeatSocket] = heartbeats_->path();
+  if (timers_) env[base::kEnvTimerFile] = timers_->path();
   const bool detecting = options_.detect.any_enabled() || options_.file_timer;
-  if (detecting && options_.is_python && !env.count("PYTHONFAULTHANDLER")) {
-    env["PYTHONFAULTHANDLER"] = "1";
+  if (detecting && options_.is_python && !env.count(base::kEnvPythonFaultHandler)) {
+    env[base::kEnvPythonFaultHandler] = "1";
   }
 }
 
@@ -287,7 +289,7 @@ void WatchdogHook::finish_hang() {
                     {"suspects", report_->suspects},
                     {"detected_after_due_ms",
                      std::chrono::duration<double, std::milli>(event.detected - event.due).count()},
-                    {"report", attempt_dir_ + "/hang_report.json"}});
+                    {"report", attempt_dir_ + "/" + base::kFileHangReportJson}});
   }
   report_->find_culprit();  // from native stacks; Python ones come at the end
   agent::FailRequest req;

@@ -41,10 +41,6 @@
 
 namespace ddprun::watchdog {
 
-// Environment names, as torchrun spells them.
-inline constexpr const char* kEnableFileTimerEnv = "TORCHELASTIC_ENABLE_FILE_TIMER";
-inline constexpr const char* kTimerFileEnv = "TORCHELASTIC_TIMER_FILE";
-
 struct FileTimerRequest {
   int version = 1;
   pid_t pid = 0;

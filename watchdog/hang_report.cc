@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <fstream>
 
+#include "base/contract.h"
 #include "watchdog/error.h"
 
 namespace ddprun::watchdog {
@@ -240,8 +241,8 @@ std::string HangReport::summary(const std::string& report_dir) const {
 }
 
 void HangReport::write(const std::string& dir) const {
-  const std::string json_path = dir + "/hang_report.json";
-  const std::string text_path = dir + "/hang_report.txt";
+  const std::string json_path = dir + "/" + base::kFileHangReportJson;
+  const std::string text_path = dir + "/" + base::kFileHangReportText;
   {
     std::ofstream out(json_path, std::ios::trunc);
     out << to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

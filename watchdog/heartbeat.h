@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/contract.h"
 #include "base/scoped_fd.h"
 #include "watchdog/heartbeat_wire.h"
 
@@ -35,11 +36,11 @@ class HeartbeatClient {
   // when the socket variable is unset, empty or too long for sun_path, or
   // the socket cannot be created.
   HeartbeatClient() noexcept {
-    const char* path = std::getenv(heartbeat_wire::kSocketEnv);
+    const char* path = std::getenv(base::kEnvHeartbeatSocket);
     if (path == nullptr || path[0] == '\0') return;
     const std::size_t len = std::strlen(path);
     if (len >= sizeof(addr_.sun_path)) return;
-    const char* rank = std::getenv(heartbeat_wire::kRankEnv);
+    const char* rank = std::getenv(base::kEnvRank);
     if (rank != nullptr && rank[0] != '\0') {
       char* end = nullptr;
       const long long r = std::strtoll(rank, &end, 10);

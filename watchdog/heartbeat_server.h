@@ -22,6 +22,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/contract.h"
+
 namespace ddprun::watchdog {
 
 struct Beat {
@@ -37,7 +39,8 @@ std::optional<Beat> parse_beat(std::string_view datagram);
 // Chooses a socket path "<dir>/<name>" when it fits in sun_path, else a
 // fresh private directory under /tmp ("/tmp/ddprun-hb-XXXXXX/<name>").
 // Throws WatchdogError when neither works.
-std::string choose_socket_path(const std::string& dir, const std::string& name = "heartbeat.sock");
+std::string choose_socket_path(const std::string& dir,
+                               const std::string& name = base::kFileHeartbeatSocket);
 
 class HeartbeatServer {
  public:

@@ -10,6 +10,8 @@
 // step:        decimal, >= 0, or -1 when the worker has no step to report.
 // The trailing newline is required; the whole datagram is at most
 // kMaxDatagramBytes. Clients never block: a full buffer drops the beat.
+// Clients find the socket in $DDPRUN_HEARTBEAT_SOCKET and their rank in
+// $RANK (base/contract.h's kEnvHeartbeatSocket and kEnvRank).
 #pragma once
 
 #include <cstddef>
@@ -17,10 +19,6 @@
 
 namespace ddprun::watchdog::heartbeat_wire {
 
-// Environment variable naming the agent's socket path (docs/CONTRACTS.md).
-inline constexpr const char* kSocketEnv = "DDPRUN_HEARTBEAT_SOCKET";
-// torchrun's global rank variable; the client reads it once.
-inline constexpr const char* kRankEnv = "RANK";
 // Datagram prefix, including the separating space.
 inline constexpr const char* kPrefix = "hb ";
 // Step value meaning "no step reported".

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/contract.h"
 #include "base/pidfd.h"
 #include "base/scoped_fd.h"
 #include "watchdog/proc.h"
@@ -191,7 +192,8 @@ bool python_faulthandler_enabled(pid_t pid) {
   const std::string base = "/proc/" + std::to_string(pid);
   for (const auto& kv : read_nul_list(base + "/environ")) {
     // Python enables faulthandler for any non-empty PYTHONFAULTHANDLER.
-    if (kv.rfind("PYTHONFAULTHANDLER=", 0) == 0 && kv.size() > 19) return true;
+    const std::string name = std::string(base::kEnvPythonFaultHandler) + "=";
+    if (kv.rfind(name, 0) == 0 && kv.size() > name.size()) return true;
   }
   const auto args = read_nul_list(base + "/cmdline");
   for (std::size_t i = 0; i + 1 < args.size(); ++i) {
@@ -222,7 +224,7 @@ StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string&
   StackCapture c;
   c.pid = pid;
   c.global_rank = global_rank;
-  c.path = dir + "/stack_rank" + std::to_string(global_rank) + ".txt";
+  c.path = dir + "/" + base::kFileStackPrefix + std::to_string(global_rank) + ".txt";
   const std::string pid_s = std::to_string(pid);
   std::vector<std::string> notes;
   std::string failed_output;  // what failed tools printed, kept for the fallback

@@ -6,6 +6,7 @@ DDPRUN_PYSTACK_SIGNAL and DDPRUN_PYSTACK_DIR are set, faulthandler is
 registered on that signal (all threads, appending to
 $DDPRUN_PYSTACK_DIR/pystack_<pid>.txt); otherwise nothing happens. Then the
 sitecustomize this file shadows (Debian ships one) is run, so nothing is lost.
+The names are base/contract.h's (test base.contract checks them).
 """
 import os
 import sys

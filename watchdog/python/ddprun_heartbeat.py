@@ -5,7 +5,8 @@
 
 Each beat is one non-blocking sendto() of ``hb <rank> <step>\\n`` on an
 AF_UNIX datagram socket to the path in DDPRUN_HEARTBEAT_SOCKET (format:
-watchdog/heartbeat_wire.h). Outside ddprun (variable unset) beat() is a
+watchdog/heartbeat_wire.h; the variable names are base/contract.h's, and
+test base.contract checks them). Outside ddprun (variable unset) beat() is a
 no-op. A beat never blocks and never raises: if the agent's buffer is full or
 the agent is gone, the beat is dropped.
 """
