@@ -89,49 +89,25 @@ std::string random_run_id() {
   return buf;
 }
 
-// Everything read from flags before interpretation.
+// What CLI11 cannot write straight into agent::Options: text that is parsed
+// or checked against other flags (interpret), and the program's switches.
+// Every other flag is bound to its Options field, whose default it keeps.
 struct RawFlags {
   std::string nnodes = "1:1";
   std::string nproc = "1";
-  bool standalone = false;
-  std::string rdzv_backend = "static";
-  std::string rdzv_endpoint;
-  std::string rdzv_id = "none";
   std::string rdzv_conf;
-  int max_restarts = 0;
-  double monitor_interval = 5;
-  std::string start_method = "spawn";
-  std::string role = "default";
-  bool module = false;
-  bool no_python = false;
-  bool run_path = false;
-  std::string log_dir;
+  int master_port = -1;  // -1: not given (Options::master_port stays unset)
+  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::string no_restart_exit_codes;
   std::string redirects = "0";
   std::string tee = "0";
   std::string stdin_rank = "0";
   std::string local_ranks_filter;
-  int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = -1;
-  std::string local_addr;
-  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
-  double term_timeout = 30;
-  double heartbeat_timeout = 0;
-  double silence_timeout = 0;
-  double heartbeat_grace = 0;
-  double stuck_timeout = -1;
-  std::string stack_capture = "auto";
-  double straggler_fraction = 0.3;
-  double straggler_window = 60;
-  double restart_backoff = 0.1;
-  int max_no_progress_restarts = 0;
-  std::string no_restart_exit_codes;
-  std::string prefix_template;
+  CommandSpec program;  // -m, --no-python, --run-path
   // torchrun 2.x
   std::string numa_binding;
   std::string event_log_handler = "null";
   std::string logs_specs, dup_stdout, dup_stderr, print_completion;
-  bool virtual_local_rank = false;
 };
 
 template <typename T>
@@ -145,97 +121,99 @@ std::string default_text(const T& value) {
   }
 }
 
-void define_flags(CLI::App& app, RawFlags& f) {
+void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   auto opt = [&](const char* names, auto& var, const char* env, const char* group,
                  const char* help) {
-    auto* o = app.add_option(names, var, help)->group(group);
-    if (env) o->envname(env);
+    auto* option = app.add_option(names, var, help)->group(group);
+    if (env) option->envname(env);
     // An empty value (--log-dir=, --log-dir "") stands for the flag's
     // default, as an empty PET_ variable does: `--log-dir=$UNSET` is common
     // in scripts. Runs before CLI11 converts the text to the field's type.
-    o->transform([def = default_text(var)](std::string value) { return value.empty() ? def : value; },
-                 "", "empty_means_default");
-    return o;
+    option->transform(
+        [def = default_text(var)](std::string value) { return value.empty() ? def : value; }, "",
+        "empty_means_default");
+    return option;
   };
   auto flag = [&](const char* names, bool& var, const char* env, const char* group,
                   const char* help) {
-    auto* o = app.add_flag(names, var, help)->group(group);
-    if (env) o->envname(env);
-    return o;
+    auto* option = app.add_flag(names, var, help)->group(group);
+    if (env) option->envname(env);
+    return option;
   };
   const char* W = "Workers";
   opt("--nproc-per-node,--nproc_per_node", f.nproc, "PET_NPROC_PER_NODE", W,
       "Workers on this node: an integer, auto (GPUs, else CPUs), cpu or gpu [1]");
   opt("--nnodes", f.nnodes, "PET_NNODES", W, "Nodes, N or MIN:MAX [1:1]");
-  opt("--node-rank,--node_rank", f.node_rank, "PET_NODE_RANK", W,
+  opt("--node-rank,--node_rank", o.node_rank, "PET_NODE_RANK", W,
       "This node's rank with the static backend [0]");
-  opt("--role", f.role, "PET_ROLE", W, "Role name: ROLE_NAME and the line prefix [default]");
+  opt("--role", o.role, "PET_ROLE", W, "Role name: ROLE_NAME and the line prefix [default]");
 
   const char* R = "Rendezvous";
-  flag("--standalone", f.standalone, "PET_STANDALONE", R,
+  flag("--standalone", o.standalone, "PET_STANDALONE", R,
        "Single-node job with a private rendezvous and a free MASTER_PORT");
-  opt("--rdzv-backend,--rdzv_backend", f.rdzv_backend, "PET_RDZV_BACKEND", R,
+  opt("--rdzv-backend,--rdzv_backend", o.rdzv_backend, "PET_RDZV_BACKEND", R,
       "Rendezvous backend [static]");
-  opt("--rdzv-endpoint,--rdzv_endpoint", f.rdzv_endpoint, "PET_RDZV_ENDPOINT", R,
+  opt("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint, "PET_RDZV_ENDPOINT", R,
       "Multi-node: <host>:<port> of the store; the agent on <host> hosts it [port 29400]");
-  opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", R,
+  opt("--rdzv-id,--rdzv_id", o.run_id, "PET_RDZV_ID", R,
       "Job id shared by all nodes: TORCHELASTIC_RUN_ID and the log folder [none]");
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF", R,
       "Extra rendezvous settings, <key>=<value>,...: join_timeout, last_call_timeout, "
       "close_timeout, keep_alive_interval (seconds), keep_alive_max_attempt, is_host, "
       "token (else $DDPRUN_RDZV_TOKEN; never logged)");
-  opt("--master-addr,--master_addr", f.master_addr, "PET_MASTER_ADDR", R,
+  opt("--master-addr,--master_addr", o.master_addr, "PET_MASTER_ADDR", R,
       "MASTER_ADDR: address of rank 0's node [127.0.0.1]");
   opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT", R,
       "MASTER_PORT; unset: a free port reserved for the whole job");
-  opt("--local-addr,--local_addr", f.local_addr, "PET_LOCAL_ADDR", R,
+  opt("--local-addr,--local_addr", o.local_addr, "PET_LOCAL_ADDR", R,
       "This node's address as other nodes should reach it");
 
   const char* P = "Program";
-  flag("-m,--module", f.module, "PET_MODULE", P, "Run the program as a Python module (python -m)");
-  flag("--no-python,--no_python", f.no_python, "PET_NO_PYTHON", P,
+  flag("-m,--module", f.program.module, "PET_MODULE", P,
+       "Run the program as a Python module (python -m)");
+  flag("--no-python,--no_python", f.program.no_python, "PET_NO_PYTHON", P,
        "Execute the program directly, even if it ends in .py");
-  flag("--run-path,--run_path", f.run_path, "PET_RUN_PATH", P,
+  flag("--run-path,--run_path", f.program.run_path, "PET_RUN_PATH", P,
        "Run the script with runpy.run_path in the worker's python");
-  opt("--start-method,--start_method", f.start_method, "PET_START_METHOD", P,
+  opt("--start-method,--start_method", o.start_method, "PET_START_METHOD", P,
       "Accepted for torchrun compatibility; workers are always fork+exec'd [spawn]")
       ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
 
   const char* T = "Restarts and teardown";
-  opt("--max-restarts,--max_restarts", f.max_restarts, "PET_MAX_RESTARTS", T,
+  opt("--max-restarts,--max_restarts", o.max_restarts, "PET_MAX_RESTARTS", T,
       "Group restarts after a failure before giving up [0]");
-  opt("--monitor-interval,--monitor_interval", f.monitor_interval, "PET_MONITOR_INTERVAL", T,
+  opt("--monitor-interval,--monitor_interval", o.monitor_interval_s, "PET_MONITOR_INTERVAL", T,
       "Accepted for torchrun compatibility; exits are seen at once, nothing polls");
-  opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", f.term_timeout,
+  opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout_s,
       "PET_TERM_TIMEOUT", T, "Seconds between the stop signal and SIGKILL [30]");
   opt("--signals-to-handle,--signals_to_handle", f.signals, "PET_SIGNALS_TO_HANDLE", T,
       "Signals forwarded to the workers before ddprun exits 128+N [SIGTERM,SIGINT,SIGHUP,SIGQUIT]");
 
   const char* H = "Hang detection";
-  opt("--heartbeat-timeout,--heartbeat_timeout", f.heartbeat_timeout, "PET_HEARTBEAT_TIMEOUT", H,
+  opt("--heartbeat-timeout,--heartbeat_timeout", o.heartbeat_timeout_s, "PET_HEARTBEAT_TIMEOUT", H,
       "Seconds without a heartbeat before a worker counts as hung; 0 off [0]");
-  opt("--silence-timeout,--silence_timeout", f.silence_timeout, "PET_SILENCE_TIMEOUT", H,
+  opt("--silence-timeout,--silence_timeout", o.silence_timeout_s, "PET_SILENCE_TIMEOUT", H,
       "Seconds without output before a worker counts as hung, counted from its first output "
       "(until then --heartbeat-grace applies); 0 off [0]");
-  opt("--heartbeat-grace,--heartbeat_grace", f.heartbeat_grace, "PET_HEARTBEAT_GRACE", H,
+  opt("--heartbeat-grace,--heartbeat_grace", o.heartbeat_grace_s, "PET_HEARTBEAT_GRACE", H,
       "Seconds for each worker's first heartbeat and, with --silence-timeout, its first output "
       "(start-up, imports, compilation) [60, never less than the timeout it precedes]");
-  opt("--stuck-timeout,--stuck_timeout", f.stuck_timeout, "PET_STUCK_TIMEOUT", H,
+  opt("--stuck-timeout,--stuck_timeout", o.stuck_timeout_s, "PET_STUCK_TIMEOUT", H,
       "Seconds a worker may stay stopped (T) or in uninterruptible sleep (D); 0 off "
       "[--heartbeat-timeout, else --silence-timeout]");
-  opt("--stack-capture,--stack_capture", f.stack_capture, "PET_STACK_CAPTURE", H,
+  opt("--stack-capture,--stack_capture", o.stack_capture, "PET_STACK_CAPTURE", H,
       "How a hung native worker's stacks are captured: auto (eu-stack, else gdb, else /proc), "
       "eu-stack, gdb, proc or none [auto]")
       ->check(CLI::IsMember({"auto", "eu-stack", "gdb", "proc", "none"}));
-  opt("--straggler-fraction,--straggler_fraction", f.straggler_fraction,
+  opt("--straggler-fraction,--straggler_fraction", o.straggler_fraction,
       "PET_STRAGGLER_FRACTION", H,
       "A rank whose heartbeat step rate is this much below the median is reported as a "
       "straggler (console, events.jsonl, ddprun status); 0 off [0.3]");
-  opt("--straggler-window,--straggler_window", f.straggler_window, "PET_STRAGGLER_WINDOW", H,
+  opt("--straggler-window,--straggler_window", o.straggler_window_s, "PET_STRAGGLER_WINDOW", H,
       "Seconds over which step rates are compared [60]");
-  opt("--restart-backoff,--restart_backoff", f.restart_backoff, "PET_RESTART_BACKOFF", T,
+  opt("--restart-backoff,--restart_backoff", o.restart_backoff_s, "PET_RESTART_BACKOFF", T,
       "Seconds before the second restart (the first is immediate), doubling per restart up to 30 [0.1]");
-  opt("--max-no-progress-restarts,--max_no_progress_restarts", f.max_no_progress_restarts,
+  opt("--max-no-progress-restarts,--max_no_progress_restarts", o.max_no_progress_restarts,
       "PET_MAX_NO_PROGRESS_RESTARTS", T,
       "Stop after N attempts in a row whose highest heartbeat step did not advance; 0 off [0]");
   opt("--no-restart-exit-codes,--no_restart_exit_codes", f.no_restart_exit_codes,
@@ -243,7 +221,7 @@ void define_flags(CLI::App& app, RawFlags& f) {
       "Worker exit codes that end the job without a restart, e.g. 2,64 [none]");
 
   const char* O = "Output";
-  opt("--log-dir,--log_dir", f.log_dir, "PET_LOG_DIR", O,
+  opt("--log-dir,--log_dir", o.log_dir, "PET_LOG_DIR", O,
       "Write <dir>/<run-id>/attempt_<n>/<local_rank>/{stdout,stderr}.log");
   opt("-r,--redirects", f.redirects, "PET_REDIRECTS", O,
       "Keep streams off the console (log file only): 0-3 or <local_rank>:<0-3>,... "
@@ -255,7 +233,7 @@ void define_flags(CLI::App& app, RawFlags& f) {
       "the others read /dev/null [0]");
   opt("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter, "PET_LOCAL_RANKS_FILTER",
       O, "Only these local ranks reach the console, e.g. 0 or 0,2 [all]");
-  opt("--log-line-prefix-template,--log_line_prefix_template", f.prefix_template,
+  opt("--log-line-prefix-template,--log_line_prefix_template", o.log_line_prefix_template,
       "PET_LOG_LINE_PREFIX_TEMPLATE", O,
       "Console line prefix with ${role_name} ${rank} ${local_rank} ${host} [[${role_name}${local_rank}]:]");
 
@@ -267,7 +245,7 @@ void define_flags(CLI::App& app, RawFlags& f) {
       ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}));
   opt("--event-log-handler,--event_log_handler", f.event_log_handler, "PET_EVENT_LOG_HANDLER", X,
       "null (events.jsonl only) or console (its lines also on stderr) [null]");
-  flag("--virtual-local-rank,--virtual_local_rank", f.virtual_local_rank, nullptr, X,
+  flag("--virtual-local-rank,--virtual_local_rank", o.virtual_local_rank, nullptr, X,
        "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its one GPU");
   opt("--logs-specs,--logs_specs", f.logs_specs, nullptr, X, "Refused: a Python entry point");
   opt("--duplicate-stdout-filters,--duplicate_stdout_filters", f.dup_stdout, nullptr, X,
@@ -294,8 +272,7 @@ void apply_torch2_flags(const RawFlags& f, agent::Options& o) {
     throw UsageError("--event-log-handler=" + f.event_log_handler + ": not available in ddprun "
                      "(torch's handlers are Python); use null or console");
   o.events_to_console = f.event_log_handler == "console";
-  o.virtual_local_rank = f.virtual_local_rank;
-  if (const char* v = std::getenv(base::kEnvCudaVisibleDevices); f.virtual_local_rank && v &&
+  if (const char* v = std::getenv(base::kEnvCudaVisibleDevices); o.virtual_local_rank && v &&
       static_cast<int>(split(v, ',').size()) < o.nproc_per_node)
     throw UsageError("--virtual-local-rank: CUDA_VISIBLE_DEVICES=" + std::string(v) +
                      " names fewer GPUs than --nproc-per-node=" + std::to_string(o.nproc_per_node));
@@ -309,13 +286,8 @@ void apply_torch2_flags(const RawFlags& f, agent::Options& o) {
   }
 }
 
-agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest) {
-  agent::Options o;
-  if (rest.empty())
-    throw UsageError("missing the training program (usage: ddprun [flags] program [args...])");
-  if (rest[0].size() > 1 && rest[0][0] == '-')
-    throw UsageError("unknown flag " + rest[0]);
-
+// --nnodes, --nproc-per-node and the run id (--standalone makes its own).
+void interpret_nodes(const RawFlags& f, agent::Options& o) {
   auto nn = split(f.nnodes, ':');
   if (nn.empty() || nn.size() > 2 || f.nnodes.back() == ':')
     throw UsageError("--nnodes=" + f.nnodes + ": expected N or MIN:MAX");
@@ -325,29 +297,7 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
     throw UsageError("--nnodes=" + f.nnodes + ": MIN is larger than MAX");
   o.nproc_per_node = resolve_nproc(f.nproc, std::getenv(base::kEnvCudaVisibleDevices),
                                    static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-  if (f.node_rank < 0) throw UsageError("--node-rank must be >= 0");
-  if (f.max_restarts < 0) throw UsageError("--max-restarts must be >= 0");
-  if (f.term_timeout < 0) throw UsageError("--term-timeout must be >= 0");
-  if (f.heartbeat_timeout < 0) throw UsageError("--heartbeat-timeout must be >= 0");
-  if (f.silence_timeout < 0) throw UsageError("--silence-timeout must be >= 0");
-  if (f.heartbeat_grace < 0) throw UsageError("--heartbeat-grace must be >= 0");
-  // -1 is the "not given" default (then the heartbeat or silence timeout).
-  if (f.stuck_timeout < 0 && f.stuck_timeout != -1)
-    throw UsageError("--stuck-timeout must be >= 0");
-  if (f.restart_backoff < 0) throw UsageError("--restart-backoff must be >= 0");
-  if (f.straggler_fraction < 0 || f.straggler_fraction >= 1)
-    throw UsageError("--straggler-fraction must be >= 0 and < 1");
-  if (f.straggler_window < 2) throw UsageError("--straggler-window must be >= 2 (seconds)");
-  if (f.max_no_progress_restarts < 0) throw UsageError("--max-no-progress-restarts must be >= 0");
-  if (f.master_port != -1 && (f.master_port < 0 || f.master_port > 65535))
-    throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
-  o.node_rank = f.node_rank;
-  o.role = f.role;
-  o.standalone = f.standalone;
-  o.rdzv_backend = f.rdzv_backend;
-  o.rdzv_endpoint = f.rdzv_endpoint;
-  o.run_id = f.rdzv_id;
-  if (f.standalone) {
+  if (o.standalone) {
     if (o.max_nodes != 1) throw UsageError("--standalone needs --nnodes=1");
     // torchrun: a fresh c10d rendezvous on localhost; explicit values ignored.
     o.rdzv_backend = "c10d";
@@ -358,13 +308,37 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
     // keeps each job's log folder and the trainer's checkpoints apart.
     o.run_id = random_run_id();
   }
+}
+
+// Numbers CLI11 wrote straight into `o`, checked for their ranges.
+void check_ranges(const RawFlags& f, const agent::Options& o) {
+  if (o.node_rank < 0) throw UsageError("--node-rank must be >= 0");
+  if (o.max_restarts < 0) throw UsageError("--max-restarts must be >= 0");
+  if (o.term_timeout_s < 0) throw UsageError("--term-timeout must be >= 0");
+  if (o.heartbeat_timeout_s < 0) throw UsageError("--heartbeat-timeout must be >= 0");
+  if (o.silence_timeout_s < 0) throw UsageError("--silence-timeout must be >= 0");
+  if (o.heartbeat_grace_s < 0) throw UsageError("--heartbeat-grace must be >= 0");
+  // -1 is the "not given" default (then the heartbeat or silence timeout).
+  if (o.stuck_timeout_s < 0 && o.stuck_timeout_s != -1)
+    throw UsageError("--stuck-timeout must be >= 0");
+  if (o.restart_backoff_s < 0) throw UsageError("--restart-backoff must be >= 0");
+  if (o.straggler_fraction < 0 || o.straggler_fraction >= 1)
+    throw UsageError("--straggler-fraction must be >= 0 and < 1");
+  if (o.straggler_window_s < 2) throw UsageError("--straggler-window must be >= 2 (seconds)");
+  if (o.max_no_progress_restarts < 0) throw UsageError("--max-no-progress-restarts must be >= 0");
+  if (f.master_port != -1 && (f.master_port < 0 || f.master_port > 65535))
+    throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
+}
+
+// --rdzv-conf (its token kept apart), --master-port, and what a multi-node
+// job needs of the backend and endpoint.
+void interpret_rendezvous(const RawFlags& f, agent::Options& o) {
   for (const auto& kv : split(f.rdzv_conf, ',')) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw UsageError("--rdzv-conf: '" + kv + "' is not <key>=<value>");
     o.rdzv_conf[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  o.master_addr = f.master_addr;
   if (f.master_port != -1) o.master_port = f.master_port;
   // The store's shared secret: never echoed, kept out of rdzv_conf.
   if (auto it = o.rdzv_conf.find("token"); it != o.rdzv_conf.end()) {
@@ -386,39 +360,28 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   } catch (const rendezvous::RendezvousError& e) {
     throw UsageError(e.what());
   }
-  if (o.max_nodes > 1) {
-    if (o.rdzv_backend == "static") {
-      // torchrun's static backend meets at --master-addr:--master-port; we
-      // host our store there and let rank 0's node pick MASTER_PORT.
-      if (o.min_nodes != o.max_nodes)
-        throw UsageError("--rdzv-backend=static needs a fixed --nnodes=N, not " + f.nnodes);
-      if (o.rdzv_endpoint.empty())
-        o.rdzv_endpoint = f.master_addr + ":" + std::to_string(o.master_port.value_or(29500));
-      o.master_port.reset();
-    } else if (o.rdzv_backend != "c10d" && !agent::is_etcd_backend(o.rdzv_backend)) {
-      throw UsageError("--rdzv-backend=" + o.rdzv_backend +
-                       ": not supported; use c10d (ddprun hosts its own store), etcd (an etcd "
-                       "cluster; etcd-v2 is the same) or static");
-    }
+  if (o.max_nodes <= 1) return;
+  if (o.rdzv_backend == "static") {
+    // torchrun's static backend meets at --master-addr:--master-port; we
+    // host our store there and let rank 0's node pick MASTER_PORT.
+    if (o.min_nodes != o.max_nodes)
+      throw UsageError("--rdzv-backend=static needs a fixed --nnodes=N, not " + f.nnodes);
     if (o.rdzv_endpoint.empty())
-      throw UsageError("--nnodes=" + f.nnodes + " needs --rdzv-endpoint=HOST:PORT" +
-                       (agent::is_etcd_backend(o.rdzv_backend) ? "[,HOST:PORT...] (etcd's client URLs)"
-                                                               : ""));
+      o.rdzv_endpoint = o.master_addr + ":" + std::to_string(o.master_port.value_or(29500));
+    o.master_port.reset();
+  } else if (o.rdzv_backend != "c10d" && !agent::is_etcd_backend(o.rdzv_backend)) {
+    throw UsageError("--rdzv-backend=" + o.rdzv_backend +
+                     ": not supported; use c10d (ddprun hosts its own store), etcd (an etcd "
+                     "cluster; etcd-v2 is the same) or static");
   }
-  o.local_addr = f.local_addr;
-  o.max_restarts = f.max_restarts;
-  o.monitor_interval_s = f.monitor_interval;
-  o.start_method = f.start_method;
-  o.term_timeout_s = f.term_timeout;
-  o.heartbeat_timeout_s = f.heartbeat_timeout;
-  o.silence_timeout_s = f.silence_timeout;
-  o.heartbeat_grace_s = f.heartbeat_grace;
-  o.stuck_timeout_s = f.stuck_timeout;
-  o.stack_capture = f.stack_capture;
-  o.straggler_fraction = f.straggler_fraction;
-  o.straggler_window_s = f.straggler_window;
-  o.restart_backoff_s = f.restart_backoff;
-  o.max_no_progress_restarts = f.max_no_progress_restarts;
+  if (o.rdzv_endpoint.empty())
+    throw UsageError("--nnodes=" + f.nnodes + " needs --rdzv-endpoint=HOST:PORT" +
+                     (agent::is_etcd_backend(o.rdzv_backend) ? "[,HOST:PORT...] (etcd's client URLs)"
+                                                             : ""));
+}
+
+// --no-restart-exit-codes and --signals-to-handle.
+void interpret_restarts(const RawFlags& f, agent::Options& o) {
   for (const auto& c : split(f.no_restart_exit_codes, ','))
     o.no_restart_exit_codes.push_back(to_int("--no-restart-exit-codes", c, 0));
   for (const auto& name : split(f.signals, ',')) {
@@ -429,29 +392,32 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
     o.signals_to_handle.push_back(sig);
   }
   o.signals_to_handle_spec = f.signals;
-  o.log_dir = f.log_dir;
+}
+
+// -r, -t, --stdin-rank and --local-ranks-filter.
+void interpret_output(const RawFlags& f, agent::Options& o) {
   o.redirects = parse_std("--redirects", f.redirects);
   o.tee = parse_std("--tee", f.tee);
   o.stdin_rank = f.stdin_rank == "none" ? -1 : to_int("--stdin-rank", f.stdin_rank, 0);
   for (const auto& r : split(f.local_ranks_filter, ','))
     o.local_ranks_filter.insert(to_int("--local-ranks-filter", r, 0));
-  o.log_line_prefix_template = f.prefix_template;
+}
 
-  CommandSpec spec;
+// The workers' argv from the program, its arguments and the interpreter.
+void interpret_program(const RawFlags& f, const std::vector<std::string>& rest,
+                       agent::Options& o) {
+  CommandSpec spec = f.program;
   spec.program = rest[0];
   spec.args.assign(rest.begin() + 1, rest.end());
-  spec.module = f.module;
-  spec.no_python = f.no_python;
-  spec.run_path = f.run_path;
   // torchrun's PYTHON_EXEC first, so scripts written for torchrun pick the
   // same interpreter; then ddprun's own variable; then python3 from PATH.
   o.python_source = "the default: python3 from PATH";
   if (const char* py = std::getenv(base::kEnvPythonExec); py && *py) {
     spec.python = py;
-    o.python_source = "$PYTHON_EXEC";
+    o.python_source = std::string("$") + base::kEnvPythonExec;
   } else if (const char* ddp = std::getenv(base::kEnvDdprunPython); ddp && *ddp) {
     spec.python = ddp;
-    o.python_source = "$DDPRUN_PYTHON";
+    o.python_source = std::string("$") + base::kEnvDdprunPython;
   }
   try {
     Command cmd = build_command(spec);
@@ -460,15 +426,29 @@ agent::Options interpret(const RawFlags& f, const std::vector<std::string>& rest
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+}
+
+// Completes `o`, whose bound flags CLI11 has set, from the rest of the flags.
+void interpret(const RawFlags& f, const std::vector<std::string>& rest, agent::Options& o) {
+  if (rest.empty())
+    throw UsageError("missing the training program (usage: ddprun [flags] program [args...])");
+  if (rest[0].size() > 1 && rest[0][0] == '-')
+    throw UsageError("unknown flag " + rest[0]);
+  interpret_nodes(f, o);
+  check_ranges(f, o);
+  interpret_rendezvous(f, o);
+  interpret_restarts(f, o);
+  interpret_output(f, o);
+  interpret_program(f, rest, o);
   for (char** e = environ; e && *e; ++e) o.base_env.emplace_back(*e);
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) == 0) o.hostname = host;
-  return o;
 }
 
 // Under srun, what the user left unsaid (no flag, no PET_* variable) comes
 // from Slurm (launcher/slurm_env.h); one note says what was taken.
-void take_from_slurm(const CLI::App& app, RawFlags& f, std::vector<std::string>& notes) {
+void take_from_slurm(const CLI::App& app, agent::Options& o, RawFlags& f,
+                     std::vector<std::string>& notes) {
   std::optional<SlurmStep> step;
   try {
     step = slurm_step([](const char* name) { return std::getenv(name); });
@@ -483,25 +463,25 @@ void take_from_slurm(const CLI::App& app, RawFlags& f, std::vector<std::string>&
     took.push_back("--nnodes=" + f.nnodes);
   }
   if (unset("--node-rank")) {
-    f.node_rank = step->node_rank;
-    took.push_back("--node-rank=" + std::to_string(f.node_rank));
+    o.node_rank = step->node_rank;
+    took.push_back("--node-rank=" + std::to_string(o.node_rank));
   }
-  const bool elastic = unset("--rdzv-backend") || f.rdzv_backend == "c10d";
+  const bool elastic = unset("--rdzv-backend") || o.rdzv_backend == "c10d";
   if (unset("--rdzv-backend")) {
-    f.rdzv_backend = "c10d";
+    o.rdzv_backend = "c10d";
     took.push_back("--rdzv-backend=c10d");
   }
   if (elastic && unset("--rdzv-endpoint")) {
-    f.rdzv_endpoint = step->first_host + ":" + std::to_string(step->port);
-    took.push_back("--rdzv-endpoint=" + f.rdzv_endpoint);
+    o.rdzv_endpoint = step->first_host + ":" + std::to_string(step->port);
+    took.push_back("--rdzv-endpoint=" + o.rdzv_endpoint);
   }
   if (!elastic && unset("--master-addr")) {  // static meets at --master-addr
-    f.master_addr = step->first_host;
-    took.push_back("--master-addr=" + f.master_addr);
+    o.master_addr = step->first_host;
+    took.push_back("--master-addr=" + o.master_addr);
   }
   if (unset("--rdzv-id")) {
-    f.rdzv_id = step->run_id;
-    took.push_back("--rdzv-id=" + f.rdzv_id);
+    o.run_id = step->run_id;
+    took.push_back("--rdzv-id=" + o.run_id);
   }
   // Slurm's early warning (--signal=USR1@90) must reach the workers, not
   // kill the agent with the signal's default action.
@@ -564,9 +544,10 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
   auto formatter = std::make_shared<Formatter>();
   formatter->column_width(44);
   app.formatter(formatter);
-  RawFlags raw;
-  define_flags(app, raw);
   ParseResult result;
+  agent::Options& options = result.options;
+  RawFlags raw;
+  define_flags(app, options, raw);
   const std::vector<std::string> args = split_empty_values(app, argc, argv);
   std::vector<const char*> arg_ptrs;
   for (const auto& a : args) arg_ptrs.push_back(a.c_str());
@@ -581,9 +562,9 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
   }
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
-  if (!raw.standalone) take_from_slurm(app, raw, result.notes);
-  result.options = interpret(raw, rest);
-  apply_torch2_flags(raw, result.options);
+  if (!options.standalone) take_from_slurm(app, options, raw, result.notes);
+  interpret(raw, rest, options);
+  apply_torch2_flags(raw, options);
   return result;
 }
 
