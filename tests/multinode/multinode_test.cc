@@ -114,6 +114,28 @@ std::map<std::string, int> group_ranks(const std::vector<Record>& round) {
 
 const Seconds kDeadline(25);
 
+// Waits (kDeadline) for a round with `world` worker records newer than
+// round `after`; returns its number.
+int wait_round(Job& job, int world, int after = -1) {
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, world, after)) >= 0;
+  }, kDeadline));
+  return round;
+}
+
+// Nodes 1 and 2 form a round of 4; node 1's workers then succeed and its
+// agent waits in the exit barrier for node 2, whose workers still run.
+void park_node1_in_exit_barrier(Job& job) {
+  job.start(1, {"MN_STOP_NAME=stop-n1"}, agent_args("", "2"));
+  job.start(2, {"MN_STOP_NAME=stop-n2"}, agent_args("", "2"));
+  wait_round(job, 4);
+  std::ofstream(job.dir.path() + "/stop-n1") << "stop\n";
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return job.log(1).find("waiting for the other nodes to finish") != std::string::npos;
+  }, kDeadline));
+}
+
 size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
@@ -125,10 +147,7 @@ size_t count_of(const std::string& text, const std::string& needle) {
 TEST_CASE("multinode.form") {
   Job job("form");
   for (int n = 1; n <= 3; ++n) job.start(n);
-  int round = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (round = round_with(recs, 6)) >= 0;
-  }, kDeadline));
+  const int round = wait_round(job, 6);
   check_round(in_round(read_records(job.dir.path()), round), 6);
   job.stop_workers();
   // Every agent sees the same outcome and exits with the same status.
@@ -148,15 +167,9 @@ TEST_CASE("multinode.kill") {
   Job job("kill");
   for (int n = 1; n <= 3; ++n)
     job.start(n, {}, agent_args(",keep_alive_interval=60,last_call_timeout=120,join_timeout=120"));
-  int first = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (first = round_with(recs, 6)) >= 0;
-  }, kDeadline));
+  const int first = wait_round(job, 6);
   job.agents[3]->kill_now();  // SIGKILL: no goodbye, its heartbeats stop
-  int next = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (next = round_with(recs, 4, first)) >= 0;
-  }, kDeadline));
+  const int next = wait_round(job, 4, first);
   auto round = in_round(read_records(job.dir.path()), next);
   check_round(round, 4);
   for (const auto& r : round) {
@@ -179,16 +192,10 @@ TEST_CASE("multinode.scaleup") {
   logged.insert(logged.begin(), {"--log-dir", job.dir.path() + "/logs1"});
   job.start(1, {}, logged);
   job.start(2);
-  int small = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (small = round_with(recs, 4)) >= 0;
-  }, kDeadline));
+  const int small = wait_round(job, 4);
   auto before = group_ranks(in_round(read_records(job.dir.path()), small));
   job.start(3);
-  int big = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (big = round_with(recs, 6, small)) >= 0;
-  }, kDeadline));
+  const int big = wait_round(job, 6, small);
   auto round = in_round(read_records(job.dir.path()), big);
   check_round(round, 6);
   auto after = group_ranks(round);
@@ -223,10 +230,7 @@ TEST_CASE("multinode.sharedlogs") {
   args.insert(args.begin(), {"--log-dir", shared});
   job.start(1, {}, args);
   job.start(2, {}, args);
-  int round = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (round = round_with(recs, 4)) >= 0;
-  }, kDeadline));
+  wait_round(job, 4);
   job.stop_workers();
   for (int n = 1; n <= 2; ++n) {
     INFO("node " << n << ":\n" << job.log(n));
@@ -253,15 +257,9 @@ TEST_CASE("multinode.sharedlogs") {
 TEST_CASE("multinode.linkcut") {
   Job job("linkcut");
   for (int n = 1; n <= 3; ++n) job.start(n);
-  int first = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (first = round_with(recs, 6)) >= 0;
-  }, kDeadline));
+  const int first = wait_round(job, 6);
   job.net.cut(3);  // ip link set eth0 down inside node 3's namespace
-  int next = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (next = round_with(recs, 4, first)) >= 0;
-  }, kDeadline));
+  const int next = wait_round(job, 4, first);
   check_round(in_round(read_records(job.dir.path()), next), 4);
   // Node 3 cannot reach the store: it fails on its own, naming the store.
   {
@@ -316,10 +314,7 @@ TEST_CASE("multinode.hostdies") {
   // within their bounded reconnect window, naming the store's address.
   Job job("hostdies");
   for (int n = 1; n <= 3; ++n) job.start(n);
-  int round = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (round = round_with(recs, 6)) >= 0;
-  }, kDeadline));
+  wait_round(job, 6);
   job.agents[1]->kill_now();
   for (int n = 2; n <= 3; ++n) {
     INFO("node " << n << ":\n" << job.log(n));
@@ -388,10 +383,7 @@ TEST_CASE("multinode.external") {
   NodeAgent store(job.net.ns(1), {"--host", "0.0.0.0", "--port", "29400"},
                   {"DDPRUN_RDZV_TOKEN=" + kToken}, job.dir.path() + "/store.log", STORE_BIN);
   for (int n = 2; n <= 3; ++n) job.start(n, {}, agent_args("", "2"));
-  int round = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (round = round_with(recs, 4)) >= 0;
-  }, kDeadline));
+  const int round = wait_round(job, 4);
   check_round(in_round(read_records(job.dir.path()), round), 4);
   job.stop_workers();
   for (int n = 2; n <= 3; ++n) {
@@ -406,16 +398,7 @@ TEST_CASE("multinode.barrier") {
   // agent is SIGKILLed: node 1 fails as soon as the store sees node 2's
   // connection close, not at the exit barrier's 300 s deadline.
   Job job("barrier", 2);
-  job.start(1, {"MN_STOP_NAME=stop-n1"}, agent_args("", "2"));
-  job.start(2, {"MN_STOP_NAME=stop-n2"}, agent_args("", "2"));
-  int round = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (round = round_with(recs, 4)) >= 0;
-  }, kDeadline));
-  std::ofstream(job.dir.path() + "/stop-n1") << "stop\n";
-  REQUIRE(wait_in_dir(job.dir.path(), [&] {
-    return job.log(1).find("waiting for the other nodes to finish") != std::string::npos;
-  }, kDeadline));
+  park_node1_in_exit_barrier(job);
   job.agents[2]->kill_now();
   INFO("node 1:\n" << job.log(1));
   CHECK(job.agents[1]->wait(kDeadline) == 1);
@@ -429,16 +412,7 @@ TEST_CASE("multinode.barrierint") {
   // once (the barrier runs off the agent's loop and is abandoned), and tells
   // node 2, which stops its workers instead of waiting on heartbeats.
   Job job("barrierint", 2);
-  job.start(1, {"MN_STOP_NAME=stop-n1"}, agent_args("", "2"));
-  job.start(2, {"MN_STOP_NAME=stop-n2"}, agent_args("", "2"));
-  int round = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (round = round_with(recs, 4)) >= 0;
-  }, kDeadline));
-  std::ofstream(job.dir.path() + "/stop-n1") << "stop\n";
-  REQUIRE(wait_in_dir(job.dir.path(), [&] {
-    return job.log(1).find("waiting for the other nodes to finish") != std::string::npos;
-  }, kDeadline));
+  park_node1_in_exit_barrier(job);
   const auto sent = std::chrono::steady_clock::now();
   job.agents[1]->signal(SIGINT);
   const int status = job.agents[1]->wait(kDeadline);
@@ -462,10 +436,7 @@ TEST_CASE("multinode.pause") {
   const auto args = agent_args(",keep_alive_interval=2,keep_alive_max_attempt=5", "2");
   job.start(1, {}, args);
   job.start(2, {}, args);
-  int round = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (round = round_with(recs, 4)) >= 0;
-  }, kDeadline));
+  wait_round(job, 4);
   job.agents[2]->signal(SIGSTOP);
   std::this_thread::sleep_for(std::chrono::seconds(4));  // the pause is the scenario
   job.agents[2]->signal(SIGCONT);
@@ -487,10 +458,7 @@ TEST_CASE("multinode.pauselong") {
   const auto args = agent_args("", "1:2");
   job.start(1, {}, args);
   job.start(2, {}, args);
-  int round = -1;
-  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
-    return (round = round_with(recs, 4)) >= 0;
-  }, kDeadline));
+  const int round = wait_round(job, 4);
   job.agents[2]->signal(SIGSTOP);
   // Node 1 goes on alone: a round of 2 workers after the first.
   int alone = -1;

@@ -13,41 +13,28 @@
 #include "rendezvous/rendezvous.h"
 #include "tests/common/etcd_server.h"
 #include "tests/common/temp_dir.h"
+#include "tests/rendezvous/rendezvous_nodes.h"
 #include "tests/rendezvous/test_util.h"
 
 using namespace ddprun::rendezvous;
 using namespace std::chrono_literals;
+using ddprun::rendezvous::testing::form;
 using ddprun::testing::TempDir;
 
 namespace {
 
 using Etcd = ddprun::testing::EtcdServer;
 
-RendezvousOptions member(int i, int min, int max) {
-  RendezvousOptions o;
-  o.run_id = "job" + std::to_string(getpid());
-  o.min_nodes = min;
-  o.max_nodes = max;
+RendezvousOptions node(int i, int min, int max) {
+  RendezvousOptions o =
+      ddprun::rendezvous::testing::member(i, min, max, "job" + std::to_string(getpid()));
   o.local_world_size = 2;
-  o.node_id = "node" + std::to_string(i);
-  o.local_addr = "10.0.0." + std::to_string(i);
   o.join_timeout = 30s;
   o.last_call_timeout = 1s;
   o.close_timeout = 5s;
   o.keep_alive_interval = 300ms;
   o.keep_alive_max_attempt = 5;
   return o;
-}
-
-std::vector<RoundResult> form(std::vector<Rendezvous*> nodes) {
-  std::vector<std::future<RoundResult>> f;
-  for (auto* n : nodes) f.push_back(std::async(std::launch::async, [n] { return n->next_round(); }));
-  std::vector<RoundResult> out;
-  for (auto& x : f) {
-    REQUIRE(x.wait_for(60s) == std::future_status::ready);
-    out.push_back(x.get());
-  }
-  return out;
 }
 
 }  // namespace
@@ -94,7 +81,7 @@ TEST_CASE("etcd: two and three nodes form one round with unique ranks") {
     CAPTURE(n);
     std::vector<std::unique_ptr<Rendezvous>> nodes;
     for (int i = 1; i <= n; ++i) {
-      auto o = member(i, n, n);
+      auto o = node(i, n, n);
       o.run_id += "-" + std::to_string(n);
       nodes.push_back(std::make_unique<Rendezvous>(
           [&] { return std::make_unique<EtcdStore>(etcd.options()); }, o));
@@ -117,7 +104,7 @@ TEST_CASE("etcd: two and three nodes form one round with unique ranks") {
 TEST_CASE("etcd: a non-first and then the first node die; the survivors re-form each time") {
   Etcd etcd;
   auto f = [&] { return std::make_unique<EtcdStore>(etcd.options()); };
-  Rendezvous a(f, member(1, 1, 3)), b(f, member(2, 1, 3)), c(f, member(3, 1, 3));
+  Rendezvous a(f, node(1, 1, 3)), b(f, node(2, 1, 3)), c(f, node(3, 1, 3));
   auto first = form({&a, &b, &c});
   REQUIRE(first[0].group_world_size == 3);
   // Node 3 (group rank 2 or not: it is not the first to join) stops

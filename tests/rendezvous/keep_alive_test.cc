@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "rendezvous/rendezvous.h"
+#include "tests/rendezvous/rendezvous_nodes.h"
 #include "tests/rendezvous/stall_proxy.h"
 #include "tests/rendezvous/test_util.h"
 
@@ -16,24 +17,11 @@ namespace {
 
 // Store clients as the agent makes them, with the default reply grace: a
 // blocked call gives up on a reply 2.5 s after it was sent.
-Rendezvous::StoreFactory through(uint16_t port) {
-  return [port] {
-    ClientOptions c;
-    c.host = "127.0.0.1";
-    c.port = port;
-    c.connect_timeout = 10s;
-    c.op_timeout = 10s;
-    return std::make_unique<Client>(c);
-  };
-}
+Rendezvous::StoreFactory through(uint16_t port) { return loopback_clients(port, 10s, 10s); }
 
 RendezvousOptions node(int i) {
-  RendezvousOptions o;
-  o.run_id = "ka";
-  o.min_nodes = o.max_nodes = 2;
+  RendezvousOptions o = member(i, 2, 2, "ka");
   o.local_world_size = 1;
-  o.node_id = "node" + std::to_string(i);
-  o.local_addr = "10.0.0." + std::to_string(i);
   o.master_port = 29500 + i;
   o.join_timeout = 20s;
   o.last_call_timeout = 300ms;
@@ -43,20 +31,6 @@ RendezvousOptions node(int i) {
   return o;
 }
 
-struct EndWatch {
-  std::promise<RoundEnd> promise;
-  std::future<RoundEnd> future = promise.get_future();
-  std::function<void(const RoundEnd&)> callback() {
-    return [this](const RoundEnd& e) { promise.set_value(e); };
-  }
-};
-
-void form(Rendezvous& a, Rendezvous& b) {
-  auto fa = std::async(std::launch::async, [&] { return a.next_round(); });
-  b.next_round();
-  fa.get();
-}
-
 }  // namespace
 
 TEST_CASE("a store stall longer than a reply's grace but inside the keep-alive window ends nothing") {
@@ -64,7 +38,7 @@ TEST_CASE("a store stall longer than a reply's grace but inside the keep-alive w
   StallProxy proxy(server.port());
   Rendezvous a(through(proxy.port()), node(1));
   Rendezvous b(through(proxy.port()), node(2));
-  form(a, b);
+  form({&a, &b});
   EndWatch ea, eb;
   auto ka = a.watch(ea.callback());
   auto kb = b.watch(eb.callback());
@@ -95,8 +69,7 @@ TEST_CASE("a store silent for longer than the keep-alive window is reported lost
   auto start = std::chrono::steady_clock::now();
   auto ka = a.watch(ea.callback());
   proxy.stall(true);
-  REQUIRE(ea.future.wait_for(30s) == std::future_status::ready);
-  RoundEnd end = ea.future.get();
+  RoundEnd end = ea.get(30s);
   CHECK(end.kind == RoundEnd::kStoreLost);
   CHECK(end.reason.find("did not answer") != std::string::npos);
   // Not before the window (the bound after it is the client's own deadlines).

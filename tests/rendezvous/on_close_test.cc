@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "rendezvous/rendezvous.h"
+#include "tests/rendezvous/rendezvous_nodes.h"
 #include "tests/rendezvous/test_util.h"
 
 using namespace ddprun::rendezvous;
@@ -10,13 +11,8 @@ using namespace ddprun::rendezvous::testing;
 
 namespace {
 
-RendezvousOptions member(int i) {
-  RendezvousOptions o;
-  o.run_id = "job";
-  o.min_nodes = 2;
-  o.max_nodes = 3;
-  o.node_id = "node" + std::to_string(i);
-  o.local_addr = "10.0.0." + std::to_string(i);
+RendezvousOptions node(int i) {
+  RendezvousOptions o = member(i, 2, 3);
   o.join_timeout = 120s;
   // Far beyond the test's waits: only a closed connection can end a round
   // in time, and only the live-members rule can close the next one.
@@ -68,14 +64,11 @@ TEST_CASE("a connection's death notice runs when it closes, not after disarming 
 TEST_CASE("a member whose connection closes ends the round at once; the live ones re-form without a last call") {
   ServerThread server;
   auto factory = [&] { return std::make_unique<Client>(server.client_options()); };
-  Rendezvous a(factory, member(1)), b(factory, member(2)), c(factory, member(3));
-  std::vector<std::future<RoundResult>> f;
-  for (auto* n : {&a, &b, &c})
-    f.push_back(std::async(std::launch::async, [n] { return n->next_round(); }));
-  for (auto& x : f) REQUIRE(x.get().group_world_size == 3);
+  Rendezvous a(factory, node(1)), b(factory, node(2)), c(factory, node(3));
+  for (const auto& r : form({&a, &b, &c})) REQUIRE(r.group_world_size == 3);
 
-  std::promise<RoundEnd> ended;
-  auto ka = a.watch([&](const RoundEnd& e) { ended.set_value(e); });
+  EndWatch ended;
+  auto ka = a.watch(ended.callback());
   auto kb = b.watch([](const RoundEnd&) {});
   // c's KeepAlive connection closes without disarming, as when its agent is
   // SIGKILLed: a raw client armed exactly as KeepAlive arms it.
@@ -87,20 +80,16 @@ TEST_CASE("a member whose connection closes ends the round at once; the live one
                         to_bytes("1")},
                        "rdzv/job/restarts");
   }
-  auto fut = ended.get_future();
-  REQUIRE(fut.wait_for(20s) == std::future_status::ready);
-  RoundEnd end = fut.get();
+  RoundEnd end = ended.get();
   CHECK(end.kind == RoundEnd::kPeerDead);
   CHECK(end.reason.find("node node3 at 10.0.0.3") != std::string::npos);
   CHECK(a.restart_count() == 1);
   ka.reset();
   kb.reset();
 
-  auto ra = std::async(std::launch::async, [&] { return a.next_round(); });
-  auto rb = std::async(std::launch::async, [&] { return b.next_round(); });
-  REQUIRE(ra.wait_for(20s) == std::future_status::ready);
-  REQUIRE(rb.wait_for(20s) == std::future_status::ready);
-  auto x = ra.get(), y = rb.get();
+  auto both = form({&a, &b}, 20s);
+  const RoundResult& x = both[0];
+  const RoundResult& y = both[1];
   CHECK(x.round == 1);
   CHECK(x.group_world_size == 2);
   CHECK(y.group_world_size == 2);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "rendezvous/rendezvous.h"
+#include "tests/rendezvous/rendezvous_nodes.h"
 #include "tests/rendezvous/test_util.h"
 
 using namespace ddprun::rendezvous;
@@ -13,26 +14,11 @@ using namespace ddprun::rendezvous::testing;
 
 namespace {
 
-Rendezvous::StoreFactory factory(uint16_t port) {
-  return [port] {
-    ClientOptions c;
-    c.host = "127.0.0.1";
-    c.port = port;
-    c.connect_timeout = 1s;
-    c.op_timeout = 2s;
-    c.reply_grace = 1s;
-    return std::make_unique<Client>(c);
-  };
-}
+Rendezvous::StoreFactory factory(uint16_t port) { return loopback_clients(port, 1s, 2s, 1s); }
 
 RendezvousOptions node(int i, int min, int max) {
-  RendezvousOptions o;
-  o.run_id = "job";
-  o.min_nodes = min;
-  o.max_nodes = max;
+  RendezvousOptions o = member(i, min, max);
   o.local_world_size = 2;
-  o.node_id = "node" + std::to_string(i);
-  o.local_addr = "10.0.0." + std::to_string(i);
   o.master_port = 29500 + i;
   o.join_timeout = 20s;
   o.last_call_timeout = 300ms;
@@ -43,28 +29,6 @@ RendezvousOptions node(int i, int min, int max) {
   o.keep_alive_max_attempt = 5;
   return o;
 }
-
-// Runs next_round on every participant concurrently.
-std::vector<RoundResult> form(std::vector<Rendezvous*> nodes) {
-  std::vector<std::future<RoundResult>> f;
-  for (auto* n : nodes) f.push_back(std::async(std::launch::async, [n] { return n->next_round(); }));
-  std::vector<RoundResult> out;
-  for (auto& x : f) out.push_back(x.get());
-  return out;
-}
-
-// Captures a KeepAlive's end event.
-struct EndWatch {
-  std::promise<RoundEnd> promise;
-  std::future<RoundEnd> future = promise.get_future();
-  std::function<void(const RoundEnd&)> callback() {
-    return [this](const RoundEnd& e) { promise.set_value(e); };
-  }
-  RoundEnd get() {
-    REQUIRE(future.wait_for(20s) == std::future_status::ready);
-    return future.get();
-  }
-};
 
 }  // namespace
 
