@@ -13,6 +13,10 @@ import re
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "common"))
+from check_report import report  # noqa: E402
+
 
 def tracked_folders(root):
     try:
@@ -51,13 +55,7 @@ def main():
         if d != "tests" and os.path.exists(cmake) and "add_library(" in open(cmake).read():
             if not os.path.isdir(os.path.join(root, "tests", d)):
                 errors.append(f"component `{d}/` has no tests/{d}/")
-    for e in errors:
-        print(e)
-    if errors:
-        print(f"FAILED: {len(errors)} problem(s)")
-        return 1
-    print(f"ok: the layout table's {len(rows)} folders are the tree's")
-    return 0
+    return report(errors, f"the layout table's {len(rows)} folders are the tree's")
 
 
 if __name__ == "__main__":

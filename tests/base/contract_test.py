@@ -21,6 +21,10 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../common"))
+from check_report import report  # noqa: E402
+
 COMPONENTS = ["agent", "base", "introspect", "launcher", "rendezvous", "trainer", "watchdog"]
 PYTHON_HELPERS = ["watchdog/python/ddprun_heartbeat.py", "introspect/python/sitecustomize.py"]
 HEADER = "base/contract.h"
@@ -117,13 +121,8 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../..")
     names = header_names(root)
     errors = check_doc(root, names) + check_cpp(root, names) + check_python(root, names)
-    for e in errors:
-        print(e)
-    if errors:
-        print(f"FAILED: {len(errors)} problem(s)")
-        return 1
-    print(f"ok: {len(names)} names of {HEADER} match docs/CONTRACTS.md, the C++ and the Python helpers")
-    return 0
+    return report(errors, f"{len(names)} names of {HEADER} match docs/CONTRACTS.md, the C++ "
+                          "and the Python helpers")
 
 
 if __name__ == "__main__":
