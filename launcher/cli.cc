@@ -8,13 +8,13 @@
 #include <cstdlib>
 #include <random>
 #include <sstream>
-#include <type_traits>
 
 #include "agent/exit_status.h"
 #include "agent/rendezvous_store.h"
 #include "base/contract.h"
 #include "rendezvous/rendezvous.h"
 #include "launcher/command.h"
+#include "launcher/flags.h"
 #include "launcher/nproc.h"
 #include "launcher/numa_binding.h"
 #include "launcher/slurm_env.h"
@@ -87,172 +87,6 @@ std::string random_run_id() {
                 static_cast<unsigned>(a >> 16) & 0xffff, static_cast<unsigned>(a) & 0xffff,
                 static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b) & 0xffffffffffffULL);
   return buf;
-}
-
-// What CLI11 cannot write straight into agent::Options: text that is parsed
-// or checked against other flags (interpret), and the program's switches.
-// Every other flag is bound to its Options field, whose default it keeps.
-struct RawFlags {
-  std::string nnodes = "1:1";
-  std::string nproc = "1";
-  std::string rdzv_conf;
-  int master_port = -1;  // -1: not given (Options::master_port stays unset)
-  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
-  std::string no_restart_exit_codes;
-  std::string redirects = "0";
-  std::string tee = "0";
-  std::string stdin_rank = "0";
-  std::string local_ranks_filter;
-  CommandSpec program;  // -m, --no-python, --run-path
-  // torchrun 2.x
-  std::string numa_binding;
-  std::string event_log_handler = "null";
-  std::string logs_specs, dup_stdout, dup_stderr, print_completion;
-};
-
-template <typename T>
-std::string default_text(const T& value) {
-  if constexpr (std::is_same_v<T, std::string>) {
-    return value;
-  } else {
-    std::ostringstream s;
-    s << value;
-    return s.str();
-  }
-}
-
-void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
-  auto opt = [&](const char* names, auto& var, const char* env, const char* group,
-                 const char* help) {
-    auto* option = app.add_option(names, var, help)->group(group);
-    if (env) option->envname(env);
-    // An empty value (--log-dir=, --log-dir "") stands for the flag's
-    // default, as an empty PET_ variable does: `--log-dir=$UNSET` is common
-    // in scripts. Runs before CLI11 converts the text to the field's type.
-    option->transform(
-        [def = default_text(var)](std::string value) { return value.empty() ? def : value; }, "",
-        "empty_means_default");
-    return option;
-  };
-  auto flag = [&](const char* names, bool& var, const char* env, const char* group,
-                  const char* help) {
-    auto* option = app.add_flag(names, var, help)->group(group);
-    if (env) option->envname(env);
-    return option;
-  };
-  const char* W = "Workers";
-  opt("--nproc-per-node,--nproc_per_node", f.nproc, "PET_NPROC_PER_NODE", W,
-      "Workers on this node: an integer, auto (GPUs, else CPUs), cpu or gpu [1]");
-  opt("--nnodes", f.nnodes, "PET_NNODES", W, "Nodes, N or MIN:MAX [1:1]");
-  opt("--node-rank,--node_rank", o.node_rank, "PET_NODE_RANK", W,
-      "This node's rank with the static backend [0]");
-  opt("--role", o.role, "PET_ROLE", W, "Role name: ROLE_NAME and the line prefix [default]");
-
-  const char* R = "Rendezvous";
-  flag("--standalone", o.standalone, "PET_STANDALONE", R,
-       "Single-node job with a private rendezvous and a free MASTER_PORT");
-  opt("--rdzv-backend,--rdzv_backend", o.rdzv_backend, "PET_RDZV_BACKEND", R,
-      "Rendezvous backend [static]");
-  opt("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint, "PET_RDZV_ENDPOINT", R,
-      "Multi-node: <host>:<port> of the store; the agent on <host> hosts it [port 29400]");
-  opt("--rdzv-id,--rdzv_id", o.run_id, "PET_RDZV_ID", R,
-      "Job id shared by all nodes: TORCHELASTIC_RUN_ID and the log folder [none]");
-  opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF", R,
-      "Extra rendezvous settings, <key>=<value>,...: join_timeout, last_call_timeout, "
-      "close_timeout, keep_alive_interval (seconds), keep_alive_max_attempt, is_host, "
-      "token (else $DDPRUN_RDZV_TOKEN; never logged)");
-  opt("--master-addr,--master_addr", o.master_addr, "PET_MASTER_ADDR", R,
-      "MASTER_ADDR: address of rank 0's node [127.0.0.1]");
-  opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT", R,
-      "MASTER_PORT; unset: a free port reserved for the whole job");
-  opt("--local-addr,--local_addr", o.local_addr, "PET_LOCAL_ADDR", R,
-      "This node's address as other nodes should reach it");
-
-  const char* P = "Program";
-  flag("-m,--module", f.program.module, "PET_MODULE", P,
-       "Run the program as a Python module (python -m)");
-  flag("--no-python,--no_python", f.program.no_python, "PET_NO_PYTHON", P,
-       "Execute the program directly, even if it ends in .py");
-  flag("--run-path,--run_path", f.program.run_path, "PET_RUN_PATH", P,
-       "Run the script with runpy.run_path in the worker's python");
-  opt("--start-method,--start_method", o.start_method, "PET_START_METHOD", P,
-      "Accepted for torchrun compatibility; workers are always fork+exec'd [spawn]")
-      ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
-
-  const char* T = "Restarts and teardown";
-  opt("--max-restarts,--max_restarts", o.max_restarts, "PET_MAX_RESTARTS", T,
-      "Group restarts after a failure before giving up [0]");
-  opt("--monitor-interval,--monitor_interval", o.monitor_interval_s, "PET_MONITOR_INTERVAL", T,
-      "Accepted for torchrun compatibility; exits are seen at once, nothing polls");
-  opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout_s,
-      "PET_TERM_TIMEOUT", T, "Seconds between the stop signal and SIGKILL [30]");
-  opt("--signals-to-handle,--signals_to_handle", f.signals, "PET_SIGNALS_TO_HANDLE", T,
-      "Signals forwarded to the workers before ddprun exits 128+N [SIGTERM,SIGINT,SIGHUP,SIGQUIT]");
-
-  const char* H = "Hang detection";
-  opt("--heartbeat-timeout,--heartbeat_timeout", o.heartbeat_timeout_s, "PET_HEARTBEAT_TIMEOUT", H,
-      "Seconds without a heartbeat before a worker counts as hung; 0 off [0]");
-  opt("--silence-timeout,--silence_timeout", o.silence_timeout_s, "PET_SILENCE_TIMEOUT", H,
-      "Seconds without output before a worker counts as hung, counted from its first output "
-      "(until then --heartbeat-grace applies); 0 off [0]");
-  opt("--heartbeat-grace,--heartbeat_grace", o.heartbeat_grace_s, "PET_HEARTBEAT_GRACE", H,
-      "Seconds for each worker's first heartbeat and, with --silence-timeout, its first output "
-      "(start-up, imports, compilation) [60, never less than the timeout it precedes]");
-  opt("--stuck-timeout,--stuck_timeout", o.stuck_timeout_s, "PET_STUCK_TIMEOUT", H,
-      "Seconds a worker may stay stopped (T) or in uninterruptible sleep (D); 0 off "
-      "[--heartbeat-timeout, else --silence-timeout]");
-  opt("--stack-capture,--stack_capture", o.stack_capture, "PET_STACK_CAPTURE", H,
-      "How a hung native worker's stacks are captured: auto (eu-stack, else gdb, else /proc), "
-      "eu-stack, gdb, proc or none [auto]")
-      ->check(CLI::IsMember({"auto", "eu-stack", "gdb", "proc", "none"}));
-  opt("--straggler-fraction,--straggler_fraction", o.straggler_fraction,
-      "PET_STRAGGLER_FRACTION", H,
-      "A rank whose heartbeat step rate is this much below the median is reported as a "
-      "straggler (console, events.jsonl, ddprun status); 0 off [0.3]");
-  opt("--straggler-window,--straggler_window", o.straggler_window_s, "PET_STRAGGLER_WINDOW", H,
-      "Seconds over which step rates are compared [60]");
-  opt("--restart-backoff,--restart_backoff", o.restart_backoff_s, "PET_RESTART_BACKOFF", T,
-      "Seconds before the second restart (the first is immediate), doubling per restart up to 30 [0.1]");
-  opt("--max-no-progress-restarts,--max_no_progress_restarts", o.max_no_progress_restarts,
-      "PET_MAX_NO_PROGRESS_RESTARTS", T,
-      "Stop after N attempts in a row whose highest heartbeat step did not advance; 0 off [0]");
-  opt("--no-restart-exit-codes,--no_restart_exit_codes", f.no_restart_exit_codes,
-      "PET_NO_RESTART_EXIT_CODES", T,
-      "Worker exit codes that end the job without a restart, e.g. 2,64 [none]");
-
-  const char* O = "Output";
-  opt("--log-dir,--log_dir", o.log_dir, "PET_LOG_DIR", O,
-      "Write <dir>/<run-id>/attempt_<n>/<local_rank>/{stdout,stderr}.log");
-  opt("-r,--redirects", f.redirects, "PET_REDIRECTS", O,
-      "Keep streams off the console (log file only): 0-3 or <local_rank>:<0-3>,... "
-      "(1 stdout, 2 stderr, 3 both) [0]");
-  opt("-t,--tee", f.tee, "PET_TEE", O,
-      "Streams to the log file AND the console (as torchrun; wins over -r), same values [0]");
-  opt("--stdin-rank,--stdin_rank", f.stdin_rank, base::kEnvStdinRank, O,
-      "The rank that reads ddprun's standard input (typed input is forwarded), or none; "
-      "the others read /dev/null [0]");
-  opt("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter, "PET_LOCAL_RANKS_FILTER",
-      O, "Only these local ranks reach the console, e.g. 0 or 0,2 [all]");
-  opt("--log-line-prefix-template,--log_line_prefix_template", o.log_line_prefix_template,
-      "PET_LOG_LINE_PREFIX_TEMPLATE", O,
-      "Console line prefix with ${role_name} ${rank} ${local_rank} ${host} [[${role_name}${local_rank}]:]");
-
-  // torchrun 2.x's newer flags (docs/TORCHRUN_2.md).
-  const char* X = "torchrun 2.x";
-  opt("--numa-binding,--numa_binding", f.numa_binding, "PET_NUMA_BINDING", X,
-      "Bind each worker to CPUs near its GPU (no GPU: NUMA node <local rank> mod <nodes>): "
-      "node, socket, exclusive or core-complex")
-      ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}));
-  opt("--event-log-handler,--event_log_handler", f.event_log_handler, "PET_EVENT_LOG_HANDLER", X,
-      "null (events.jsonl only) or console (its lines also on stderr) [null]");
-  flag("--virtual-local-rank,--virtual_local_rank", o.virtual_local_rank, nullptr, X,
-       "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its one GPU");
-  opt("--logs-specs,--logs_specs", f.logs_specs, nullptr, X, "Refused: a Python entry point");
-  opt("--duplicate-stdout-filters,--duplicate_stdout_filters", f.dup_stdout, nullptr, X,
-      "Refused: not supported yet");
-  opt("--duplicate-stderr-filters,--duplicate_stderr_filters", f.dup_stderr, nullptr, X,
-      "Refused: not supported yet");
-  opt("--print-completion,--print_completion", f.print_completion, nullptr, X, "Refused");
 }
 
 // torchrun 2.x flags into `o` (after interpret: needs nproc_per_node).
@@ -493,36 +327,6 @@ void take_from_slurm(const CLI::App& app, agent::Options& o, RawFlags& f,
   std::string line = "from Slurm:";
   for (const auto& t : took) line += " " + t;
   notes.push_back(line + " (flags and PET_* variables override)");
-}
-
-// CLI11 takes the next argument as the value of `--flag=` with nothing after
-// the '=' (so `--log-dir= train.py x` would run x). Before the program, each
-// `--flag=` becomes `--flag ""` for an option that takes a value, and is
-// dropped for an on/off flag (its default). Scanning stops at the program
-// (the first argument that is neither a flag nor a flag's value) or "--".
-std::vector<std::string> split_empty_values(const CLI::App& app, int argc,
-                                            const char* const* argv) {
-  std::vector<std::string> out(argv, argv + argc);
-  for (size_t i = 1; i < out.size(); ++i) {
-    const std::string& arg = out[i];
-    if (arg == "--" || arg.size() < 2 || arg[0] != '-') break;
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const CLI::Option* option = app.get_option_no_throw(name);
-    const bool takes_value = option && option->get_expected_min() > 0;
-    if (eq == std::string::npos) {
-      // `--log-dir DIR` or `-r 3`: the next argument is this flag's value.
-      if (takes_value) ++i;
-    } else if (eq + 1 == arg.size() && name.rfind("--", 0) == 0 && option) {
-      if (takes_value) {
-        out[i] = name;
-        out.insert(out.begin() + static_cast<std::ptrdiff_t>(++i), "");
-      } else {
-        out.erase(out.begin() + static_cast<std::ptrdiff_t>(i--));
-      }
-    }
-  }
-  return out;
 }
 
 // CLI11 2.1 cannot set the usage line; it would say "ddprun [OPTIONS]".

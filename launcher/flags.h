@@ -1,0 +1,49 @@
+// ddprun's flags as CLI11 options (the launcher's own; cli.h is the
+// interface): every plain flag is bound straight to its agent::Options
+// field, which keeps its default and its comment; what needs parsing or
+// checking against other flags goes to RawFlags, for cli.cc to interpret.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "agent/options.h"
+#include "launcher/command.h"
+
+namespace ddprun::launcher {
+
+// What CLI11 cannot write straight into agent::Options: text that is parsed
+// or checked against other flags (interpret), and the program's switches.
+// Every other flag is bound to its Options field, whose default it keeps.
+struct RawFlags {
+  std::string nnodes = "1:1";
+  std::string nproc = "1";
+  std::string rdzv_conf;
+  int master_port = -1;  // -1: not given (Options::master_port stays unset)
+  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::string no_restart_exit_codes;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string stdin_rank = "0";
+  std::string local_ranks_filter;
+  CommandSpec program;  // -m, --no-python, --run-path
+  // torchrun 2.x
+  std::string numa_binding;
+  std::string event_log_handler = "null";
+  std::string logs_specs, dup_stdout, dup_stderr, print_completion;
+};
+
+// Defines every flag (both spellings, PET_* fallbacks, help groups) on `app`,
+// writing into `o` and `f` when app.parse() runs.
+void define_flags(CLI::App& app, agent::Options& o, RawFlags& f);
+
+// CLI11 takes the next argument as the value of `--flag=` with nothing after
+// the '=' (so `--log-dir= train.py x` would run x). Before the program, each
+// `--flag=` becomes `--flag ""` for an option that takes a value, and is
+// dropped for an on/off flag (its default). Scanning stops at the program
+// (the first argument that is neither a flag nor a flag's value) or "--".
+std::vector<std::string> split_empty_values(const CLI::App& app, int argc,
+                                            const char* const* argv);
+
+}  // namespace ddprun::launcher
