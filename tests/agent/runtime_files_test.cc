@@ -12,6 +12,7 @@
 #include <map>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/env_file.h"
 #include "tests/common/run_folder.h"
 #include "tests/common/temp_dir.h"
 
@@ -19,16 +20,6 @@ using namespace ddprun::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::map<std::string, std::string> read_env(const std::string& path) {
-  std::map<std::string, std::string> env;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    auto eq = line.find('=');
-    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
