@@ -4,8 +4,9 @@
 // Store: with --rdzv-backend=etcd, an etcd cluster (rendezvous_store.h):
 // no agent hosts anything, every agent is a client, so the death of any
 // node, the first included, leaves the others able to re-form. Otherwise
-// ddprun's TCP store: the agent whose address matches --rdzv-endpoint hosts it on its own
-// thread (store_host.h), like torchrun's c10d backend: `is_host` in
+// ddprun's TCP store: the agent whose address matches --rdzv-endpoint
+// hosts it on its own thread (store_host.h), like torchrun's c10d backend:
+// `is_host` in
 // --rdzv-conf decides when given; otherwise an agent hosts when HOST is one
 // of this machine's addresses and it can bind PORT (a second agent on the
 // same machine finds the port taken and joins as a client). The others
