@@ -153,8 +153,9 @@ def main():
         "ddprun (c10d)": lambda n, rid: lambda i: node(i, [
             ddprun, f"--nnodes={n}", "--nproc-per-node=1", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={ep}", f"--rdzv-id={rid}", worker, "launch"]),
+        # No token: on etcd it would be etcd's password (our etcd has no auth).
         "ddprun (etcd)": lambda n, rid: lambda i: node(i, [
-            ddprun, f"--nnodes={n}", "--nproc-per-node=1", "--rdzv-backend=etcd",
+            "env", "-u", "DDPRUN_RDZV_TOKEN", ddprun, f"--nnodes={n}", "--nproc-per-node=1", "--rdzv-backend=etcd",
             f"--rdzv-endpoint={ETCD}", f"--rdzv-id={rid}", worker, "launch"]),
         # One O_APPEND write of a worker's record once the import is done.
         "(torchrun's floor: import only)": lambda n, rid: lambda i: node(i, [
