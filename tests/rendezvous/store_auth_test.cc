@@ -3,7 +3,6 @@
 // variable name (DDPRUN_RDZV_TOKEN) everywhere; an empty token is refused.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <sstream>

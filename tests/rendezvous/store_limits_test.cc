@@ -5,7 +5,6 @@
 // suite (store_hostile_test.cc) runs the same attacks at full size against
 // the real ddprun-store.
 #include <doctest/doctest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <sstream>

@@ -2,7 +2,6 @@
 // tokens, connection limits, server restarts. After each, the server must
 // still serve a well-behaved client.
 #include <doctest/doctest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <random>

@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/io_context.hpp>
@@ -16,8 +16,9 @@
 #include <chrono>
 #include <future>
 #include <memory>
-#include <sstream>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "rendezvous/client.h"
@@ -167,19 +168,35 @@ class RawConn {
 inline wire::Bytes B(const std::string& s) { return to_bytes(s); }
 
 // Routes spdlog's default logger into a string while alive (tests that
-// check what the store or client warned about).
+// check what the store or client warned about). The server thread logs
+// while the test reads: both sides take the sink's mutex (an ostream_sink
+// read through ostringstream::str() raced with the writer; ASan caught it
+// as a heap-use-after-free of the stream's buffer).
 struct LogCapture {
-  std::ostringstream text;
+  class StringSink : public spdlog::sinks::base_sink<std::mutex> {
+   public:
+    std::string text() {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return text_;
+    }
+
+   protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+      spdlog::memory_buf_t line;
+      formatter_->format(msg, line);
+      text_.append(line.data(), line.size());
+    }
+    void flush_() override {}
+
+   private:
+    std::string text_;
+  };
+
+  std::shared_ptr<StringSink> sink = std::make_shared<StringSink>();
   std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  LogCapture() {
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(text)));
-  }
+  LogCapture() { spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink)); }
   ~LogCapture() { spdlog::set_default_logger(previous); }
-  std::string str() {
-    spdlog::default_logger()->flush();
-    return text.str();
-  }
+  std::string str() { return sink->text(); }
 };
 
 }  // namespace ddprun::rendezvous::testing
