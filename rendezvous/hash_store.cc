@@ -50,7 +50,9 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
       throw StoreError("hash store: add: value at '" + key + "' is not an integer");
     }
   }
-  v += delta;
+  // As the server does: refuse rather than overflow (signed overflow is UB).
+  if (__builtin_add_overflow(v, delta, &v))
+    throw StoreError("hash store: add: integer overflow at '" + key + "'");
   data_[key] = to_bytes(std::to_string(v));
   changed_.notify_all();
   return v;

@@ -28,6 +28,11 @@ void exercise(Store& s) {
     s.set("text", B("abc"));
     CHECK_THROWS_WITH_AS(s.add("text", 1), doctest::Contains("'text'"), StoreError);
   }
+  SUBCASE("add past the int64 range is an error naming the key; the value stays") {
+    s.add("big", INT64_MAX);
+    CHECK_THROWS_WITH_AS(s.add("big", 1), doctest::Contains("'big'"), StoreError);
+    CHECK(s.get("big", 1s) == B(std::to_string(INT64_MAX)));
+  }
   SUBCASE("compare_set") {
     // absent + empty expected: sets
     CHECK(s.compare_set("c", {}, B("x")) == B("x"));
