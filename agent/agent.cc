@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "agent/exit_status.h"
+#include "base/fd_limit.h"
 #include "agent/failure_summary.h"
 #include "agent/guardian.h"
 #include "agent/output_pump.h"
@@ -255,11 +256,7 @@ int Agent::run() {
   // hard limit, as ddprun-store does. Workers get the soft limit ddprun
   // was started with, as under torchrun, since programs that select() on
   // descriptors (FD_SETSIZE 1024) may rely on it.
-  rlimit nofile{};
-  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    rlimit raised{nofile.rlim_max, nofile.rlim_max};
-    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) worker_nofile_limit_ = nofile;
-  }
+  worker_nofile_limit_ = base::raise_fd_limit().before;
   consoles_ = open_consoles(io_);
   if (options_.stdin_rank >= 0 && isatty(STDIN_FILENO)) {
     try {

@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "bench/tcpstore_wire.h"
+#include "base/fd_limit.h"
 #include "rendezvous/server.h"
 #include "tests/rendezvous/hostile.h"
 #include "tests/rendezvous/store_process.h"
@@ -225,7 +226,7 @@ int main(int argc, char** argv) {
     if (::access(SOURCE_DIR "/.venv-torch/bin/python", X_OK) == 0) cfg.pythons.push_back(SOURCE_DIR "/.venv-torch/bin/python");
     cfg.pythons.push_back("/usr/bin/python3");
   }
-  rdzv::raise_fd_limit();
+  ddprun::base::raise_fd_limit();
   std::printf("load average at start: %s\n\n", loadavg().c_str());
   std::printf("| attack | store | server RSS idle -> peak | good p50 / p99 idle | good p50 / p99 under attack | p99 ratio | fresh good connections |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");

@@ -34,6 +34,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/fd_limit.h"
 #include "bench/store_bench_client.h"
 #include "rendezvous/client.h"
 #include "rendezvous/server.h"
@@ -123,7 +124,7 @@ struct ServerProcess {
 };
 
 int serve(const std::string& name) {
-  rdzv::raise_fd_limit();
+  ddprun::base::raise_fd_limit();
   auto wait_for_eof = [] {
     char c;
     while (read(0, &c, 1) > 0) {
@@ -256,7 +257,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("fd limit %llu\n", static_cast<unsigned long long>(rdzv::raise_fd_limit()));
+  std::printf("fd limit %llu\n", static_cast<unsigned long long>(ddprun::base::raise_fd_limit().soft));
   spdlog::set_level(spdlog::level::warn);
 
   // Backends are measured alternately, `reps` times each, with a fresh

@@ -1,7 +1,6 @@
 #include "rendezvous/server.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -563,15 +562,5 @@ size_t Server::num_connections() const { return impl_->conns.size(); }
 size_t Server::num_keys() const { return impl_->table.num_keys(); }
 size_t Server::num_waiters() const { return impl_->table.num_waiters(); }
 size_t Server::buffered_bytes() const { return impl_->buffered; }
-
-uint64_t raise_fd_limit() {
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
-  if (rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
-  }
-  return rl.rlim_cur;
-}
 
 }  // namespace ddprun::rendezvous

@@ -80,8 +80,4 @@ class Server {
   std::shared_ptr<Impl> impl_;
 };
 
-// Raises the RLIMIT_NOFILE soft limit to the hard limit; returns the new
-// soft limit. Servers and benchmarks with thousands of sockets need it.
-uint64_t raise_fd_limit();
-
 }  // namespace ddprun::rendezvous

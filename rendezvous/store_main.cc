@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/fd_limit.h"
 #include "rendezvous/client.h"
 #include "rendezvous/server.h"
 #include "rendezvous/store.h"
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
   // after the first free, and memory an attack made it hold would then
   // stay resident after the attack.
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
-  uint64_t fds = rdzv::raise_fd_limit();
+  uint64_t fds = ddprun::base::raise_fd_limit().soft;
   try {
     boost::asio::io_context io;
     rdzv::Server server(io, options);

@@ -13,6 +13,7 @@
 // bench/store_attack_bench.cc reports the same figures next to TCPStore's.
 #include <doctest/doctest.h>
 
+#include "base/fd_limit.h"
 #include "rendezvous/server.h"
 #include "tests/rendezvous/hostile.h"
 #include "tests/rendezvous/store_process.h"
@@ -140,7 +141,7 @@ TEST_CASE("hostile: 100 connections never read 24 MiB of replies each (no token)
 }
 
 TEST_CASE("hostile: one peer opens 16,384 idle connections") {
-  raise_fd_limit();
+  ddprun::base::raise_fd_limit();
   for (const std::string token : {"", "s3cret"}) {
     CAPTURE(token);
     std::string log;
