@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
@@ -50,7 +51,15 @@ Agent::Agent(Options options, std::unique_ptr<RendezvousHandler> rendezvous,
   if (options_.is_python) hooks_.push_back(&interpreter_hint_);
 }
 
-Agent::~Agent() = default;
+Agent::~Agent() {
+  // The handler's threads (store host, keep-alive) may log until it is
+  // gone; then ddprun's lines go to stderr directly again.
+  rendezvous_.reset();
+  if (!log_sink_) return;
+  log_sink_->attach_console(nullptr);
+  if (consoles_.err && !pending_signal_)
+    consoles_.err->drain_until(Clock::now() + std::chrono::milliseconds(100));
+}
 
 void Agent::watch_children() {
   children_.async_wait([this](const boost::system::error_code& ec, int) {
@@ -150,10 +159,14 @@ void Agent::drain_consoles() {
   }
   size_t lost = queued() + consoles_.out->dropped() +
                 (consoles_.err != consoles_.out ? consoles_.err->dropped() : 0);
-  if (lost == 0) return;
-  // Never through the logger: stderr may be the stalled console itself.
-  std::string msg = "ddprun: the console did not take " + std::to_string(lost) +
-                    " bytes of the workers' output" +
+  size_t lines = log_sink_ ? log_sink_->lines_not_shown() : 0;
+  if (lost == 0 && lines == 0) return;
+  // Never through the logger: it would count this line instead.
+  std::string what;
+  if (lost > 0) what = std::to_string(lost) + " bytes of the workers' output";
+  if (lines > 0)
+    what += (what.empty() ? "" : " and ") + std::to_string(lines) + " of ddprun's own lines";
+  std::string msg = "ddprun: the console did not take " + what +
                     (options_.log_dir.empty() ? "" : " (the log files under --log-dir have them)") +
                     "\n";
   consoles_.err->write(nullptr, msg);
@@ -258,6 +271,7 @@ int Agent::run() {
   // descriptors (FD_SETSIZE 1024) may rely on it.
   worker_nofile_limit_ = base::raise_fd_limit().before;
   consoles_ = open_consoles(io_);
+  if (log_sink_) log_sink_->attach_console(consoles_.err);
   if (options_.stdin_rank >= 0 && isatty(STDIN_FILENO)) {
     try {
       stdin_ = std::make_unique<StdinForwarder>(io_, STDIN_FILENO, [this] {

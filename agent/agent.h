@@ -36,6 +36,7 @@
 #include "agent/hooks.h"
 #include "agent/interpreter_hint.h"
 #include "agent/job_cgroup.h"
+#include "agent/log_sink.h"
 #include "agent/runtime_dir.h"
 #include "agent/options.h"
 #include "agent/rendezvous_handler.h"
@@ -55,6 +56,10 @@ class Agent {
   Agent& operator=(const Agent&) = delete;
 
   void add_hooks(AgentHooks* hooks) { hooks_.push_back(hooks); }
+  // The sink of spdlog's default logger (log_sink.h): while run() runs,
+  // ddprun's own lines go through the console's writer thread, and with
+  // --log-dir to <run folder>/ddprun.log too. Not set: straight to stderr.
+  void set_log_sink(std::shared_ptr<LogSink> sink) { log_sink_ = std::move(sink); }
   boost::asio::io_context& io() { return io_; }
 
   // Runs the job to the end; returns ddprun's exit status.
@@ -100,6 +105,7 @@ class Agent {
   // Ctrl-Z (SIGTSTP), fg/bg (SIGCONT), a resized terminal (SIGWINCH).
   boost::asio::signal_set job_control_;
   Consoles consoles_;
+  std::shared_ptr<LogSink> log_sink_;
   std::unique_ptr<StdinForwarder> stdin_;
   // Log files that failed during the job, repeated at its end.
   std::vector<std::string> log_errors_;

@@ -23,6 +23,10 @@ struct Console::Queue {
   size_t written = 0;
   bool stop = false;
   bool failed = false;              // the console is gone (EPIPE, EIO): discard
+  // The source whose line is open (write_line() from other threads ends it
+  // too, so it lives under mu) and the one a typed line ended.
+  const void* open = nullptr;
+  const void* typed_over = nullptr;
   std::vector<std::function<void()>> waiting;  // resumes, run on the loop
 };
 
@@ -103,17 +107,51 @@ void Console::write(const void* source, std::string_view bytes, bool leaves_line
   {
     std::lock_guard<std::mutex> lk(q_->mu);
     if (q_->failed) {
-      open_ = nullptr;
+      q_->open = nullptr;
       return;
     }
     was_empty = q_->pending.empty();
     // Another source's line is open: end it, so lines never mix.
-    if (open_ && open_ != source) q_->pending += '\n';
+    if (q_->open && q_->open != source) q_->pending += '\n';
     q_->pending.append(bytes.data(), bytes.size());
+    q_->open = leaves_line_open ? source : nullptr;
+    if (source != q_->typed_over) q_->typed_over = nullptr;
   }
-  open_ = leaves_line_open ? source : nullptr;
-  if (source != typed_over_) typed_over_ = nullptr;
   if (was_empty) q_->wake.notify_one();
+}
+
+bool Console::write_line(std::string_view line) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lk(q_->mu);
+    if (q_->failed) return false;
+    if (q_->pending.size() + q_->in_flight + line.size() > kHighWater + kLogRoom) return false;
+    was_empty = q_->pending.empty();
+    if (q_->open) q_->pending += '\n';
+    q_->pending.append(line.data(), line.size());
+    q_->open = nullptr;
+    q_->typed_over = nullptr;
+  }
+  if (was_empty) q_->wake.notify_one();
+  return true;
+}
+
+const void* Console::open_line() const {
+  std::lock_guard<std::mutex> lk(q_->mu);
+  return q_->open;
+}
+
+void Console::line_typed() {
+  std::lock_guard<std::mutex> lk(q_->mu);
+  if (q_->open) q_->typed_over = q_->open;
+  q_->open = nullptr;
+}
+
+bool Console::take_typed_over(const void* source) {
+  std::lock_guard<std::mutex> lk(q_->mu);
+  if (q_->typed_over != source) return false;
+  q_->typed_over = nullptr;
+  return true;
 }
 
 bool Console::full() const {

@@ -16,8 +16,13 @@
 // mix; the interrupted source learns it from open_line() and marks its
 // continuation (line_splitter.h).
 //
-// Thread safety: everything but drain_until() and bytes_queued() on the
-// loop thread. The writer thread touches only the shared queue.
+// ddprun's own log lines (log_sink.h) come from any thread through
+// write_line(), which never waits for the console either: past kHighWater
+// plus kLogRoom queued bytes a line is not queued, only counted.
+//
+// Thread safety: write_line(), drain_until(), bytes_queued() and
+// bytes_written() on any thread; the rest on the loop thread. Everything
+// the writer thread sees is under the queue's mutex.
 #pragma once
 
 #include <chrono>
@@ -35,6 +40,9 @@ class Console {
  public:
   // Queued bytes at which full() turns true (the pumps pause).
   static constexpr size_t kHighWater = 1 << 20;
+  // Room past kHighWater for ddprun's own lines: with the workers paused
+  // they still show, up to this much, then they are counted, not queued.
+  static constexpr size_t kLogRoom = 64 << 10;
 
   // Writes to `fd` (not owned, not made non-blocking: it is shared with
   // the shell). `terminal`: fd is a terminal (decides the pty path).
@@ -47,20 +55,16 @@ class Console {
   // agent's own messages). Ends another source's open line first;
   // `leaves_line_open` makes `source` the owner of the console's line.
   void write(const void* source, std::string_view bytes, bool leaves_line_open = false);
+  // Any thread: one whole line of ddprun's own (with its newline), queued
+  // unless the console is kLogRoom past full; false when it was not.
+  bool write_line(std::string_view line);
   // The source whose line is open on the console (nullptr: none).
-  const void* open_line() const { return open_; }
+  const void* open_line() const;
   // A line was typed at this terminal: its echoed newline ended the open
   // line (a prompt's). Its owner then starts a new line, unmarked.
-  void line_typed() {
-    if (open_) typed_over_ = open_;
-    open_ = nullptr;
-  }
+  void line_typed();
   // True once for the source whose open line line_typed() ended.
-  bool take_typed_over(const void* source) {
-    if (typed_over_ != source) return false;
-    typed_over_ = nullptr;
-    return true;
-  }
+  bool take_typed_over(const void* source);
   bool full() const;
   // Counts bytes not shown because the console was full during a teardown.
   void drop(size_t bytes) { dropped_ += bytes; }
@@ -84,8 +88,6 @@ class Console {
   boost::asio::io_context& io_;
   int fd_;
   bool terminal_;
-  const void* open_ = nullptr;
-  const void* typed_over_ = nullptr;
   size_t dropped_ = 0;
   // Shared with the writer thread, which may outlive this object when it is
   // stuck in write() at exit (then it is detached; the process ends it).

@@ -1,7 +1,11 @@
 // Agent's job loop (agent.h): a round from the rendezvous, an attempt of the
 // worker group, the verdict of the other nodes and the restart policy, the
 // back-off; until one of them ends the job with ddprun's exit status.
+#include <errno.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+
+#include <cstring>
 
 #include "agent/agent.h"
 #include "agent/exit_status.h"
@@ -56,6 +60,15 @@ std::optional<int> Agent::prepare_job(AttemptSetup& setup, EnvMap env) {
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;
+  }
+  if (log_sink_ && !options_.log_dir.empty()) {
+    // ddprun's own lines, all of them, also when the console cannot take them.
+    const std::string path = setup.run_dir + "/" + base::kFileAgentLog;
+    base::ScopedFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (file)
+      log_sink_->attach_file(std::move(file));
+    else
+      spdlog::warn("cannot write {}: {}", path, strerror(errno));
   }
   if (options_.nproc_per_node > 1 && !setup.base_env.count(base::kEnvOmpNumThreads))
     spdlog::info("OMP_NUM_THREADS=1 for each of the {} workers (set it to override)",

@@ -109,6 +109,8 @@ inline constexpr const char* kFilePyStackPrefix = "pystack_";
 
 // --- Files in the run folder (--log-dir/<run id>/).
 inline constexpr const char* kFileEvents = "events.jsonl";
+// Every line ddprun itself logged (agent/log_sink.h), shown or not.
+inline constexpr const char* kFileAgentLog = "ddprun.log";
 // attempt_<n>/, one per attempt, holding <local rank>/ of each worker.
 inline constexpr const char* kFileAttemptDirPrefix = "attempt_";
 inline constexpr const char* kFileStdoutLog = "stdout.log";

@@ -1,12 +1,12 @@
 // ddprun: parses the command line into agent::Options and runs the agent;
 // everything else lives in the ddprun_agent and ddprun_launcher libraries.
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 
 #include "agent/agent.h"
 #include "agent/elastic_rendezvous.h"
+#include "agent/log_sink.h"
 #include "introspect/agent_hook.h"
 #include "introspect/cli.h"
 #include "introspect/stacks.h"
@@ -14,9 +14,11 @@
 #include "watchdog/agent_hook.h"
 
 int main(int argc, char** argv) {
-  // The multi-threaded sink: the store host, the keep-alive and the
-  // rendezvous join threads log alongside the loop thread.
-  auto logger = spdlog::stderr_logger_mt("ddprun");
+  // One sink for every thread that logs (the loop, the store host, the
+  // keep-alive, the rendezvous joins); while the agent runs it goes through
+  // the console's writer, so a stalled stderr never blocks them (log_sink.h).
+  auto log_sink = std::make_shared<ddprun::agent::LogSink>();
+  auto logger = std::make_shared<spdlog::logger>("ddprun", log_sink);
   logger->set_pattern("ddprun: %v");
   spdlog::set_default_logger(logger);
 
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
     }
   }
   ddprun::agent::Agent agent(std::move(options), std::move(rendezvous), std::move(policy));
+  agent.set_log_sink(log_sink);
   if (elastic) {
     elastic->attach(agent.io());
     agent.add_hooks(elastic);

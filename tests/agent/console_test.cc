@@ -3,7 +3,9 @@
 // Python workers run with plain `python3` from PATH (no torch needed).
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -11,7 +13,11 @@
 #include <sstream>
 #include <thread>
 
+#include <boost/asio/io_context.hpp>
+
+#include "agent/console.h"
 #include "agent/line_splitter.h"
+#include "agent/log_sink.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/temp_dir.h"
 
@@ -88,6 +94,72 @@ TEST_CASE("a console nobody reads: SIGTERM still stops the job within --term-tim
     ++files;
   }
   CHECK(files >= 1);
+}
+
+TEST_CASE("ddprun 2>&1 into a reader that stalls: SIGTERM still exits 143 within --term-timeout + 1 s") {
+  // `ddprun ... 2>&1 | (sleep 40; cat)`: ddprun's own lines ("got SIGTERM;
+  // stopping the workers") share the stalled pipe with the workers' output.
+  // They go through the console's writer too, so logging never blocks the
+  // agent, and --log-dir's ddprun.log keeps them.
+  TempDir dir;
+  DdprunProcess p({"--nproc-per-node=2", "--term-timeout=2", "--log-dir", dir.path(), kWorker,
+                   "flood"},
+                  {}, DDPRUN_BIN, false, /*stderr_to_stdout=*/true);
+  p.stall_stdout(true);  // nothing is read until ddprun has exited
+  constexpr uintmax_t kQueueFull = 900'000;  // as above: the console queue is full
+  auto until = std::chrono::steady_clock::now() + Seconds(20);
+  while (bytes_named(dir.path(), "stdout.log") < kQueueFull &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(bytes_named(dir.path(), "stdout.log") >= kQueueFull);
+  p.send(SIGTERM);
+  CHECK(wait_dead(p.pid(), Seconds(3)));
+  p.stall_stdout(false);
+  auto r = p.finish(Seconds(20));
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.status == 143);
+  const std::string log = files_named(dir.path(), "ddprun.log");
+  CHECK(count_of(log, "logs go to ") == 1);
+  CHECK(count_of(log, "got SIGTERM; stopping the workers") == 1);
+}
+
+TEST_CASE("ddprun's own lines never wait for a full console: past its room they are counted") {
+  boost::asio::io_context io;
+  auto pipe = ddprun::base::make_pipe();  // its reader never reads
+  auto console = std::make_shared<ddprun::agent::Console>(io, pipe.write.get(), false);
+  auto sink = std::make_shared<ddprun::agent::LogSink>();
+  sink->attach_console(console);
+  spdlog::logger logger("test", sink);
+  logger.set_pattern("%v");
+  // Workers' output up to the high-water mark, then ddprun's lines.
+  console->write(&io, std::string(ddprun::agent::Console::kHighWater, 'w'));
+  REQUIRE(console->full());
+  const std::string line(1000, 'l');
+  size_t logged = 0;
+  while (sink->lines_not_shown() == 0 && logged < 1000) {
+    logger.info("{}", line);
+    ++logged;
+  }
+  // The room past the mark took kLogRoom of them (1001 bytes a line, the
+  // writer still holds the whole first batch); the next one was counted.
+  CHECK(sink->lines_not_shown() == 1);
+  CHECK(logged == ddprun::agent::Console::kLogRoom / 1001 + 1);
+  for (int i = 0; i < 10; ++i) logger.info("{}", line);
+  CHECK(sink->lines_not_shown() == 11);
+  // The reader resumes: every queued byte arrives, the logged lines last.
+  sink->attach_console(nullptr);
+  const size_t queued = ddprun::agent::Console::kHighWater + (logged - 1) * 1001;
+  std::string got;
+  char buf[65536];
+  while (got.size() < queued) {
+    ssize_t n = read(pipe.read.get(), buf, sizeof buf);
+    REQUIRE(n > 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  CHECK(console->drain_until(std::chrono::steady_clock::now() + Seconds(10)));
+  console.reset();  // joins its writer
+  CHECK(got.size() == queued);
+  CHECK(got.substr(got.size() - 1001) == line + "\n");
 }
 
 TEST_CASE("--tee shows teed streams on the console and writes their files; -r alone files only") {

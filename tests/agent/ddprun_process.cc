@@ -29,7 +29,7 @@ int remaining_ms(Clock::time_point until) {
 }  // namespace
 
 DdprunProcess::DdprunProcess(std::vector<std::string> args, std::vector<std::string> extra_env,
-                             std::string program, bool own_group) {
+                             std::string program, bool own_group, bool stderr_to_stdout) {
   base::Pipe out = base::make_pipe(), err = base::make_pipe();
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
@@ -51,13 +51,13 @@ DdprunProcess::DdprunProcess(std::vector<std::string> args, std::vector<std::str
   if (pid_ == 0) {
     if (own_group) setpgid(0, 0);
     dup2(out.write.get(), STDOUT_FILENO);
-    dup2(err.write.get(), STDERR_FILENO);
+    dup2(stderr_to_stdout ? out.write.get() : err.write.get(), STDERR_FILENO);
     execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }
   if (own_group) setpgid(pid_, pid_);  // whoever runs first; kill(-pid) needs it
   out_fd_ = std::move(out.read);
-  err_fd_ = std::move(err.read);
+  if (!stderr_to_stdout) err_fd_ = std::move(err.read);
 }
 
 DdprunProcess::~DdprunProcess() {

@@ -28,8 +28,10 @@ class DdprunProcess {
   // Starts `program args...` (ddprun itself unless `program` is given) with
   // the test's environment plus `extra_env` ("KEY=VALUE"). `own_group`:
   // in a process group of its own, as a shell starts a job.
+  // `stderr_to_stdout`: one pipe for both, as `ddprun ... 2>&1 | reader`.
   explicit DdprunProcess(std::vector<std::string> args, std::vector<std::string> extra_env = {},
-                         std::string program = DDPRUN_BIN, bool own_group = false);
+                         std::string program = DDPRUN_BIN, bool own_group = false,
+                         bool stderr_to_stdout = false);
   ~DdprunProcess();
   DdprunProcess(const DdprunProcess&) = delete;
   DdprunProcess& operator=(const DdprunProcess&) = delete;

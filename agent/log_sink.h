@@ -1,0 +1,47 @@
+// Where ddprun's own log lines go (spdlog's default logger has this sink).
+//
+// Until the agent's console exists (flag parsing, the first store
+// connection) and after it is gone, lines are written to stderr directly:
+// no event loop runs then that a slow stderr could stall. While a console
+// is attached (Agent::run), a line is queued to its writer thread instead
+// (Console::write_line), in order with the workers' output, so a stderr
+// nobody reads (`2>&1 | less`, Ctrl-S) never blocks the thread that logs,
+// whichever it is (the loop, the store host, the keep-alive, a join). A
+// line the console has no room for is counted, not shown, and the count is
+// reported at exit. With a log file attached (--log-dir) every line also
+// goes there, shown or not.
+//
+// Thread safety: every method on any thread (spdlog's sink mutex).
+#pragma once
+
+#include <spdlog/sinks/base_sink.h>
+
+#include <memory>
+#include <mutex>
+
+#include "agent/console.h"
+#include "base/scoped_fd.h"
+
+namespace ddprun::agent {
+
+class LogSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  LogSink() = default;
+  // `console` null: back to stderr directly.
+  void attach_console(std::shared_ptr<Console> console);
+  // Every line from now on is appended to `file` too (an invalid fd: none).
+  void attach_file(base::ScopedFd file);
+  // Lines the console had no room for.
+  size_t lines_not_shown();
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override;
+  void flush_() override {}
+
+ private:
+  std::shared_ptr<Console> console_;
+  base::ScopedFd file_;
+  size_t not_shown_ = 0;
+};
+
+}  // namespace ddprun::agent
