@@ -306,6 +306,19 @@ int Agent::run() {
   guardian_pid_ = guardian->pid();
   int status = run_job(*guardian, std::move(env));
   cgroup_.reset();  // before the guardian: the agent removes it, not the safety net
+  if (options_.max_nodes > 1 && rendezvous_ && !pending_signal_) {
+    // The exit hand-shake waits on other nodes: off the loop, so a stop
+    // signal still ends ddprun at once.
+    off_loop<bool>([&] {
+      rendezvous_->finish_job();
+      return true;
+    });
+    if (pending_signal_) {
+      spdlog::warn("got {} while the other nodes were reading the job's outcome; exiting",
+                   signal_name(pending_signal_));
+      status = 128 + pending_signal_;
+    }
+  }
   if (!log_errors_.empty()) {
     std::string text = "ddprun: " + std::to_string(log_errors_.size()) +
                        " log file(s) could not be written; their output went to the console:\n";

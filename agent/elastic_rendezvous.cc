@@ -157,27 +157,6 @@ ElasticRendezvous::~ElasticRendezvous() {
   if (notifier_.joinable()) notifier_.join();
   keep_alive_.reset();
   if (canceller_->cancelled()) farewell();
-  // The exit hand-shake: the host keeps the store up until every node of a
-  // finished round has read its outcome (bounded), so none sees it vanish.
-  if (round_ && control_) {
-    const std::string base =
-        "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/exited/";
-    try {
-      if (spec_.etcd) {
-        forget_finished_job(base);
-      } else if (!host_) {
-        control_->set(base + rdzv_->node_id(), rdzv::to_bytes("1"));
-      } else if (drain_) {
-        std::vector<std::string> keys;
-        for (const auto& n : round_->nodes)
-          if (n.node_id != rdzv_->node_id()) keys.push_back(base + n.node_id);
-        if (!keys.empty())
-          control_->wait(keys, std::min<Duration>(rdzv_->options().close_timeout, Duration(10000)));
-      }
-    } catch (const std::exception& e) {
-      spdlog::debug("exit hand-shake: {}", e.what());
-    }
-  }
   rdzv_.reset();
   control_.reset();
   host_.reset();
@@ -195,6 +174,38 @@ void ElasticRendezvous::forget_finished_job(const std::string& exited) {
   if (auto* etcd = dynamic_cast<rdzv::EtcdStore*>(control_.get())) {
     etcd->remove_prefix("rdzv/" + options_.run_id + "/");
     spdlog::debug("rendezvous '{}': the job's keys are deleted from etcd", options_.run_id);
+  }
+}
+
+void ElasticRendezvous::finish_job() {
+  if (notifier_.joinable()) notifier_.join();
+  keep_alive_.reset();
+  if (!round_ || !control_) return;
+  // This node's outcome is recorded: a stop signal from here on must not
+  // end the finished round for the others (farewell()).
+  round_over_ = true;
+  // The exit hand-shake: the host keeps the store up until every node of a
+  // finished round has read its outcome (bounded), so none sees it vanish.
+  // It runs off the agent's loop, and a stop signal cancels it (abandon()).
+  const std::string base =
+      "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/exited/";
+  try {
+    if (spec_.etcd) {
+      forget_finished_job(base);
+    } else if (!host_) {
+      control_->set(base + rdzv_->node_id(), rdzv::to_bytes("1"));
+    } else if (drain_) {
+      std::vector<std::string> keys;
+      for (const auto& n : round_->nodes)
+        if (n.node_id != rdzv_->node_id()) keys.push_back(base + n.node_id);
+      if (keys.empty()) return;
+      const Duration limit = std::min<Duration>(rdzv_->options().close_timeout, Duration(10000));
+      spdlog::info("waiting up to {} s for the other nodes to read the job's outcome",
+                   limit.count() / 1000.0);
+      control_->wait(keys, limit);
+    }
+  } catch (const std::exception& e) {
+    spdlog::debug("exit hand-shake: {}", e.what());
   }
 }
 

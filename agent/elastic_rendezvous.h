@@ -32,6 +32,7 @@
 // them: group_ended() and next_round() bump it, and a report of an older
 // generation does nothing. abandon() (a stop signal) cancels every store
 // connection at once; the destructor then tells the round's other nodes.
+// finish_job() (the exit hand-shake) runs off the loop like the joins.
 #pragma once
 
 #include <atomic>
@@ -71,6 +72,7 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   GroupVerdict group_ended(GroupOutcome outcome) override;
   std::string run_id() const override { return options_.run_id; }
   void abandon(int signal) override;
+  void finish_job() override;
 
   // AgentHooks
   void workers_started(const AttemptInfo& attempt, AttemptControl& control) override;

@@ -64,6 +64,10 @@ class RendezvousHandler {
   // blocked call then returns (or throws) within milliseconds, and the
   // handler is only used to end the job afterwards.
   virtual void abandon(int signal) { (void)signal; }
+  // The job is over (ddprun is about to exit, not after a stop signal): a
+  // multi-node handler's exit hand-shake, bounded by its own deadline;
+  // called like next_round, and abandon() cuts it short.
+  virtual void finish_job() {}
   // TORCHELASTIC_RUN_ID.
   virtual std::string run_id() const = 0;
 };

@@ -427,6 +427,41 @@ TEST_CASE("multinode.barrierint") {
   CHECK(job.log(2).find("its agent was stopped by a signal") != std::string::npos);
 }
 
+TEST_CASE("multinode.handshakeint") {
+  // Both nodes' workers succeed, node 2's first; node 2's agent is then
+  // SIGSTOPped in the exit barrier, so the host (node 1), past the barrier,
+  // waits in the exit hand-shake (up to close_timeout, 10 s here) for node 2
+  // to read the outcome. SIGINT to the host cancels that wait: it exits 130
+  // well within the hand-shake's bound (half of it is the deadline here).
+  Job job("handshakeint", 2);
+  job.start(1, {"MN_STOP_NAME=stop-n1"}, agent_args("", "2"));
+  job.start(2, {"MN_STOP_NAME=stop-n2"}, agent_args("", "2"));
+  int round = -1;
+  REQUIRE(wait_records(job.dir.path(), [&](const auto& recs) {
+    return (round = round_with(recs, 4)) >= 0;
+  }, kDeadline));
+  std::ofstream(job.dir.path() + "/stop-n2") << "stop\n";
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return job.log(2).find("waiting for the other nodes to finish") != std::string::npos;
+  }, kDeadline));
+  job.agents[2]->signal(SIGSTOP);
+  std::ofstream(job.dir.path() + "/stop-n1") << "stop\n";
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return job.log(1).find("for the other nodes to read the job's outcome") != std::string::npos;
+  }, kDeadline));
+  const auto sent = std::chrono::steady_clock::now();
+  job.agents[1]->signal(SIGINT);
+  const int status = job.agents[1]->wait(Seconds(5));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  MESSAGE("node 1 exited " << status << " " << took << " s after SIGINT");
+  INFO("node 1:\n" << job.log(1));
+  CHECK(status == 130);
+  CHECK(job.log(1).find("got SIGINT while the other nodes were reading the job's outcome") !=
+        std::string::npos);
+  job.agents[2]->signal(SIGCONT);
+  CHECK(job.agents[2]->wait(kDeadline) >= 0);
+}
+
 TEST_CASE("multinode.pause") {
   // Node 2's agent (not the host) is SIGSTOPped for 4 s, longer than its
   // store calls' own deadlines but within the keep-alive window (2 s x 5):
