@@ -13,6 +13,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "base/proc_stat.h"
@@ -60,6 +61,27 @@ pid_t guardian_of(pid_t ddprun) {
   return found;
 }
 
+// What `pid` holds open: "<fd> -> <target>" lines, in fd order.
+std::string open_fds(pid_t pid) {
+  std::map<int, std::string> fds;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = opendir(dir.c_str());
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    if (e->d_name[0] == '.') continue;
+    char target[256];
+    ssize_t n = readlink((dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+    if (n < 0) continue;
+    target[n] = '\0';
+    std::string t = target;
+    if (t.rfind("pipe:", 0) == 0) t = "pipe";
+    fds[std::atoi(e->d_name)] = t;
+  }
+  if (d) closedir(d);
+  std::string out;
+  for (const auto& [fd, t] : fds) out += std::to_string(fd) + " -> " + t + "\n";
+  return out;
+}
+
 bool gone(pid_t pid) {
   auto st = ddprun::base::read_proc_stat(pid);
   return !st || st->state == 'Z';
@@ -96,8 +118,12 @@ void kill_and_check(Stop how, bool with_cgroup) {
     REQUIRE(e.pids.size() == 6);
     guardian = guardian_of(p.pid());
     REQUIRE(guardian > 0);
-    // The guardian is in a session of its own, out of reach of kill -pgid.
+    // The guardian is in a session of its own, out of reach of kill -pgid,
+    // and holds nothing of the agent's (no store socket, no log file): only
+    // its pipe, with /dev/null for stdio.
     CHECK(getsid(guardian) == guardian);
+    CHECK(open_fds(guardian) ==
+          "0 -> /dev/null\n1 -> /dev/null\n2 -> /dev/null\n3 -> pipe\n");
     std::string mine = cgroup_of(getpid());
     for (pid_t pid : e.pids) REQUIRE(ddprun::base::read_proc_stat(pid));
     if (with_cgroup) {

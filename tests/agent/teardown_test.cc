@@ -61,6 +61,21 @@ TEST_CASE("SIGINT to ddprun stops every worker and grandchild and exits 130") {
   for (pid_t pid : pids) CHECK_FALSE(exists(pid));
 }
 
+TEST_CASE("SIGTERM, SIGHUP and SIGQUIT to ddprun stop every worker and grandchild, exit 128+N") {
+  for (int sig : {SIGTERM, SIGHUP, SIGQUIT}) {
+    CAPTURE(sig);
+    DdprunProcess p({"--nproc-per-node=2", "--term-timeout=10", TEST_WORKER, "block"});
+    REQUIRE(p.wait_for_stdout([](const std::string& o) { return all_ready(o, 2); }, Seconds(20)));
+    auto pids = announced_pids(p.out());
+    REQUIRE(pids.size() == 4);
+    p.send(sig);
+    auto r = p.finish(Seconds(30));
+    REQUIRE_FALSE(r.timed_out);
+    CHECK(r.status == 128 + sig);
+    for (pid_t pid : pids) CHECK_FALSE(exists(pid));
+  }
+}
+
 TEST_CASE("a signal outside --signals-to-handle is not forwarded") {
   DdprunProcess p({"--nproc-per-node=1", "--signals-to-handle=SIGTERM", TEST_WORKER, "block"});
   REQUIRE(p.wait_for_stdout([](const std::string& o) { return all_ready(o, 1); }, Seconds(20)));
