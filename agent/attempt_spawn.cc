@@ -152,7 +152,7 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
     result_.log_errors.push_back(path + ": " + error);
     for (auto* h : hooks_) h->log_write_failed(lr, path, error);
   };
-  return std::make_unique<OutputPump>(io_, read.release(), std::move(c));
+  return std::make_unique<OutputPump>(io_, std::move(read), std::move(c));
 }
 
 }  // namespace ddprun::agent

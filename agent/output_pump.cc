@@ -7,8 +7,8 @@
 
 namespace ddprun::agent {
 
-OutputPump::OutputPump(boost::asio::io_context& io, int read_fd, PumpConfig config)
-    : pipe_(io, read_fd),
+OutputPump::OutputPump(boost::asio::io_context& io, base::ScopedFd read_fd, PumpConfig config)
+    : pipe_(io, read_fd.release()),  // Asio owns it from here (closed in finish())
       config_(std::move(config)),
       splitter_(config_.prefix),
       quiet_(io) {}

@@ -52,7 +52,7 @@ class OutputPump {
   static constexpr std::chrono::milliseconds kQuiet{20};
 
   // Takes ownership of `read_fd`.
-  OutputPump(boost::asio::io_context& io, int read_fd, PumpConfig config);
+  OutputPump(boost::asio::io_context& io, base::ScopedFd read_fd, PumpConfig config);
   ~OutputPump();
   OutputPump(const OutputPump&) = delete;
   OutputPump& operator=(const OutputPump&) = delete;
