@@ -23,8 +23,8 @@
 #include <optional>
 #include <sstream>
 
-#include "bench/tcpstore_wire.h"
 #include "base/fd_limit.h"
+#include "bench/tcpstore_wire.h"
 #include "rendezvous/server.h"
 #include "tests/rendezvous/hostile.h"
 #include "tests/rendezvous/store_process.h"
