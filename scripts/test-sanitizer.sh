@@ -6,9 +6,9 @@
 # address: AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer on),
 #          everything, in build-asan/
 # Any report fails the test that produced it (halt_on_error / abort_on_error).
-# ASan and UBSan also write each report to build-asan/sanitizer-reports/, and
-# the run fails when that folder is not empty at the end: a report from a
-# worker or a guardian whose exit a test expects (or ignores) is not lost.
+# Each report is also written to <build dir>/sanitizer-reports/, and the run
+# fails when that folder is not empty at the end: a report from a worker or
+# a guardian whose exit a test expects (or ignores) is not lost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: scripts/test-sanitizer.sh thread|address [ctest args]}
@@ -18,7 +18,9 @@ case $kind in
   thread)
     dir=build-tsan
     bash scripts/build.sh "$dir" -DDDPRUN_SANITIZE=thread -DDDPRUN_BUILD_TRAINER=OFF -DDDPRUN_WERROR=ON
-    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+    reports=$PWD/$dir/sanitizer-reports
+    rm -rf "$reports" && mkdir -p "$reports"
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan ${TSAN_OPTIONS:-}"
     ;;
   address)
     dir=build-asan
@@ -33,7 +35,14 @@ case $kind in
 esac
 cd "$dir"
 rc=0
-ctest --output-on-failure --timeout 900 -j "${DDPRUN_TEST_JOBS:-2}" "$@" || rc=$?
+# GCC 12's TSan runtime cannot map its shadow with more than 28 bits of
+# mmap randomness (newer kernels default to 32: "unexpected memory
+# mapping"); without address randomization it can.
+run=()
+if [[ $kind == thread && $(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28) -gt 28 ]]; then
+  run=(setarch "$(uname -m)" -R)
+fi
+"${run[@]}" ctest --output-on-failure --timeout 900 -j "${DDPRUN_TEST_JOBS:-2}" "$@" || rc=$?
 if [[ -n $reports ]] && compgen -G "$reports/*" >/dev/null; then
   echo "test-sanitizer.sh: sanitizer reports in $reports:" >&2
   for f in "$reports"/*; do echo "==== $f" >&2; cat "$f" >&2; done
