@@ -25,6 +25,13 @@ using nlohmann::json;
 const std::string kTwoSleepingRanks =
     "RANK=0 sleep 600 & RANK=1 sleep 600 & echo started; wait";
 
+// SIGKILLs a process group when the test ends, whatever happened: the
+// shells' sleeping children must not outlive the test.
+struct GroupKiller {
+  pid_t pgid;
+  ~GroupKiller() { ::kill(-pgid, SIGKILL); }
+};
+
 bool started(const std::string& o) { return o.find("started") != std::string::npos; }
 
 bool dead(pid_t pid) {
@@ -50,6 +57,7 @@ TEST_CASE("attach --pgid: a process group whose ranks stop is reported and, with
   TempDir dir;
   // In a group of its own, as a shell starts a job.
   DdprunProcess group({"-c", kTwoSleepingRanks}, {}, "/bin/sh", /*own_group=*/true);
+  GroupKiller kill_group{group.pid()};
   REQUIRE(group.wait_for_stdout(started, std::chrono::seconds(30)));
   const auto r = ddprun::testing::run_ddprun(
       {"attach", "--pgid", std::to_string(group.pid()), "--silence-timeout", "1", "--on-hang",
@@ -73,9 +81,11 @@ TEST_CASE("attach --slurm-step: the step's ranks are watched, other steps of the
   // A job id no real Slurm here hands out, unique per test process.
   const std::string job = std::to_string(900000000 + ::getpid());
   DdprunProcess step0({"-c", kTwoSleepingRanks}, {"SLURM_JOB_ID=" + job, "SLURM_STEP_ID=0"},
-                      "/bin/sh");
+                      "/bin/sh", /*own_group=*/true);
+  GroupKiller kill_step0{step0.pid()};
   DdprunProcess step1({"-c", "RANK=5 sleep 600 & echo started; wait"},
-                      {"SLURM_JOB_ID=" + job, "SLURM_STEP_ID=1"}, "/bin/sh");
+                      {"SLURM_JOB_ID=" + job, "SLURM_STEP_ID=1"}, "/bin/sh", /*own_group=*/true);
+  GroupKiller kill_step1{step1.pid()};
   REQUIRE(step0.wait_for_stdout(started, std::chrono::seconds(30)));
   REQUIRE(step1.wait_for_stdout(started, std::chrono::seconds(30)));
   const auto r = ddprun::testing::run_ddprun(
@@ -105,6 +115,7 @@ TEST_CASE("attach: a rank stopped (state T) for --stuck-timeout is hung, though 
           "timeout is far off") {
   TempDir dir;
   DdprunProcess group({"-c", kTwoSleepingRanks}, {}, "/bin/sh", /*own_group=*/true);
+  GroupKiller kill_group{group.pid()};
   REQUIRE(group.wait_for_stdout(started, std::chrono::seconds(30)));
   // Rank 1: the shell's child with RANK=1 (it may not have exec'd yet when
   // the shell printed "started": look until it carries RANK).
