@@ -42,7 +42,9 @@ has_ckpt() { ls "$ck" | grep -q "^step-0*$1\.json$"; }
 newer_than() { (( $(newest) > $1 )); }
 logged() { grep -q -- "$1" "$T/$2.out" 2>/dev/null; }
 # The step rank 0 logged stopping at ("stopped by SIG after step N").
-stopped_at() { sed -n "s/.*train rank 0.*stopped by $1 after step \([0-9]*\).*/\1/p" "$T/$2.out" | head -1; }
+# The last such line: the group restart's teardown also stops rank 0 with
+# SIGTERM (earlier, at a lower step) before scancel does.
+stopped_at() { sed -n "s/.*train rank 0.*stopped by $1 after step \([0-9]*\).*/\1/p" "$T/$2.out" | tail -1; }
 gone() { [[ -z $(on_hub squeue -h -j "$job" 2>/dev/null) ]]; }
 
 # --- 1. form from Slurm's environment and train
