@@ -69,6 +69,10 @@ struct OurServer {
   OurServer() {
     rdzv::ServerOptions o;
     o.host = "127.0.0.1";
+    // Every bench client comes from 127.0.0.1, where a job's would come from
+    // one address per node: the per-address cap (2,048) would refuse the
+    // 4,096- and 16,384-client barriers, which stand for that many hosts.
+    o.max_connections_per_peer = o.max_connections;
     server = std::make_unique<rdzv::Server>(io, o);
     thread = std::thread([this] { io.run(); });
   }
