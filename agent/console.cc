@@ -64,6 +64,10 @@ Console::~Console() {
   {
     std::lock_guard<std::mutex> lk(q_->mu);
     q_->stop = true;
+    // A writer left stuck below must never post a resume to the loop,
+    // which goes away with the agent (TSan: SEGV in post() at exit once
+    // a stalled console took its bytes).
+    q_->waiting.clear();
   }
   q_->wake.notify_one();
   // A writer stuck in write() on a stalled console would hold the exit
