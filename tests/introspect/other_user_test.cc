@@ -23,8 +23,7 @@
 
 #include "introspect/client.h"
 #include "introspect/registry.h"
-#include "tests/agent/ddprun_process.h"
-#include "tests/common/temp_dir.h"
+#include "tests/introspect/one_rank_job.h"
 
 namespace {
 
@@ -84,18 +83,8 @@ TEST_CASE("status: the control socket refuses a client of another user") {
     MESSAGE("SKIP: needs root to become another user (nobody)");
     std::exit(77);
   }
-  TempDir dir;
-  const std::string registry = dir.file("registry"), until = dir.file("until");
-  ::mkdir(registry.c_str(), 0700);
-  const std::string run_id = "uid-" + std::to_string(::getpid());
-  DdprunProcess job({"--nproc-per-node", "1", "--rdzv-id", run_id,
-                     std::string(INTROSPECT_SCRIPTS) + "/beating_worker.py", "--until", until},
-                    {"DDPRUN_REGISTRY_DIR=" + registry, "DDPRUN_PYTHON=/usr/bin/python3"});
-  REQUIRE(job.wait_for_stdout([](const std::string& o) { return o.find("ready 0") != std::string::npos; },
-                              std::chrono::seconds(60)));
-  const auto agents = ddprun::introspect::list_agents(registry, run_id);
-  REQUIRE(agents.size() == 1);
-  const std::string socket = agents[0].socket;
+  ddprun::testing::OneRankJob one("uid");
+  const std::string& socket = one.socket;
   // A plain other user cannot even reach the socket (its folder is 0700).
   CHECK(run_client(socket, false) == kNoConnect);
   // One that gets past the folder connects, and the server closes on it
@@ -104,6 +93,5 @@ TEST_CASE("status: the control socket refuses a client of another user") {
   // The owner is still served.
   const auto ok = ddprun::introspect::ask_agent(socket, {{"op", "status"}}, std::chrono::seconds(10));
   CHECK(ok["workers"].size() == 1);
-  std::ofstream(until).put('\n');
-  CHECK(job.finish(std::chrono::seconds(60)).status == 0);
+  one.finish();
 }

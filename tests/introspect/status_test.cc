@@ -15,6 +15,7 @@
 #include "introspect/registry.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/temp_dir.h"
+#include "tests/introspect/one_rank_job.h"
 
 namespace {
 
@@ -104,31 +105,21 @@ TEST_CASE("status --watch redraws in place on a terminal and ends with the job")
 }
 
 TEST_CASE("status: the control socket answers an unknown request with an error") {
-  TempDir dir;
-  const std::string registry = dir.file("registry"), until = dir.file("until");
-  ::mkdir(registry.c_str(), 0700);
-  const std::string run_id = "bad-" + std::to_string(::getpid());
-  DdprunProcess job({"--nproc-per-node", "1", "--rdzv-id", run_id,
-                     std::string(INTROSPECT_SCRIPTS) + "/beating_worker.py", "--until", until},
-                    {"DDPRUN_REGISTRY_DIR=" + registry, "DDPRUN_PYTHON=/usr/bin/python3"});
-  REQUIRE(job.wait_for_stdout([](const std::string& o) { return o.find("ready 0") != std::string::npos; },
-                              std::chrono::seconds(60)));
-  const auto agents = ddprun::introspect::list_agents(registry, run_id);
-  REQUIRE(agents.size() == 1);
+  ddprun::testing::OneRankJob one("bad");
+  const std::string& socket = one.socket;
   // The socket lives in a folder only this user can enter.
   struct stat st{};
-  const std::string folder = agents[0].socket.substr(0, agents[0].socket.rfind("/introspect/"));
+  const std::string folder = socket.substr(0, socket.rfind("/introspect/"));
   REQUIRE(::stat(folder.c_str(), &st) == 0);
   CHECK((st.st_mode & 077) == 0);
-  const auto reply = ddprun::introspect::ask_agent(agents[0].socket, {{"op", "reboot"}},
+  const auto reply = ddprun::introspect::ask_agent(socket, {{"op", "reboot"}},
                                                    std::chrono::seconds(10));
   CHECK(reply["error"].get<std::string>().find("unknown op 'reboot'") != std::string::npos);
   // The agent still answers status afterwards.
-  const auto ok = ddprun::introspect::ask_agent(agents[0].socket, {{"op", "status"}},
+  const auto ok = ddprun::introspect::ask_agent(socket, {{"op", "status"}},
                                                 std::chrono::seconds(10));
   CHECK(ok["workers"].size() == 1);
-  std::ofstream(until).put('\n');
-  CHECK(job.finish(std::chrono::seconds(60)).status == 0);
+  one.finish();
 }
 
 TEST_CASE("status: a registry folder others can write to is refused with a one-line error") {
