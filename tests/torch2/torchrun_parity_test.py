@@ -14,8 +14,10 @@ until ddprun accepts it.
       same meanings; every difference is listed in ENV_DIFFERENCES with its
       reason (docs/TORCHRUN_2.md).
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,9 +63,24 @@ VALUE_DIFFERENCES = {
 }
 
 
+_log_dir = None
+
+
+def sample_log_dir():
+    """One log folder for every --log-dir sample, removed at exit (one per
+    call left hundreds of folders in /tmp)."""
+    global _log_dir
+    if _log_dir is None:
+        _log_dir = tempfile.mkdtemp(prefix="ddprun-parity-")
+        atexit.register(shutil.rmtree, _log_dir, True)
+    return _log_dir
+
+
 def sample_value(action):
     dest = action.dest
-    samples = {"log_dir": tempfile.mkdtemp(prefix="ddprun-parity-"), "local_addr": "127.0.0.1",
+    if dest == "log_dir":
+        return [sample_log_dir()]
+    samples = {"local_addr": "127.0.0.1",
                "logs_specs": "default", "shutdown_timeout": "5", "master_port": "29500",
                "event_log_handler": "null", "rdzv_conf": "join_timeout=60"}
     if dest in samples:
