@@ -139,6 +139,14 @@ Finished run_ddprun(std::vector<std::string> args, std::vector<std::string> extr
   return p.finish(deadline);
 }
 
+std::vector<std::string> sanitizers_leave_segv() {
+  auto with = [](const char* name) {
+    const char* own = std::getenv(name);
+    return std::string(name) + "=" + (own ? std::string(own) + " " : "") + "handle_segv=0";
+  };
+  return {with("TSAN_OPTIONS"), with("ASAN_OPTIONS")};
+}
+
 bool wait_child(pid_t pid, Seconds deadline, int* status) {
   if (!wait_dead(pid, deadline)) return false;
   int st = 0;

@@ -64,6 +64,13 @@ class DdprunProcess {
 Finished run_ddprun(std::vector<std::string> args, std::vector<std::string> extra_env = {},
                     Seconds deadline = Seconds(60));
 
+// Extra environment for a job whose worker a test kills with SIGSEGV on
+// purpose: in the sanitizer builds (scripts/test-sanitizer.sh) the worker's
+// SEGV handler would catch the signal and exit 66 instead of dying by it, so
+// it is turned off (handle_segv=0, kept after the run's own options). The
+// plain build ignores both variables.
+std::vector<std::string> sanitizers_leave_segv();
+
 // True once `pid` has died (exited or zombie), waiting on a pidfd up to the
 // deadline; reaps it if it is our child.
 bool wait_dead(pid_t pid, Seconds deadline);

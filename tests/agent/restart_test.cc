@@ -39,7 +39,8 @@ TEST_CASE("restarts stop at the limit with the root cause's status and a summary
 }
 
 TEST_CASE("death by signal is named and ddprun exits 128+N") {
-  DdprunProcess p({"--nproc-per-node=2", "--term-timeout=5", TEST_WORKER, "block"});
+  DdprunProcess p({"--nproc-per-node=2", "--term-timeout=5", TEST_WORKER, "block"},
+                  ddprun::testing::sanitizers_leave_segv());
   REQUIRE(p.wait_for_stdout([](const std::string& out) { return count_of(out, "ready") == 2; },
                             Seconds(20)));
   auto ready = lines_with(p.out(), "[default1]:ready");
