@@ -243,7 +243,17 @@ TEST_CASE("a SIGSTOPped worker is detected from its process state at the first p
   CHECK(dog.workers()[0].proc_state == 'T');
 }
 
-TEST_CASE("a worker in uninterruptible sleep (D) is detected from its process state") {
+// ThreadSanitizer's vfork interceptor turns the worker's vfork() into a
+// fork(), so under TSan its parent never enters state D: the case cannot run
+// there and is reported skipped (the plain and ASan builds run it).
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kNoVforkDState = true;
+#else
+constexpr bool kNoVforkDState = false;
+#endif
+
+TEST_CASE("a worker in uninterruptible sleep (D) is detected from its process state" *
+          doctest::skip(kNoVforkDState)) {
   // Real time: the worker reaches state D some moment after "ready".
   boost::asio::io_context io;
   ddprun::base::SteadyClock clock(io);
