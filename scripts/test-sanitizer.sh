@@ -35,6 +35,13 @@ case $kind in
 esac
 cd "$dir"
 rc=0
+# Deadlines that tests take from a stated requirement (tests/common/
+# time_scale.h) are tripled: the sanitizers slow ddprun, its exit included.
+export DDPRUN_TEST_TIME_SCALE=3
+# The hostile suite (label hostile) asserts the release build's memory and
+# latency bounds under attack; shadow memory and instrumentation multiply
+# both (TSan: 164 MiB at a full 16 MiB budget, p99 x4,000), so it is left
+# out here. Its code paths run under ASan+UBSan in the fuzzers (label fuzz).
 # GCC 12's TSan runtime cannot map its shadow with more than 28 bits of
 # mmap randomness (newer kernels default to 32: "unexpected memory
 # mapping"); without address randomization it can.
@@ -42,7 +49,7 @@ run=()
 if [[ $kind == thread && $(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28) -gt 28 ]]; then
   run=(setarch "$(uname -m)" -R)
 fi
-"${run[@]}" ctest --output-on-failure --timeout 900 -j "${DDPRUN_TEST_JOBS:-2}" "$@" || rc=$?
+"${run[@]}" ctest --output-on-failure --timeout 900 -j "${DDPRUN_TEST_JOBS:-2}" -LE hostile "$@" || rc=$?
 if [[ -n $reports ]] && compgen -G "$reports/*" >/dev/null; then
   echo "test-sanitizer.sh: sanitizer reports in $reports:" >&2
   for f in "$reports"/*; do echo "==== $f" >&2; cat "$f" >&2; done

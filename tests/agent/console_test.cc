@@ -20,6 +20,7 @@
 #include "agent/log_sink.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/time_scale.h"
 
 using namespace ddprun::testing;
 namespace fs = std::filesystem;
@@ -74,7 +75,7 @@ TEST_CASE("a console nobody reads: SIGTERM still stops the job within --term-tim
   p.send(SIGTERM);
   // The requirement: exit within --term-timeout (2 s; the workers ignore
   // SIGTERM) plus 1 s, while the console is still not read.
-  bool exited = wait_dead(p.pid(), Seconds(3));
+  bool exited = wait_dead(p.pid(), ddprun::testing::scaled(Seconds(3)));
   CHECK(exited);
   CHECK(std::chrono::steady_clock::now() - stalled_at < Seconds(20));
   p.stall_stdout(false);
@@ -113,7 +114,7 @@ TEST_CASE("ddprun 2>&1 into a reader that stalls: SIGTERM still exits 143 within
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(bytes_named(dir.path(), "stdout.log") >= kQueueFull);
   p.send(SIGTERM);
-  CHECK(wait_dead(p.pid(), Seconds(3)));
+  CHECK(wait_dead(p.pid(), ddprun::testing::scaled(Seconds(3))));
   p.stall_stdout(false);
   auto r = p.finish(Seconds(20));
   REQUIRE_FALSE(r.timed_out);
