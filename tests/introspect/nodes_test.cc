@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "base/scoped_fd.h"
@@ -44,6 +45,7 @@ struct TwoNodeJob {
   std::string run_id = "nodes-" + std::to_string(::getpid());
   std::string registry[2] = {dir.file("registry_a"), dir.file("registry_b")};
   std::vector<std::string> args;
+  std::optional<DdprunProcess> agent[2];
   TwoNodeJob() {
     for (const auto& r : registry) ::mkdir(r.c_str(), 0700);
     args = {"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
@@ -59,6 +61,21 @@ struct TwoNodeJob {
     std::vector<std::string> a = {"status", run_id};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_ddprun(a, env(node), std::chrono::seconds(60));
+  }
+  // Starts both agents and waits until each node's two ranks are ready.
+  void start() {
+    for (int node = 0; node < 2; ++node) agent[node].emplace(args, env(node));
+    auto two_ready = [](const std::string& o) { return count_of(o, "ready ") >= 2; };
+    for (auto& a : agent) REQUIRE(a->wait_for_stdout(two_ready, std::chrono::seconds(120)));
+  }
+  // Lets the workers end; both agents must then exit 0.
+  void finish() {
+    std::ofstream(until).put('\n');
+    const auto end_a = agent[0]->finish(std::chrono::seconds(120));
+    const auto end_b = agent[1]->finish(std::chrono::seconds(120));
+    INFO("agent a: " << end_a.err << "\nagent b: " << end_b.err);
+    CHECK(end_a.status == 0);
+    CHECK(end_b.status == 0);
   }
   json agents(int node) const {
     const auto r = status(node, {"--json"});
@@ -81,11 +98,7 @@ int64_t step_of(const json& agents, int rank) {
 TEST_CASE("status across nodes: asked on either agent, status shows every node's ranks, the "
           "other node's through the job's store, with advancing steps") {
   TwoNodeJob job;
-  DdprunProcess a(job.args, job.env(0));
-  DdprunProcess b(job.args, job.env(1));
-  auto two_ready = [](const std::string& o) { return count_of(o, "ready ") >= 2; };
-  REQUIRE(a.wait_for_stdout(two_ready, std::chrono::seconds(120)));
-  REQUIRE(b.wait_for_stdout(two_ready, std::chrono::seconds(120)));
+  job.start();
 
   for (int node = 0; node < 2; ++node) {
     INFO("asked through agent " << node << "'s registry");
@@ -141,22 +154,13 @@ TEST_CASE("status across nodes: asked on either agent, status shows every node's
     REQUIRE(only.size() == 1);
     CHECK(only[0]["workers"].size() == 2);
   }
-  std::ofstream(job.until).put('\n');
-  const auto end_a = a.finish(std::chrono::seconds(120));
-  const auto end_b = b.finish(std::chrono::seconds(120));
-  INFO("agent a: " << end_a.err << "\nagent b: " << end_b.err);
-  CHECK(end_a.status == 0);
-  CHECK(end_b.status == 0);
+  job.finish();
 }
 
 TEST_CASE("stacks across nodes: asked on one agent, stacks returns the Python tracebacks of "
           "every node's ranks, the other node's captured there and sent through the store") {
   TwoNodeJob job;
-  DdprunProcess a(job.args, job.env(0));
-  DdprunProcess b(job.args, job.env(1));
-  auto two_ready = [](const std::string& o) { return count_of(o, "ready ") >= 2; };
-  REQUIRE(a.wait_for_stdout(two_ready, std::chrono::seconds(120)));
-  REQUIRE(b.wait_for_stdout(two_ready, std::chrono::seconds(120)));
+  job.start();
   // The ranks and host of the other agent, as status --local on each tells.
   std::set<int> remote_ranks;
   const auto local_b = job.status(1, {"--local", "--json"});
@@ -189,10 +193,5 @@ TEST_CASE("stacks across nodes: asked on one agent, stacks returns the Python tr
   CHECK(one.out.find("in wait_here") != std::string::npos);
   CHECK(one.err.empty());
 
-  std::ofstream(job.until).put('\n');
-  const auto end_a = a.finish(std::chrono::seconds(120));
-  const auto end_b = b.finish(std::chrono::seconds(120));
-  INFO("agent a: " << end_a.err << "\nagent b: " << end_b.err);
-  CHECK(end_a.status == 0);
-  CHECK(end_b.status == 0);
+  job.finish();
 }
