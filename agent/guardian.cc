@@ -122,7 +122,9 @@ void kill_by_token(const GuardianPaths& p) {
     base::ScopedFd dir(open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dir) return;
     int killed = 0;
-    static char buf[32768];
+    // getdents64 fills the buffer with dirent64 records read in place: the
+    // buffer must be aligned for the struct, not just for char.
+    alignas(dirent64) static char buf[32768];
     long n;
     while ((n = syscall(SYS_getdents64, dir.get(), buf, sizeof buf)) > 0) {
       for (long off = 0; off < n;) {

@@ -9,7 +9,8 @@
 // whichever it is (the loop, the store host, the keep-alive, a join). A
 // line the console has no room for is counted, not shown, and the count is
 // reported at exit. With a log file attached (--log-dir) every line also
-// goes there, shown or not.
+// goes there, shown or not, and so do the lines logged before it was
+// attached (up to kEarlyBytes of them).
 //
 // Thread safety: every method on any thread (spdlog's sink mutex).
 #pragma once
@@ -18,6 +19,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "agent/console.h"
 #include "base/scoped_fd.h"
@@ -42,6 +44,11 @@ class LogSink : public spdlog::sinks::base_sink<std::mutex> {
   std::shared_ptr<Console> console_;
   base::ScopedFd file_;
   size_t not_shown_ = 0;
+  // Lines logged before attach_file, kept for the file (bounded: a run
+  // without --log-dir never attaches one).
+  static constexpr size_t kEarlyBytes = 64 * 1024;
+  std::string early_;
+  bool early_closed_ = false;
 };
 
 }  // namespace ddprun::agent

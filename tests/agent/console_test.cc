@@ -2,6 +2,7 @@
 // and --redirects as torchrun's, long lines whole up to the documented size.
 // Python workers run with plain `python3` from PATH (no torch needed).
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -161,6 +162,30 @@ TEST_CASE("ddprun's own lines never wait for a full console: past its room they 
   console.reset();  // joins its writer
   CHECK(got.size() == queued);
   CHECK(got.substr(got.size() - 1001) == line + "\n");
+}
+
+TEST_CASE("ddprun.log keeps the lines logged before its run folder existed") {
+  // The rendezvous join and the first store connection log before the run
+  // folder (and so ddprun.log) exists; the sink keeps them for the file.
+  TempDir dir;
+  auto pipe = ddprun::base::make_pipe();
+  auto sink = std::make_shared<ddprun::agent::LogSink>();
+  spdlog::logger logger("test", sink);
+  logger.set_pattern("%v");
+  const int saved_stderr = dup(STDERR_FILENO);  // early lines also go to stderr
+  REQUIRE(dup2(pipe.write.get(), STDERR_FILENO) == STDERR_FILENO);
+  logger.info("before the folder");
+  REQUIRE(dup2(saved_stderr, STDERR_FILENO) == STDERR_FILENO);
+  close(saved_stderr);
+  const std::string path = dir.path() + "/ddprun.log";
+  sink->attach_file(ddprun::base::ScopedFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644)));
+  logger.info("after the folder");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str() == "before the folder\nafter the folder\n");
+  char buf[64];
+  CHECK(read(pipe.read.get(), buf, sizeof buf) == static_cast<ssize_t>(sizeof "before the folder"));
 }
 
 TEST_CASE("--tee shows teed streams on the console and writes their files; -r alone files only") {
