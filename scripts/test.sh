@@ -15,6 +15,11 @@ bash scripts/build.sh build -DDDPRUN_WERROR=ON -DDDPRUN_FUZZ=ON
 # empty build-cuda/ without ccache, -j2 on the loaded 2-core machine: 174 s
 # (311 s under heavier load).
 bash scripts/build-cuda.sh
-cd build
 # Integration tests start real processes; two at a time on two cores.
-ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}"
+(cd build && ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}")
+# The same suite under the sanitizers, each in its own build folder; any
+# report fails (scripts/test-sanitizer.sh says what each leaves out and why).
+# ThreadSanitizer: everything but the trainer, in build-tsan/.
+bash scripts/test-sanitizer.sh thread
+# AddressSanitizer + UndefinedBehaviorSanitizer (leaks too), in build-asan/.
+bash scripts/test-sanitizer.sh address
