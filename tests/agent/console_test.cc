@@ -203,10 +203,15 @@ TEST_CASE("--tee shows teed streams on the console and writes their files; -r al
   CHECK(redirected.out.empty());
   CHECK(count_of(files_named(dir.path() + "/b", "stdout.log"), " line=") == 6);
 
-  // Without --log-dir, teed files go to a kept folder that ddprun names.
-  auto no_dir = run_ddprun({"-t", "1", TEST_WORKER, "lines", "2"});
+  // Without --log-dir, teed files go to a kept folder that ddprun names,
+  // under $TMPDIR (here the test's own folder, so no run leaves one in /tmp).
+  const std::string tmp = dir.path() + "/tmp";
+  std::filesystem::create_directory(tmp);
+  auto no_dir = run_ddprun({"-t", "1", TEST_WORKER, "lines", "2"}, {"TMPDIR=" + tmp});
   REQUIRE(no_dir.status == 0);
   CHECK(lines_with(no_dir.out, "[default0]:rank=0 line=").size() == 2);
+  CHECK(no_dir.err.find("redirected output goes to " + tmp + "/ddprun_logs.") != std::string::npos);
+  CHECK(count_of(files_named(tmp, "stdout.log"), " line=") == 2);
 }
 
 TEST_CASE("a 10 MB line is cut only at the documented size, each piece marked") {
