@@ -1,6 +1,6 @@
 // The command line: torchrun's flags in both spellings, defaults, PET_*
 // fallbacks, program detection, pass-through, and one-line errors.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -8,6 +8,7 @@
 #include "launcher/cli.h"
 #include "launcher/nproc.h"
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/skip.h"
 
 using ddprun::launcher::parse_command_line;
 using ddprun::launcher::UsageError;
@@ -273,3 +274,6 @@ TEST_CASE("ddprun runs the program after an empty --log-dir= (real process)") {
   CHECK(r.status == 0);
   CHECK(r.out == "[default0]:x\n");
 }
+
+// doctest's main, failing a run whose filters match no test case (skip.h).
+int main(int argc, char** argv) { return ddprun::testing::main_with_skips(argc, argv); }
