@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <random>
 #include <thread>
 
 namespace ddprun::rendezvous {
@@ -114,6 +115,12 @@ struct EtcdStore::Impl {
     if (num(r.value("result", json::object()), "TTL") <= 0)
       spdlog::debug("etcd: lease {:x} has ended; the other nodes apply this node's death notice", lease);
   }
+
+  // A name no other add in this job uses: this store's random id, a count
+  // (pids repeat across containers and hosts; 64 random bits do not).
+  std::string next_marker() { return std::to_string(id) + "." + std::to_string(++adds); }
+  const uint64_t id = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  uint64_t adds = 0;
 
   // nullopt when absent; else (value, mod_revision).
   std::optional<std::pair<Bytes, int64_t>> range(const std::string& key) {
@@ -241,8 +248,22 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
         throw StoreError("etcd: add: value at " + quoted(key) + " is not an integer");
       }
     }
+    // A marker key unique to this attempt is put in the same transaction.
+    // Why: the gateway sends a request again to the next endpoint when one
+    // got it but did not answer (a member that died after committing, a
+    // "request timed out" that etcd committed anyway). The repeat then fails
+    // its compare against our own write, which looks like a lost race: only
+    // the marker tells that this attempt was applied, so it is not added twice.
+    const std::string marker = key + "/.add/" + impl_->next_marker();
     Bytes next = to_bytes(std::to_string(v + delta));
-    if (impl_->cas(key, {}, next, cur ? cur->second : 0, !cur).first) return v + delta;
+    json cmp = cur ? compare_mod(key, cur->second) : compare_absent(key);
+    json r = impl_->txn(json::array({cmp}), json::array({put_op(key, next), put_op(marker, {})}),
+                        json::array(), "add(" + quoted(key) + ")");
+    const bool applied = r.value("succeeded", false) || impl_->range(marker);
+    if (!applied) continue;
+    impl_->txn(json::array(), json::array({delete_op(marker)}), json::array(),
+               "add(" + quoted(key) + "): its marker");
+    return v + delta;
   }
 }
 

@@ -134,6 +134,7 @@ class EtcdServer {
     auth_password_ = password;
   }
 
+  uint16_t port() const { return client_port_; }
   // "127.0.0.1:PORT", or "https://127.0.0.1:PORT" with TLS.
   std::string endpoint() const {
     return (config_.tls ? "https://" : "") + std::string("127.0.0.1:") + std::to_string(client_port_);

@@ -14,6 +14,7 @@
 #include "tests/common/etcd_server.h"
 #include "tests/common/temp_dir.h"
 #include "tests/rendezvous/rendezvous_nodes.h"
+#include "tests/rendezvous/stall_proxy.h"
 #include "tests/rendezvous/test_util.h"
 
 using namespace ddprun::rendezvous;
@@ -73,6 +74,27 @@ TEST_CASE("etcd: the store contract over the HTTP/JSON gateway") {
   t1.get();
   t2.get();
   CHECK(s.add("ctr", 0) == 40);
+}
+
+TEST_CASE("etcd: an add whose reply is lost after etcd applied it is not applied twice") {
+  // The connection closes after etcd committed the add's transaction and
+  // before its answer arrives (a member dying right after the commit). The
+  // gateway sends the request again; its compare now fails against our own
+  // write, which used to be taken for a lost race and added again.
+  Etcd etcd;
+  ddprun::rendezvous::testing::StallProxy proxy(etcd.port());
+  EtcdOptions o = etcd.options();
+  o.endpoints = "127.0.0.1:" + std::to_string(proxy.port());
+  EtcdStore s(o);
+  s.set_reply_window(10s);  // the window in which an unanswered request is sent again
+  CHECK(s.add("n", 5) == 5);
+  proxy.lose_reply_to("/v3/kv/txn");
+  CHECK(s.add("n", 1) == 6);
+  CHECK(proxy.lost_one());
+  EtcdStore direct(etcd.options());
+  CHECK(to_string(direct.get("n", 0ms)) == "6");
+  // The attempt's marker is gone again: only "n" is left.
+  CHECK(direct.num_keys() == 1);
 }
 
 TEST_CASE("etcd: two and three nodes form one round with unique ranks") {

@@ -1,6 +1,9 @@
 // A TCP proxy on 127.0.0.1 in front of a store that can hold every byte
 // for a while, in both directions: the delay a lossy link or a stalled
-// store host puts on a node's store calls, injected without root.
+// store host puts on a node's store calls, injected without root. It can
+// also lose one reply: the request reaches the store and is carried out,
+// and the connection closes before the client sees the answer (a member
+// that died right after committing).
 #pragma once
 
 #include <arpa/inet.h>
@@ -13,6 +16,8 @@
 #include <list>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -46,10 +51,19 @@ class StallProxy {
   // While stalled, bytes are accepted but not passed on (new connections
   // too); they flow again, in order, when the stall ends.
   void stall(bool on) { stalled_ = on; }
+  // The next request whose bytes contain `text` is passed on; the reply to
+  // it is dropped and its connection closed. Call before that request.
+  void lose_reply_to(std::string text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lose_text_ = std::move(text);
+  }
+  // True once a reply was lost that way.
+  bool lost_one() const { return lost_one_; }
 
  private:
   struct Pair {
     int client, server;
+    bool losing = false;  // the store's next bytes to this client are dropped
   };
 
   void run() {
@@ -67,7 +81,7 @@ class StallProxy {
         if (fds[i].revents == 0) continue;
         auto it = std::next(pairs_.begin(), static_cast<long>((i - 1) / 2));
         int from = fds[i].fd, to = from == it->client ? it->server : it->client;
-        if (!pump(from, to)) {
+        if (!pump(*it, from, to)) {
           ::close(it->client), ::close(it->server);
           it->client = it->server = -1;
         }
@@ -91,11 +105,24 @@ class StallProxy {
     pairs_.push_back({c, s});
   }
 
-  // Copies what is readable on `from` to `to`; false on EOF or error.
-  static bool pump(int from, int to) {
+  // Copies what is readable on `from` to `to`; false on EOF or error, and
+  // when a reply was just lost (the pair is then closed).
+  bool pump(Pair& pair, int from, int to) {
     char buf[65536];
     ssize_t n = ::recv(from, buf, sizeof buf, MSG_DONTWAIT);
     if (n <= 0) return false;
+    if (from == pair.server && pair.losing) {
+      lost_one_ = true;
+      return false;
+    }
+    if (from == pair.client) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!lose_text_.empty() &&
+          std::string_view(buf, static_cast<size_t>(n)).find(lose_text_) != std::string_view::npos) {
+        pair.losing = true;
+        lose_text_.clear();
+      }
+    }
     for (ssize_t off = 0; off < n;) {
       ssize_t w = ::send(to, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
       if (w <= 0) return false;
@@ -108,7 +135,9 @@ class StallProxy {
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::list<Pair> pairs_;
-  std::atomic<bool> stop_{false}, stalled_{false};
+  std::atomic<bool> stop_{false}, stalled_{false}, lost_one_{false};
+  std::mutex mutex_;
+  std::string lose_text_;
   std::thread thread_;
 };
 
