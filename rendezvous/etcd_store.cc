@@ -261,8 +261,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
                         json::array(), "add(" + quoted(key) + ")");
     const bool applied = r.value("succeeded", false) || impl_->range(marker);
     if (!applied) continue;
-    impl_->txn(json::array(), json::array({delete_op(marker)}), json::array(),
-               "add(" + quoted(key) + "): its marker");
+    remove(marker);
     return v + delta;
   }
 }

@@ -180,10 +180,7 @@ TEST_CASE("ddprun.log keeps the lines logged before its run folder existed") {
   const std::string path = dir.path() + "/ddprun.log";
   sink->attach_file(ddprun::base::ScopedFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644)));
   logger.info("after the folder");
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  CHECK(text.str() == "before the folder\nafter the folder\n");
+  CHECK(slurp(path) == "before the folder\nafter the folder\n");
   char buf[64];
   CHECK(read(pipe.read.get(), buf, sizeof buf) == static_cast<ssize_t>(sizeof "before the folder"));
 }
