@@ -29,14 +29,15 @@ namespace ddprun::watchdog {
 // What one datagram said (heartbeat_wire.h).
 enum class BeatKind { kExplicit, kAuto, kForward, kSectionStart, kSectionEnd };
 
+// Field order keeps {rank, step, received} initializers valid.
 struct Beat {
-  BeatKind kind = BeatKind::kExplicit;
   int64_t global_rank = 0;
   // -1 when the worker reported no step (always for kForward and sections).
   int64_t step = -1;
+  std::chrono::steady_clock::time_point received;
+  BeatKind kind = BeatKind::kExplicit;
   // kSectionStart / kSectionEnd: the section's name; empty otherwise.
   std::string section;
-  std::chrono::steady_clock::time_point received;
 };
 
 // Parses one datagram; nullopt when malformed.

@@ -129,8 +129,8 @@ TEST_CASE("hang report names the stalled rank, its step, and the flag to change"
   const pid_t a = 4242, b = 4243;  // never looked up: no process-state detector
   dog.add_worker(0, 0, a);
   dog.add_worker(1, 1, b);
-  dog.on_beat({0, 9, clock.now()});
-  dog.on_beat({1, 8, clock.now()});
+  dog.on_beat({0, 9, clock.now(), wd::BeatKind::kExplicit, {}});
+  dog.on_beat({1, 8, clock.now(), wd::BeatKind::kExplicit, {}});
   clock.advance(200ms);
   REQUIRE(hang);
   auto report = wd::make_hang_report(dog, *hang, 2);
