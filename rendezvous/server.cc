@@ -35,9 +35,10 @@ constexpr size_t kAcceptsPerTurn = 256;
 // Behind a blocked request a connection buffers at most this much; the rest
 // stays in the kernel (TCP pushes back on the client).
 constexpr size_t kMaxBufferedBehindWait = kReadChunk;
-// Estimated heap a blocked request costs per key beyond its frame bytes:
-// the parsed key string and its registration in the table's waiter lists.
-constexpr size_t kWaitBytesPerKey = 192;
+// Estimated heap a blocked request costs its connection: the parsed
+// request, the waiter and its place in the table (its keys are the
+// table's to count, once for all asking the same).
+constexpr size_t kWaiterBytes = 256;
 
 // Buffers up to this size are part of a connection's fixed cost (bounded by
 // the connection limits); larger ones are charged to max_buffered_bytes and
@@ -63,6 +64,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // Closes the connections holding the most until the buffered bytes fit
   // max_buffered_bytes again.
   void enforce_buffer_limit();
+  // What max_buffered_bytes bounds: the connections' buffers and the
+  // table's blocked requests.
+  size_t used() const { return buffered + table.waiting_bytes(); }
 
   asio::io_context& io;
   ServerOptions options;
@@ -93,7 +97,8 @@ struct Conn : std::enable_shared_from_this<Conn> {
   void flush();
   void close();
   void update_frame_timer();
-  void finish_wait(bool timed_out);
+  // Answers the blocked request: `answer`, or a timeout when null.
+  void finish_wait(const Bytes* answer);
   // Charges this connection's buffers to the server-wide limit.
   void account();
 
@@ -316,37 +321,37 @@ void Conn::handle(wire::Request q) {
     return;
   }
   // Blocked: its memory counts against the buffer limit until it is
-  // answered or its timer fires.
-  pending_bytes = wire::kHeaderSize + sizeof(wire::Request);
-  for (const auto& k : pending->keys) pending_bytes += wire::kHeaderSize + k.size() + kWaitBytesPerKey;
+  // answered or its timer fires. The keys went to the table, which counts
+  // them once for every waiter asking the same (Table::waiting_bytes).
+  pending_bytes = kWaiterBytes;
   uint64_t gen = ++wait_gen;
   std::weak_ptr<Conn> weak = shared_from_this();
-  waiter.on_ready = [weak, gen] {
+  waiter.on_ready = [weak, gen](const Table::Answer& answer) {
     auto self = weak.lock();
     if (!self) return;
-    // Posted so the table's notify loop finishes before this client's next
-    // requests run.
-    asio::post(self->sock.get_executor(), [self, gen] {
+    // Posted so the table's wake-up loop finishes before this client's
+    // next requests run.
+    asio::post(self->sock.get_executor(), [self, gen, answer] {
       if (self->closed || !self->pending || gen != self->wait_gen) return;
-      self->finish_wait(false);
+      self->finish_wait(answer.get());
     });
   };
   wait_timer.expires_after(std::chrono::milliseconds(pending->timeout_ms));
   wait_timer.async_wait([self = shared_from_this(), gen](boost::system::error_code ec) {
     if (ec || self->closed || !self->pending || gen != self->wait_gen) return;
-    self->finish_wait(true);
+    self->finish_wait(nullptr);
   });
 }
 
-void Conn::finish_wait(bool timed_out) {
+void Conn::finish_wait(const Bytes* answer) {
   ++wait_gen;  // retire the other of timer / wake-up
-  if (timed_out) {
+  if (answer == nullptr) {
     srv->table.cancel(waiter);
     wire::Writer w(out);
     w.u8(static_cast<uint8_t>(wire::Status::kTimeout));
   } else {
     wait_timer.cancel();
-    srv->table.answer_ready(*pending, out);
+    out.insert(out.end(), answer->begin(), answer->end());
   }
   pending.reset();
   pending_bytes = 0;
@@ -359,7 +364,7 @@ void Conn::account() {
   size_t now = charge(in) + charge(out) + charge(sending) + pending_bytes + on_close_bytes;
   srv->buffered = srv->buffered - charged + now;
   charged = now;
-  if (srv->buffered > srv->options.max_buffered_bytes) srv->enforce_buffer_limit();
+  if (srv->used() > srv->options.max_buffered_bytes) srv->enforce_buffer_limit();
 }
 
 void Conn::flush() {
@@ -436,14 +441,17 @@ void Conn::close() {
 }
 
 void Server::Impl::enforce_buffer_limit() {
-  while (buffered > options.max_buffered_bytes) {
+  // A connection holds its own buffers and its share of the wait it blocks
+  // in: waiters of one all-gather split its cost, a lone wait pays it all.
+  auto held = [this](const Conn& c) { return c.charged + table.share(c.waiter); };
+  while (used() > options.max_buffered_bytes) {
     Conn* biggest = nullptr;
     for (const auto& c : conns) {
-      if (!biggest || c->charged > biggest->charged) biggest = c.get();
+      if (!biggest || held(*c) > held(*biggest)) biggest = c.get();
     }
-    if (biggest == nullptr || biggest->charged == 0) return;
-    log.warn("store: closing " + biggest->peer + ": it holds " + std::to_string(biggest->charged) +
-             " of the " + std::to_string(buffered) + " bytes buffered, over the limit of " +
+    if (biggest == nullptr || held(*biggest) == 0) return;
+    log.warn("store: closing " + biggest->peer + ": it holds " + std::to_string(held(*biggest)) +
+             " of the " + std::to_string(used()) + " bytes buffered, over the limit of " +
              std::to_string(options.max_buffered_bytes));
     biggest->close();
   }
@@ -561,6 +569,6 @@ void Server::adopt(int fd, const std::string& peer) {
 size_t Server::num_connections() const { return impl_->conns.size(); }
 size_t Server::num_keys() const { return impl_->table.num_keys(); }
 size_t Server::num_waiters() const { return impl_->table.num_waiters(); }
-size_t Server::buffered_bytes() const { return impl_->buffered; }
+size_t Server::buffered_bytes() const { return impl_->used(); }
 
 }  // namespace ddprun::rendezvous

@@ -84,7 +84,11 @@ constexpr size_t kMaxUnauthenticatedPerPeer = 64;
 // Bytes of requests being received, requests blocked in get/wait/multi-get
 // and replies not yet sent, summed over every connection. When a read or a
 // reply would pass it, the connection holding the most is closed (a client
-// that does not read its replies is closed, not buffered for).
+// that does not read its replies is closed, not buffered for). Blocked
+// requests asking the same keys (every rank of an all-gather) hold one
+// copy of them between them, so an all-gather of kMaxKeysPerRequest ranks
+// with short keys holds about 8192 x 200 bytes of keys plus a few hundred
+// bytes a rank: well within this limit.
 constexpr size_t kMaxBufferedBytes = 32 << 20;  // 32 MiB
 constexpr uint64_t kMaxTimeoutMs = 7ull * 24 * 3600 * 1000;  // longer is clamped
 // A connection with a partial frame must complete it within this window, or

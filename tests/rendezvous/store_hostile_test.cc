@@ -205,3 +205,37 @@ TEST_CASE("hostile: tiny keys fill the key budget, which charges the memory they
   CHECK(rss_full <= m.idle_rss + kBudget + wire::kMaxBufferedBytes);
   CHECK(rss_full <= m.idle_rss + kRssBound);
 }
+
+TEST_CASE("hostile: 16 waits on 8,192 keys each while a client sets and deletes those keys in a loop") {
+  // Before issue 19 every write rescanned every wait's whole key list on
+  // the event loop (16 x 8,192 per write): the good client stalled for
+  // seconds. Now a write touches the waits on its key only.
+  std::string probe;
+  Run run;
+  run.during = [&](StoreProcess&, const ClientOptions& co) {
+    // The waits are really parked: the key only they wait for is absent,
+    // and the store still answers a wait of its own on a shared key.
+    Client c(co);
+    probe = c.check({"q/never/0"}) ? "q/never/0 exists" : "";
+    c.set("q/0", Bytes{'g'});
+    c.wait({"q/0"}, std::chrono::milliseconds(10000));
+  };
+  auto m = run_attack(run, [](uint16_t port) {
+    Attackers v;
+    AttackOptions waits;
+    waits.port = port;
+    waits.connections = 16;
+    waits.script = wait_on_many;
+    v.push_back(std::make_unique<Attacker>(waits));
+    AttackOptions writes;
+    writes.port = port;
+    writes.source = "127.0.0.3";
+    writes.connections = 1;
+    writes.repeat = true;
+    writes.script = set_delete_loop;
+    v.push_back(std::make_unique<Attacker>(writes));
+    return v;
+  });
+  check(m);
+  CHECK(probe.empty());
+}

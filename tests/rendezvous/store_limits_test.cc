@@ -90,15 +90,28 @@ TEST_CASE("partial frames beyond the buffer limit close the biggest holder; othe
   CHECK(server.buffered() <= o.max_buffered_bytes);
 }
 
+namespace {
+// A wait on 8,000 short keys that never appear: a 110 KiB frame, ~1.3 MiB
+// in the table while blocked.
+std::vector<std::string> never_keys(const std::string& tag) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8000; ++i) keys.push_back(tag + "/" + std::to_string(i));
+  return keys;
+}
+wire::Bytes never_wait(const std::string& tag) {
+  wire::Request q;
+  q.op = wire::Op::kWait;
+  q.timeout_ms = 600000;
+  q.keys = never_keys(tag);
+  return wire::encode_request(q);
+}
+}  // namespace
+
 TEST_CASE("a blocked wait is charged against the buffer limit") {
   ServerOptions o;
   o.max_buffered_bytes = 2 << 20;
   ServerThread server(o);
-  wire::Request q;
-  q.op = wire::Op::kWait;
-  q.timeout_ms = 600000;
-  for (int i = 0; i < 4000; ++i) q.keys.push_back("never/" + std::string(200, 'x') + std::to_string(i));
-  wire::Bytes frame = wire::encode_request(q);  // ~0.8 MiB, ~1.6 MiB charged while blocked
+  wire::Bytes frame = never_wait("never");
   RawConn first(server.port(), "127.0.0.2");
   REQUIRE(first.read_frame());
   first.send(frame);
@@ -107,12 +120,43 @@ TEST_CASE("a blocked wait is charged against the buffer limit") {
   CHECK(charged > frame.size());
   RawConn second(server.port(), "127.0.0.2");
   REQUIRE(second.read_frame());
-  second.send(frame);
-  // Two cannot be held at once: one of them is closed, its memory released.
+  second.send(never_wait("other"));
+  // Two different ones cannot be held at once: one of them is closed, its
+  // memory released.
   CHECK(server.wait_for_state([&](ServerThread& s) {
     return s.waiters() <= 1 && s.connections() == 1 && s.buffered() <= o.max_buffered_bytes;
   }));
   still_serves(server);
+}
+
+TEST_CASE("waiters asking the same keys share one registration, so a hundred fit where two different ones do not") {
+  ServerOptions o;
+  o.max_buffered_bytes = 2 << 20;
+  ServerThread server(o);
+  wire::Bytes frame = never_wait("never");
+  std::vector<std::unique_ptr<RawConn>> same;
+  for (size_t i = 0; i < 100; ++i) {
+    same.push_back(std::make_unique<RawConn>(server.port(), "127.0.0.2"));
+    REQUIRE(same.back()->read_frame());
+    same.back()->send(frame);
+    // One frame in flight at a time: the limit is about the blocked ones.
+    REQUIRE(server.wait_for_state([&](ServerThread& s) { return s.waiters() == i + 1; }));
+  }
+  CHECK(server.connections() == 100);
+  CHECK(server.buffered() <= o.max_buffered_bytes);
+  // The keys appear: every one of them is answered.
+  {
+    Client c(server.client_options());
+    std::vector<std::string> keys = never_keys("never");
+    c.multi_set(keys, std::vector<wire::Bytes>(keys.size(), wire::Bytes{'v'}));
+    c.ping();
+  }
+  for (auto& r : same) {
+    auto reply = r->read_frame();
+    REQUIRE(reply);
+    CHECK((*reply)[0] == static_cast<uint8_t>(wire::Status::kOk));
+  }
+  CHECK(server.waiters() == 0);
 }
 
 TEST_CASE("clients that do not read their replies get one built each and are closed at the limit") {
