@@ -95,10 +95,14 @@ struct Conn : std::enable_shared_from_this<Conn> {
   void handle(wire::Request request);
   void authenticate(const wire::Request& request);
   void flush();
+  // Sends `shared` from shared_sent on, then resumes.
+  void flush_shared();
+  // Sends `rest` (in `sending` or `shared`) in the background.
+  void write_async(boost::asio::const_buffer rest);
   void close();
   void update_frame_timer();
   // Answers the blocked request: `answer`, or a timeout when null.
-  void finish_wait(const Bytes* answer);
+  void finish_wait(const Table::Answer& answer);
   // Charges this connection's buffers to the server-wide limit.
   void account();
 
@@ -110,6 +114,11 @@ struct Conn : std::enable_shared_from_this<Conn> {
   Bytes in;  // received, not yet parsed from in_pos on
   size_t in_pos = 0;
   Bytes out, sending;
+  // A blocked request's answer, shared by every waiter of the same keys
+  // (Table::Answer) and sent from there, before `out`: an all-gather's N
+  // answers are one buffer, not N copies.
+  Table::Answer shared;
+  size_t shared_sent = 0;
   bool reading = false, writing = false;
   bool closing = false;  // close once the output is flushed
   bool closed = false;
@@ -206,7 +215,7 @@ void Conn::read_more() {
 
 void Conn::process() {
   size_t handled = 0;
-  while (!pending && !closing && !closed && out.size() < kMaxOutBuffered) {
+  while (!pending && !closing && !closed && !shared && out.size() < kMaxOutBuffered) {
     if (handled == kRequestsPerTurn) {
       // Yield; the rest is parsed behind the other connections' handlers.
       if (!resume_posted) {
@@ -333,7 +342,7 @@ void Conn::handle(wire::Request q) {
     // next requests run.
     asio::post(self->sock.get_executor(), [self, gen, answer] {
       if (self->closed || !self->pending || gen != self->wait_gen) return;
-      self->finish_wait(answer.get());
+      self->finish_wait(answer);
     });
   };
   wait_timer.expires_after(std::chrono::milliseconds(pending->timeout_ms));
@@ -343,7 +352,7 @@ void Conn::handle(wire::Request q) {
   });
 }
 
-void Conn::finish_wait(const Bytes* answer) {
+void Conn::finish_wait(const Table::Answer& answer) {
   ++wait_gen;  // retire the other of timer / wake-up
   if (answer == nullptr) {
     srv->table.cancel(waiter);
@@ -351,7 +360,12 @@ void Conn::finish_wait(const Bytes* answer) {
     w.u8(static_cast<uint8_t>(wire::Status::kTimeout));
   } else {
     wait_timer.cancel();
-    out.insert(out.end(), answer->begin(), answer->end());
+    if (out.empty() && !writing && answer->size() > kKeepCapacity) {
+      shared = answer;
+      shared_sent = 0;
+    } else {
+      out.insert(out.end(), answer->begin(), answer->end());
+    }
   }
   pending.reset();
   pending_bytes = 0;
@@ -361,7 +375,10 @@ void Conn::finish_wait(const Bytes* answer) {
 
 void Conn::account() {
   if (closed) return;
-  size_t now = charge(in) + charge(out) + charge(sending) + pending_bytes + on_close_bytes;
+  // The shared answer is charged in shares: N waiters of one all-gather
+  // hold one copy between them.
+  size_t now = charge(in) + charge(out) + charge(sending) + pending_bytes + on_close_bytes +
+               (shared ? shared->size() / static_cast<size_t>(shared.use_count()) : 0);
   srv->buffered = srv->buffered - charged + now;
   charged = now;
   if (srv->used() > srv->options.max_buffered_bytes) srv->enforce_buffer_limit();
@@ -369,6 +386,7 @@ void Conn::account() {
 
 void Conn::flush() {
   if (writing || closed) return;
+  if (shared) return flush_shared();
   if (out.empty()) {
     if (closing) close();
     return;
@@ -390,6 +408,28 @@ void Conn::flush() {
   release(out);
   account();
   if (closed) return;
+  write_async(asio::buffer(sending));
+}
+
+void Conn::flush_shared() {
+  boost::system::error_code ec;
+  size_t n = sock.write_some(asio::buffer(*shared) + shared_sent, ec);
+  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return close();
+  shared_sent += n;
+  if (shared_sent == shared->size()) {
+    shared.reset();
+    account();
+    if (closed) return;
+    process();  // the requests held behind the answer
+    read_more();
+    return;
+  }
+  account();
+  if (closed) return;
+  write_async(asio::buffer(*shared) + shared_sent);
+}
+
+void Conn::write_async(asio::const_buffer rest) {
   writing = true;
   // A client that stops reading its replies must not pin them forever.
   write_timer.expires_after(srv->options.partial_frame_timeout);
@@ -399,18 +439,20 @@ void Conn::flush() {
                         std::to_string(self->srv->options.partial_frame_timeout.count()) + " ms");
     self->close();
   });
-  asio::async_write(sock, asio::buffer(sending),
-                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                      self->writing = false;
-                      self->sending.clear();
-                      release(self->sending);
-                      self->write_timer.cancel();
-                      if (self->closed) return;
-                      if (ec) return self->close();
-                      self->account();
-                      self->process();  // may resume parsing held back by output
-                      self->read_more();
-                    });
+  // `rest` lies in `sending` or `shared`, which stay untouched until the
+  // completion (the handler keeps the connection, and so them, alive).
+  asio::async_write(sock, rest, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+    self->writing = false;
+    self->sending.clear();
+    release(self->sending);
+    self->shared.reset();
+    self->write_timer.cancel();
+    if (self->closed) return;
+    if (ec) return self->close();
+    self->account();
+    self->process();  // may resume parsing held back by output
+    self->read_more();
+  });
 }
 
 void Conn::close() {
@@ -427,6 +469,7 @@ void Conn::close() {
   on_close_bytes = 0;
   Bytes().swap(in);
   Bytes().swap(out);  // `sending` may still be in the kernel's hands: freed on completion
+  if (!writing) shared.reset();
   boost::system::error_code ec;
   wait_timer.cancel();
   frame_timer.cancel();
