@@ -75,6 +75,19 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Table table;
   std::list<std::shared_ptr<Conn>> conns;
   PeerSlots slots;
+  // Unauthenticated connections by address, oldest first, and the subnet
+  // of each address (eviction picks from these).
+  struct PreAuth {
+    std::string subnet;
+    std::list<Conn*> conns;
+  };
+  std::unordered_map<std::string, PreAuth> pre_auth;
+  void listed(Conn& c);
+  void unlisted(Conn& c);
+  // With every unauthenticated slot taken: closes the oldest of the
+  // address holding the most in the subnet holding the most, when that
+  // address holds more than `addr`; false when none does.
+  bool evict_for(const std::string& addr);
   RateLimitedLog log;
   Bytes scratch;        // read target of every connection
   size_t buffered = 0;  // sum of Conn::charged
@@ -111,6 +124,8 @@ struct Conn : std::enable_shared_from_this<Conn> {
   std::string peer;       // "addr:port", for log lines
   std::string peer_addr;  // "addr", the key of its slot counts
   std::list<std::shared_ptr<Conn>>::iterator self_it;
+  std::list<Conn*>::iterator pre_auth_it;  // in srv->pre_auth, while not authed
+  bool pre_auth_listed = false;
   Bytes in;  // received, not yet parsed from in_pos on
   size_t in_pos = 0;
   Bytes out, sending;
@@ -304,6 +319,7 @@ void Conn::authenticate(const wire::Request& q) {
   }
   authed = true;
   srv->slots.authenticated(peer_addr);
+  srv->unlisted(*this);
   handshake_timer.cancel();
   // The store's half of the proof, over the client's own nonce.
   wire::Writer w(out);
@@ -478,6 +494,7 @@ void Conn::close() {
   sock.shutdown(tcp::socket::shutdown_both, ec);
   sock.close(ec);
   if (!srv->closed) {
+    srv->unlisted(*this);
     srv->slots.remove(peer_addr, authed);
     srv->conns.erase(self_it);
   }
@@ -509,6 +526,7 @@ void Server::Impl::serve(tcp::socket s, const std::string& addr) {
   c->authed = options.token.empty();
   slots.add(addr, c->authed);
   c->self_it = conns.insert(conns.end(), c);
+  if (!c->authed) listed(*c);
   c->start();
 }
 
@@ -539,6 +557,42 @@ void Server::Impl::accept() {
   });
 }
 
+void Server::Impl::listed(Conn& c) {
+  auto& p = pre_auth[c.peer_addr];
+  if (p.conns.empty()) p.subnet = subnet_of(c.peer_addr);
+  c.pre_auth_it = p.conns.insert(p.conns.end(), &c);
+  c.pre_auth_listed = true;
+}
+
+void Server::Impl::unlisted(Conn& c) {
+  if (!c.pre_auth_listed) return;
+  c.pre_auth_listed = false;
+  auto it = pre_auth.find(c.peer_addr);
+  it->second.conns.erase(c.pre_auth_it);
+  if (it->second.conns.empty()) pre_auth.erase(it);
+}
+
+bool Server::Impl::evict_for(const std::string& addr) {
+  // O(addresses holding unauthenticated slots): at most max_unauthenticated.
+  const PreAuth* victim = nullptr;
+  size_t victim_subnet = 0;
+  for (const auto& [a, p] : pre_auth) {
+    size_t in_subnet = slots.unauthenticated_in(p.subnet);
+    if (!victim || in_subnet > victim_subnet ||
+        (in_subnet == victim_subnet && p.conns.size() > victim->conns.size())) {
+      victim = &p;
+      victim_subnet = in_subnet;
+    }
+  }
+  if (!victim || victim->conns.size() <= slots.of(addr).unauthenticated) return false;
+  Conn* oldest = victim->conns.front();
+  log.warn("store: closing " + oldest->peer + ", not authenticated yet, to make room for " + addr +
+           ": every unauthenticated slot is taken and its address holds " +
+           std::to_string(victim->conns.size()));
+  oldest->close();
+  return true;
+}
+
 void Server::Impl::admit(tcp::socket s) {
   boost::system::error_code ignored;
   auto ep = s.remote_endpoint(ignored);
@@ -554,7 +608,10 @@ void Server::Impl::admit(tcp::socket s) {
   } else if (auth && peer.unauthenticated >= o.max_unauthenticated_per_peer) {
     refusal = std::to_string(o.max_unauthenticated_per_peer) +
               " unauthenticated connections from one address is the limit";
-  } else if (auth && slots.unauthenticated() >= o.max_unauthenticated) {
+  } else if (auth && slots.unauthenticated_in(subnet_of(addr)) >= o.max_unauthenticated_per_subnet) {
+    refusal = std::to_string(o.max_unauthenticated_per_subnet) +
+              " unauthenticated connections from one subnet is the limit";
+  } else if (auth && slots.unauthenticated() >= o.max_unauthenticated && !evict_for(addr)) {
     refusal = std::to_string(o.max_unauthenticated) + " unauthenticated connections is the limit";
   }
   if (!refusal.empty()) {

@@ -206,7 +206,7 @@ TEST_CASE("one peer address cannot take every connection slot") {
         std::string::npos);
 }
 
-TEST_CASE("connections that have not authenticated are capped per peer and in all") {
+TEST_CASE("connections that have not authenticated are capped per peer and in all; a newcomer evicts the biggest holder's oldest") {
   ServerOptions o;
   o.token = "t";
   o.max_unauthenticated_per_peer = 2;
@@ -218,17 +218,36 @@ TEST_CASE("connections that have not authenticated are capped per peer and in al
   RawConn a3(server.port(), "127.0.0.2");
   CHECK(a3.closed_by_server());  // the third silent one from .2
   RawConn b1(server.port(), "127.0.0.3");
-  REQUIRE(b1.read_frame());  // another peer still gets in
+  REQUIRE(b1.read_frame());  // another peer still gets in; three is the total
   RawConn c1(server.port(), "127.0.0.4");
-  CHECK(c1.closed_by_server());  // but three is the total
+  CHECK(c1.read_frame());         // full, but .2 holds two: its oldest goes
+  CHECK(a1.closed_by_server());
+  RawConn c2(server.port(), "127.0.0.4");
+  CHECK(c2.closed_by_server());  // everyone holds one now: nobody is evicted for .4's second
   b1.send(header(1000));         // b1 misbehaves and is closed: its slot comes back
   REQUIRE(b1.closed_by_server());
   REQUIRE(server.wait_for_state([](ServerThread& s) { return s.connections() == 2; }));
   // An authenticated connection gives its slot back once it has proved the token.
   Client good(server.client_options("t"));
   good.ping();
-  RawConn c2(server.port(), "127.0.0.4");
-  CHECK(c2.read_frame());
+  RawConn c3(server.port(), "127.0.0.5");
+  CHECK(c3.read_frame());
+  good.ping();
+}
+
+TEST_CASE("connections that have not authenticated are capped per /24") {
+  ServerOptions o;
+  o.token = "t";
+  o.max_unauthenticated_per_subnet = 2;
+  ServerThread server(o);
+  RawConn a(server.port(), "127.0.5.2"), b(server.port(), "127.0.5.3");
+  REQUIRE(a.read_frame());
+  REQUIRE(b.read_frame());
+  RawConn c(server.port(), "127.0.5.4");
+  CHECK(c.closed_by_server());  // a third address of the same /24
+  RawConn d(server.port(), "127.0.6.2");
+  CHECK(d.read_frame());  // another /24 still gets in
+  Client good(server.client_options("t"));
   good.ping();
 }
 
