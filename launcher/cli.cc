@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -144,18 +145,33 @@ void interpret_nodes(const RawFlags& f, agent::Options& o) {
   }
 }
 
+// The longest duration a flag may give (about 11.6 days), as for
+// --rdzv-conf: past it millisecond deadlines overflow or mean nothing.
+constexpr double kMaxSeconds = rendezvous::kMaxConfSeconds;
+
+// A duration flag: finite, >= `min`, <= kMaxSeconds; the error names the
+// flag, its value and the range (inf and nan included).
+void check_seconds(const char* flag, double v, double min) {
+  if (std::isfinite(v) && v >= min && v <= kMaxSeconds) return;
+  std::ostringstream s;
+  s << flag << "=" << v << ": expected seconds, a number >= " << min << " and <= "
+    << static_cast<int64_t>(kMaxSeconds);
+  throw UsageError(s.str());
+}
+
 // Numbers CLI11 wrote straight into `o`, checked for their ranges.
 void check_ranges(const RawFlags& f, const agent::Options& o) {
   if (o.node_rank < 0) throw UsageError("--node-rank must be >= 0");
   if (o.max_restarts < 0) throw UsageError("--max-restarts must be >= 0");
-  if (o.term_timeout_s < 0) throw UsageError("--term-timeout must be >= 0");
-  if (o.heartbeat_timeout_s < 0) throw UsageError("--heartbeat-timeout must be >= 0");
-  if (o.silence_timeout_s < 0) throw UsageError("--silence-timeout must be >= 0");
-  if (o.heartbeat_grace_s < 0) throw UsageError("--heartbeat-grace must be >= 0");
+  check_seconds("--monitor-interval", o.monitor_interval_s, 0);
+  check_seconds("--term-timeout", o.term_timeout_s, 0);
+  check_seconds("--heartbeat-timeout", o.heartbeat_timeout_s, 0);
+  check_seconds("--silence-timeout", o.silence_timeout_s, 0);
+  check_seconds("--heartbeat-grace", o.heartbeat_grace_s, 0);
   // -1 is the "not given" default (then the heartbeat or silence timeout).
-  if (o.stuck_timeout_s < 0 && o.stuck_timeout_s != -1)
-    throw UsageError("--stuck-timeout must be >= 0");
-  if (o.restart_backoff_s < 0) throw UsageError("--restart-backoff must be >= 0");
+  if (o.stuck_timeout_s != -1) check_seconds("--stuck-timeout", o.stuck_timeout_s, 0);
+  check_seconds("--restart-backoff", o.restart_backoff_s, 0);
+  check_seconds("--straggler-window", o.straggler_window_s, 2);
   if (o.straggler_fraction < 0 || o.straggler_fraction >= 1)
     throw UsageError("--straggler-fraction must be >= 0 and < 1");
   if (o.straggler_window_s < 2) throw UsageError("--straggler-window must be >= 2 (seconds)");

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 #include <sstream>
@@ -64,32 +65,44 @@ std::string default_node_id() {
   return s.str();
 }
 
-Duration seconds(const std::string& key, const std::string& value) {
+// A duration key: finite, at least `min` (strictly more when `positive`)
+// and at most kMaxConfSeconds, so that no deadline computed from it
+// overflows or passes at once.
+Duration seconds(const std::string& key, const std::string& value, bool positive) {
+  double v = std::nan("");
   try {
     size_t used = 0;
-    double v = std::stod(value, &used);
-    if (used == value.size() && v >= 0) return Duration(static_cast<int64_t>(v * 1000));
+    v = std::stod(value, &used);
+    if (used != value.size()) v = std::nan("");
   } catch (const std::exception&) {
   }
-  throw RendezvousError("--rdzv-conf " + key + "=" + value + ": expected seconds (a number >= 0)");
+  bool ok = std::isfinite(v) && (positive ? v > 0 : v >= 0) && v <= kMaxConfSeconds;
+  if (!ok) {
+    throw RendezvousError("--rdzv-conf " + key + "=" + value + ": expected seconds, a number " +
+                          (positive ? "> 0" : ">= 0") + " and <= " +
+                          std::to_string(static_cast<int64_t>(kMaxConfSeconds)));
+  }
+  // At least 1 ms when positive: 0.0001 s must not become a zero deadline.
+  int64_t ms = static_cast<int64_t>(v * 1000);
+  return Duration(positive ? std::max<int64_t>(ms, 1) : ms);
 }
 }  // namespace
 
 void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousOptions& o) {
   for (const auto& [key, value] : conf) {
-    if (key == "join_timeout") o.join_timeout = seconds(key, value);
-    else if (key == "last_call_timeout") o.last_call_timeout = seconds(key, value);
-    else if (key == "close_timeout") o.close_timeout = seconds(key, value);
-    else if (key == "keep_alive_interval") o.keep_alive_interval = seconds(key, value);
+    if (key == "join_timeout") o.join_timeout = seconds(key, value, true);
+    else if (key == "last_call_timeout") o.last_call_timeout = seconds(key, value, false);
+    else if (key == "close_timeout") o.close_timeout = seconds(key, value, false);
+    else if (key == "keep_alive_interval") o.keep_alive_interval = seconds(key, value, true);
     else if (key == "keep_alive_max_attempt") {
       try {
         size_t used = 0;
         int v = std::stoi(value, &used);
-        if (used != value.size() || v < 1) throw std::invalid_argument("");
+        if (used != value.size() || v < 1 || v > 1000000) throw std::invalid_argument("");
         o.keep_alive_max_attempt = v;
       } catch (const std::exception&) {
         throw RendezvousError("--rdzv-conf keep_alive_max_attempt=" + value +
-                              ": expected an integer >= 1");
+                              ": expected an integer >= 1 and <= 1000000");
       }
     } else if (key == "is_host") {
       if (value == "1" || value == "true" || value == "True") o.is_host = true;

@@ -59,10 +59,16 @@ struct RendezvousOptions {
   bool is_host = false;  // this agent hosts the store (read by the agent)
 };
 
-// Applies torchrun-compatible --rdzv-conf keys (join_timeout,
-// last_call_timeout, close_timeout, keep_alive_interval in seconds;
-// keep_alive_max_attempt; is_host; token and read_timeout are accepted and
-// left to the caller). Throws RendezvousError naming a bad key or value.
+// The longest duration a --rdzv-conf key may give (about 11.6 days): past
+// it deadlines computed in milliseconds would overflow or be meaningless.
+constexpr double kMaxConfSeconds = 1e6;
+
+// Applies torchrun-compatible --rdzv-conf keys (join_timeout and
+// keep_alive_interval in seconds > 0, last_call_timeout and close_timeout
+// in seconds >= 0, all finite and <= kMaxConfSeconds;
+// keep_alive_max_attempt 1..1000000; is_host; token and read_timeout are
+// accepted and left to the caller). Throws RendezvousError naming a bad key
+// and the allowed range.
 void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousOptions& options);
 
 // A node as recorded in a round.

@@ -35,9 +35,10 @@ constexpr size_t kAcceptsPerTurn = 256;
 // Behind a blocked request a connection buffers at most this much; the rest
 // stays in the kernel (TCP pushes back on the client).
 constexpr size_t kMaxBufferedBehindWait = kReadChunk;
-// Estimated heap a blocked request costs per key beyond its frame bytes:
-// the parsed key string and its registration in the table's waiter lists.
-constexpr size_t kWaitBytesPerKey = 192;
+// Estimated heap a blocked request costs its connection: the parsed
+// request, the waiter and its place in the table (its keys are the
+// table's to count, once for all asking the same).
+constexpr size_t kWaiterBytes = 256;
 
 // Buffers up to this size are part of a connection's fixed cost (bounded by
 // the connection limits); larger ones are charged to max_buffered_bytes and
@@ -63,6 +64,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // Closes the connections holding the most until the buffered bytes fit
   // max_buffered_bytes again.
   void enforce_buffer_limit();
+  // What max_buffered_bytes bounds: the connections' buffers and the
+  // table's blocked requests.
+  size_t used() const { return buffered + table.waiting_bytes(); }
 
   asio::io_context& io;
   ServerOptions options;
@@ -71,6 +75,19 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Table table;
   std::list<std::shared_ptr<Conn>> conns;
   PeerSlots slots;
+  // Unauthenticated connections by address, oldest first, and the subnet
+  // of each address (eviction picks from these).
+  struct PreAuth {
+    std::string subnet;
+    std::list<Conn*> conns;
+  };
+  std::unordered_map<std::string, PreAuth> pre_auth;
+  void listed(Conn& c);
+  void unlisted(Conn& c);
+  // With every unauthenticated slot taken: closes the oldest of the
+  // address holding the most in the subnet holding the most, when that
+  // address holds more than `addr`; false when none does.
+  bool evict_for(const std::string& addr);
   RateLimitedLog log;
   Bytes scratch;        // read target of every connection
   size_t buffered = 0;  // sum of Conn::charged
@@ -91,9 +108,14 @@ struct Conn : std::enable_shared_from_this<Conn> {
   void handle(wire::Request request);
   void authenticate(const wire::Request& request);
   void flush();
+  // Sends `shared` from shared_sent on, then resumes.
+  void flush_shared();
+  // Sends `rest` (in `sending` or `shared`) in the background.
+  void write_async(boost::asio::const_buffer rest);
   void close();
   void update_frame_timer();
-  void finish_wait(bool timed_out);
+  // Answers the blocked request: `answer`, or a timeout when null.
+  void finish_wait(const Table::Answer& answer);
   // Charges this connection's buffers to the server-wide limit.
   void account();
 
@@ -102,9 +124,16 @@ struct Conn : std::enable_shared_from_this<Conn> {
   std::string peer;       // "addr:port", for log lines
   std::string peer_addr;  // "addr", the key of its slot counts
   std::list<std::shared_ptr<Conn>>::iterator self_it;
+  std::list<Conn*>::iterator pre_auth_it;  // in srv->pre_auth, while not authed
+  bool pre_auth_listed = false;
   Bytes in;  // received, not yet parsed from in_pos on
   size_t in_pos = 0;
   Bytes out, sending;
+  // A blocked request's answer, shared by every waiter of the same keys
+  // (Table::Answer) and sent from there, before `out`: an all-gather's N
+  // answers are one buffer, not N copies.
+  Table::Answer shared;
+  size_t shared_sent = 0;
   bool reading = false, writing = false;
   bool closing = false;  // close once the output is flushed
   bool closed = false;
@@ -201,7 +230,7 @@ void Conn::read_more() {
 
 void Conn::process() {
   size_t handled = 0;
-  while (!pending && !closing && !closed && out.size() < kMaxOutBuffered) {
+  while (!pending && !closing && !closed && !shared && out.size() < kMaxOutBuffered) {
     if (handled == kRequestsPerTurn) {
       // Yield; the rest is parsed behind the other connections' handlers.
       if (!resume_posted) {
@@ -290,6 +319,7 @@ void Conn::authenticate(const wire::Request& q) {
   }
   authed = true;
   srv->slots.authenticated(peer_addr);
+  srv->unlisted(*this);
   handshake_timer.cancel();
   // The store's half of the proof, over the client's own nonce.
   wire::Writer w(out);
@@ -316,37 +346,42 @@ void Conn::handle(wire::Request q) {
     return;
   }
   // Blocked: its memory counts against the buffer limit until it is
-  // answered or its timer fires.
-  pending_bytes = wire::kHeaderSize + sizeof(wire::Request);
-  for (const auto& k : pending->keys) pending_bytes += wire::kHeaderSize + k.size() + kWaitBytesPerKey;
+  // answered or its timer fires. The keys went to the table, which counts
+  // them once for every waiter asking the same (Table::waiting_bytes).
+  pending_bytes = kWaiterBytes;
   uint64_t gen = ++wait_gen;
   std::weak_ptr<Conn> weak = shared_from_this();
-  waiter.on_ready = [weak, gen] {
+  waiter.on_ready = [weak, gen](const Table::Answer& answer) {
     auto self = weak.lock();
     if (!self) return;
-    // Posted so the table's notify loop finishes before this client's next
-    // requests run.
-    asio::post(self->sock.get_executor(), [self, gen] {
+    // Posted so the table's wake-up loop finishes before this client's
+    // next requests run.
+    asio::post(self->sock.get_executor(), [self, gen, answer] {
       if (self->closed || !self->pending || gen != self->wait_gen) return;
-      self->finish_wait(false);
+      self->finish_wait(answer);
     });
   };
   wait_timer.expires_after(std::chrono::milliseconds(pending->timeout_ms));
   wait_timer.async_wait([self = shared_from_this(), gen](boost::system::error_code ec) {
     if (ec || self->closed || !self->pending || gen != self->wait_gen) return;
-    self->finish_wait(true);
+    self->finish_wait(nullptr);
   });
 }
 
-void Conn::finish_wait(bool timed_out) {
+void Conn::finish_wait(const Table::Answer& answer) {
   ++wait_gen;  // retire the other of timer / wake-up
-  if (timed_out) {
+  if (answer == nullptr) {
     srv->table.cancel(waiter);
     wire::Writer w(out);
     w.u8(static_cast<uint8_t>(wire::Status::kTimeout));
   } else {
     wait_timer.cancel();
-    srv->table.answer_ready(*pending, out);
+    if (out.empty() && !writing && answer->size() > kKeepCapacity) {
+      shared = answer;
+      shared_sent = 0;
+    } else {
+      out.insert(out.end(), answer->begin(), answer->end());
+    }
   }
   pending.reset();
   pending_bytes = 0;
@@ -356,14 +391,18 @@ void Conn::finish_wait(bool timed_out) {
 
 void Conn::account() {
   if (closed) return;
-  size_t now = charge(in) + charge(out) + charge(sending) + pending_bytes + on_close_bytes;
+  // The shared answer is charged in shares: N waiters of one all-gather
+  // hold one copy between them.
+  size_t now = charge(in) + charge(out) + charge(sending) + pending_bytes + on_close_bytes +
+               (shared ? shared->size() / static_cast<size_t>(shared.use_count()) : 0);
   srv->buffered = srv->buffered - charged + now;
   charged = now;
-  if (srv->buffered > srv->options.max_buffered_bytes) srv->enforce_buffer_limit();
+  if (srv->used() > srv->options.max_buffered_bytes) srv->enforce_buffer_limit();
 }
 
 void Conn::flush() {
   if (writing || closed) return;
+  if (shared) return flush_shared();
   if (out.empty()) {
     if (closing) close();
     return;
@@ -385,6 +424,28 @@ void Conn::flush() {
   release(out);
   account();
   if (closed) return;
+  write_async(asio::buffer(sending));
+}
+
+void Conn::flush_shared() {
+  boost::system::error_code ec;
+  size_t n = sock.write_some(asio::buffer(*shared) + shared_sent, ec);
+  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return close();
+  shared_sent += n;
+  if (shared_sent == shared->size()) {
+    shared.reset();
+    account();
+    if (closed) return;
+    process();  // the requests held behind the answer
+    read_more();
+    return;
+  }
+  account();
+  if (closed) return;
+  write_async(asio::buffer(*shared) + shared_sent);
+}
+
+void Conn::write_async(asio::const_buffer rest) {
   writing = true;
   // A client that stops reading its replies must not pin them forever.
   write_timer.expires_after(srv->options.partial_frame_timeout);
@@ -394,18 +455,20 @@ void Conn::flush() {
                         std::to_string(self->srv->options.partial_frame_timeout.count()) + " ms");
     self->close();
   });
-  asio::async_write(sock, asio::buffer(sending),
-                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                      self->writing = false;
-                      self->sending.clear();
-                      release(self->sending);
-                      self->write_timer.cancel();
-                      if (self->closed) return;
-                      if (ec) return self->close();
-                      self->account();
-                      self->process();  // may resume parsing held back by output
-                      self->read_more();
-                    });
+  // `rest` lies in `sending` or `shared`, which stay untouched until the
+  // completion (the handler keeps the connection, and so them, alive).
+  asio::async_write(sock, rest, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+    self->writing = false;
+    self->sending.clear();
+    release(self->sending);
+    self->shared.reset();
+    self->write_timer.cancel();
+    if (self->closed) return;
+    if (ec) return self->close();
+    self->account();
+    self->process();  // may resume parsing held back by output
+    self->read_more();
+  });
 }
 
 void Conn::close() {
@@ -422,6 +485,7 @@ void Conn::close() {
   on_close_bytes = 0;
   Bytes().swap(in);
   Bytes().swap(out);  // `sending` may still be in the kernel's hands: freed on completion
+  if (!writing) shared.reset();
   boost::system::error_code ec;
   wait_timer.cancel();
   frame_timer.cancel();
@@ -430,20 +494,24 @@ void Conn::close() {
   sock.shutdown(tcp::socket::shutdown_both, ec);
   sock.close(ec);
   if (!srv->closed) {
+    srv->unlisted(*this);
     srv->slots.remove(peer_addr, authed);
     srv->conns.erase(self_it);
   }
 }
 
 void Server::Impl::enforce_buffer_limit() {
-  while (buffered > options.max_buffered_bytes) {
+  // A connection holds its own buffers and its share of the wait it blocks
+  // in: waiters of one all-gather split its cost, a lone wait pays it all.
+  auto held = [this](const Conn& c) { return c.charged + table.share(c.waiter); };
+  while (used() > options.max_buffered_bytes) {
     Conn* biggest = nullptr;
     for (const auto& c : conns) {
-      if (!biggest || c->charged > biggest->charged) biggest = c.get();
+      if (!biggest || held(*c) > held(*biggest)) biggest = c.get();
     }
-    if (biggest == nullptr || biggest->charged == 0) return;
-    log.warn("store: closing " + biggest->peer + ": it holds " + std::to_string(biggest->charged) +
-             " of the " + std::to_string(buffered) + " bytes buffered, over the limit of " +
+    if (biggest == nullptr || held(*biggest) == 0) return;
+    log.warn("store: closing " + biggest->peer + ": it holds " + std::to_string(held(*biggest)) +
+             " of the " + std::to_string(used()) + " bytes buffered, over the limit of " +
              std::to_string(options.max_buffered_bytes));
     biggest->close();
   }
@@ -458,6 +526,7 @@ void Server::Impl::serve(tcp::socket s, const std::string& addr) {
   c->authed = options.token.empty();
   slots.add(addr, c->authed);
   c->self_it = conns.insert(conns.end(), c);
+  if (!c->authed) listed(*c);
   c->start();
 }
 
@@ -488,6 +557,42 @@ void Server::Impl::accept() {
   });
 }
 
+void Server::Impl::listed(Conn& c) {
+  auto& p = pre_auth[c.peer_addr];
+  if (p.conns.empty()) p.subnet = subnet_of(c.peer_addr);
+  c.pre_auth_it = p.conns.insert(p.conns.end(), &c);
+  c.pre_auth_listed = true;
+}
+
+void Server::Impl::unlisted(Conn& c) {
+  if (!c.pre_auth_listed) return;
+  c.pre_auth_listed = false;
+  auto it = pre_auth.find(c.peer_addr);
+  it->second.conns.erase(c.pre_auth_it);
+  if (it->second.conns.empty()) pre_auth.erase(it);
+}
+
+bool Server::Impl::evict_for(const std::string& addr) {
+  // O(addresses holding unauthenticated slots): at most max_unauthenticated.
+  const PreAuth* victim = nullptr;
+  size_t victim_subnet = 0;
+  for (const auto& [a, p] : pre_auth) {
+    size_t in_subnet = slots.unauthenticated_in(p.subnet);
+    if (!victim || in_subnet > victim_subnet ||
+        (in_subnet == victim_subnet && p.conns.size() > victim->conns.size())) {
+      victim = &p;
+      victim_subnet = in_subnet;
+    }
+  }
+  if (!victim || victim->conns.size() <= slots.of(addr).unauthenticated) return false;
+  Conn* oldest = victim->conns.front();
+  log.warn("store: closing " + oldest->peer + ", not authenticated yet, to make room for " + addr +
+           ": every unauthenticated slot is taken and its address holds " +
+           std::to_string(victim->conns.size()));
+  oldest->close();
+  return true;
+}
+
 void Server::Impl::admit(tcp::socket s) {
   boost::system::error_code ignored;
   auto ep = s.remote_endpoint(ignored);
@@ -503,7 +608,10 @@ void Server::Impl::admit(tcp::socket s) {
   } else if (auth && peer.unauthenticated >= o.max_unauthenticated_per_peer) {
     refusal = std::to_string(o.max_unauthenticated_per_peer) +
               " unauthenticated connections from one address is the limit";
-  } else if (auth && slots.unauthenticated() >= o.max_unauthenticated) {
+  } else if (auth && slots.unauthenticated_in(subnet_of(addr)) >= o.max_unauthenticated_per_subnet) {
+    refusal = std::to_string(o.max_unauthenticated_per_subnet) +
+              " unauthenticated connections from one subnet is the limit";
+  } else if (auth && slots.unauthenticated() >= o.max_unauthenticated && !evict_for(addr)) {
     refusal = std::to_string(o.max_unauthenticated) + " unauthenticated connections is the limit";
   }
   if (!refusal.empty()) {
@@ -561,6 +669,6 @@ void Server::adopt(int fd, const std::string& peer) {
 size_t Server::num_connections() const { return impl_->conns.size(); }
 size_t Server::num_keys() const { return impl_->table.num_keys(); }
 size_t Server::num_waiters() const { return impl_->table.num_waiters(); }
-size_t Server::buffered_bytes() const { return impl_->buffered; }
+size_t Server::buffered_bytes() const { return impl_->used(); }
 
 }  // namespace ddprun::rendezvous

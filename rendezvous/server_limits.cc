@@ -2,7 +2,34 @@
 
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/ip/address.hpp>
+
 namespace ddprun::rendezvous {
+
+std::string subnet_of(const std::string& address) {
+  boost::system::error_code ec;
+  auto a = boost::asio::ip::make_address(address, ec);
+  if (ec) return address;
+  if (a.is_v4()) {
+    auto b = a.to_v4().to_bytes();
+    return std::to_string(b[0]) + "." + std::to_string(b[1]) + "." + std::to_string(b[2]);
+  }
+  auto b = a.to_v6().to_bytes();
+  std::string s;
+  for (size_t i = 0; i < 8; ++i) s += std::to_string(b[i]) + (i < 7 ? ":" : "");
+  return s;
+}
+
+size_t PeerSlots::unauthenticated_in(const std::string& subnet) const {
+  auto it = subnet_unauth_.find(subnet);
+  return it == subnet_unauth_.end() ? 0 : it->second;
+}
+
+void PeerSlots::unauth_gone(const std::string& peer) {
+  --unauthenticated_;
+  auto it = subnet_unauth_.find(subnet_of(peer));
+  if (it != subnet_unauth_.end() && --it->second == 0) subnet_unauth_.erase(it);
+}
 
 const PeerSlots::Count& PeerSlots::of(const std::string& peer) const {
   static const Count kNone;
@@ -13,14 +40,14 @@ const PeerSlots::Count& PeerSlots::of(const std::string& peer) const {
 void PeerSlots::add(const std::string& peer, bool authenticated) {
   Count& c = counts_[peer];
   ++c.connections;
-  if (!authenticated) ++c.unauthenticated, ++unauthenticated_;
+  if (!authenticated) ++c.unauthenticated, ++unauthenticated_, ++subnet_unauth_[subnet_of(peer)];
 }
 
 void PeerSlots::authenticated(const std::string& peer) {
   auto it = counts_.find(peer);
   if (it == counts_.end() || it->second.unauthenticated == 0) return;
   --it->second.unauthenticated;
-  --unauthenticated_;
+  unauth_gone(peer);
 }
 
 void PeerSlots::remove(const std::string& peer, bool authenticated) {
@@ -28,7 +55,7 @@ void PeerSlots::remove(const std::string& peer, bool authenticated) {
   if (it == counts_.end()) return;
   if (!authenticated && it->second.unauthenticated > 0) {
     --it->second.unauthenticated;
-    --unauthenticated_;
+    unauth_gone(peer);
   }
   if (--it->second.connections == 0) counts_.erase(it);
 }

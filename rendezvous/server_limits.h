@@ -11,8 +11,12 @@
 
 namespace ddprun::rendezvous {
 
+// The /24 of an IPv4 address ("10.0.0"), the /64 of an IPv6 one; the
+// address itself when it parses as neither.
+std::string subnet_of(const std::string& address);
+
 // Connection counts per peer address ("10.0.0.2", port left out), in all
-// and not yet authenticated.
+// and not yet authenticated, and unauthenticated ones per subnet.
 class PeerSlots {
  public:
   struct Count {
@@ -21,12 +25,15 @@ class PeerSlots {
   };
   const Count& of(const std::string& peer) const;
   size_t unauthenticated() const { return unauthenticated_; }
+  size_t unauthenticated_in(const std::string& subnet) const;
   void add(const std::string& peer, bool authenticated);
   void authenticated(const std::string& peer);
   void remove(const std::string& peer, bool authenticated);
 
  private:
+  void unauth_gone(const std::string& peer);
   std::unordered_map<std::string, Count> counts_;
+  std::unordered_map<std::string, size_t> subnet_unauth_;
   size_t unauthenticated_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <type_traits>
 #include <unordered_set>
 
 namespace ddprun::rendezvous {
@@ -46,12 +47,42 @@ std::string quoted(const std::string& key) {
   return "'" + key.substr(0, 128) + (key.size() > 128 ? "...'" : "'");
 }
 
+// glibc malloc: a chunk is the request plus an 8-byte header, rounded up to
+// 16 bytes, and never under 32.
+size_t heap_chunk(size_t n) { return n == 0 ? 0 : std::max<size_t>(32, (n + 8 + 15) / 16 * 16); }
+// A std::string's own heap beyond its inline buffer (15 bytes).
+size_t string_heap(size_t n) { return n > 15 ? heap_chunk(n + 1) : 0; }
+
 }  // namespace
 
-size_t Table::num_waiters() const {
-  std::unordered_set<const Waiter*> distinct;
-  for (const auto& [key, list] : waiters_) distinct.insert(list.begin(), list.end());
-  return distinct.size();
+// One question asked by one or more blocked waiters.
+struct Table::Wait {
+  Question question;  // its key in waits_
+  size_t missing = 0;  // distinct keys absent now
+  size_t bytes = 0;    // counted in waiting_bytes_
+  // Its place in index_, one per distinct key.
+  struct Registration {
+    Index::value_type* entry;
+    std::list<Wait*>::iterator at;
+  };
+  std::vector<Registration> registered;
+  std::list<Waiter*> members;
+};
+
+size_t Table::QuestionHash::operator()(const Question& q) const {
+  size_t h = static_cast<size_t>(q.op);
+  for (const std::string* k : q.keys) h = h * 1000003 ^ std::hash<const void*>()(k);
+  return h;
+}
+
+Table::Table(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+Table::~Table() {
+  while (!waits_.empty()) {
+    Wait* w = waits_.begin()->second.get();
+    for (Waiter* m : w->members) m->wait = nullptr;
+    destroy(w);
+  }
 }
 
 bool Table::all_present(const std::vector<std::string>& keys) const {
@@ -61,29 +92,28 @@ bool Table::all_present(const std::vector<std::string>& keys) const {
   return true;
 }
 
-namespace {
-// glibc malloc: a chunk is the request plus an 8-byte header, rounded up to
-// 16 bytes, and never under 32.
-size_t heap_chunk(size_t n) { return n == 0 ? 0 : std::max<size_t>(32, (n + 8 + 15) / 16 * 16); }
-}  // namespace
+size_t Table::share(const Waiter& waiter) const {
+  if (waiter.wait == nullptr) return 0;
+  return waiter.wait->bytes / waiter.wait->members.size();
+}
 
 size_t Table::entry_bytes(size_t key_size, size_t value_size) {
   // One unordered_map node (next pointer, std::string, std::vector, cached
   // hash: 72 bytes, an 80-byte chunk), a bucket slot (8 bytes, two at the
   // map's worst load), the key's own chunk when it is too long for the
   // string's inline buffer (15 bytes), and the value's chunk.
-  constexpr size_t kNode = 80, kBuckets = 16, kInlineKey = 15;
-  return kNode + kBuckets + (key_size > kInlineKey ? heap_chunk(key_size + 1) : 0) +
-         heap_chunk(value_size);
+  constexpr size_t kNode = 80, kBuckets = 16;
+  return kNode + kBuckets + string_heap(key_size) + heap_chunk(value_size);
 }
 
-bool Table::store(const std::string& key, Bytes value) {
+bool Table::store(const std::string& key, Bytes value, bool& created) {
   auto it = data_.find(key);
-  size_t old = it == data_.end() ? 0 : entry_bytes(key.size(), it->second.capacity());
+  created = it == data_.end();
+  size_t old = created ? 0 : entry_bytes(key.size(), it->second.capacity());
   size_t now = entry_bytes(key.size(), value.capacity());
   if (bytes_ - old + now > max_bytes_) return false;
   bytes_ = bytes_ - old + now;
-  if (it == data_.end()) {
+  if (created) {
     data_.emplace(key, std::move(value));
   } else {
     it->second = std::move(value);
@@ -91,57 +121,113 @@ bool Table::store(const std::string& key, Bytes value) {
   return true;
 }
 
-void Table::register_missing(Waiter& waiter) {
-  for (const auto& k : waiter.request->keys) {
-    if (data_.count(k)) continue;
-    auto& list = waiters_[k];
-    waiter.registered.emplace_back(k, list.insert(list.end(), &waiter));
+void Table::join(Waiter& waiter, Op op, std::vector<std::string> keys) {
+  // Each key is interned in the index (moved there, not copied), so a
+  // question is its op and the index entries of its keys, and asking it
+  // again costs no key copies at all.
+  Question q;
+  q.op = op;
+  q.keys.reserve(keys.size());
+  std::vector<Index::value_type*> fresh;  // distinct keys, first occurrence
+  std::unordered_set<const std::string*> seen;
+  seen.reserve(keys.size());
+  for (auto& k : keys) {
+    auto [it, inserted] = index_.try_emplace(std::move(k));
+    q.keys.push_back(&it->first);
+    if (seen.insert(&it->first).second) fresh.push_back(&*it);
   }
+  auto found = waits_.find(q);
+  if (found == waits_.end()) {
+    auto w = std::make_unique<Wait>();
+    // Every distinct key is indexed, present or not, so a delete counts
+    // as much as a write and no wake-up has to recheck the list.
+    size_t bytes = heap_chunk(sizeof(Wait)) + 2 * heap_chunk(8 * q.keys.size()) + 64 + 16;
+    for (Index::value_type* e : fresh) {
+      w->registered.push_back({e, e->second.insert(e->second.end(), w.get())});
+      if (!data_.count(e->first)) ++w->missing;
+      // Its registration, its list node and (as if no other wait shared
+      // it) its index entry: node, bucket, key.
+      bytes += sizeof(Wait::Registration) + 32 + 80 + 16 + string_heap(e->first.size());
+    }
+    w->bytes = bytes;
+    w->question = q;
+    waiting_bytes_ += bytes;
+    found = waits_.emplace(std::move(q), std::move(w)).first;
+  } else {
+    // Interned keys no registered wait holds cannot occur here: an equal
+    // question holds every one of them.
+  }
+  Wait* w = found->second.get();
+  waiter.wait = w;
+  waiter.member = w->members.insert(w->members.end(), &waiter);
+  ++num_waiters_;
+}
+
+void Table::destroy(Wait* w) {
+  for (const auto& r : w->registered) {
+    r.entry->second.erase(r.at);
+    if (r.entry->second.empty()) index_.erase(index_.find(r.entry->first));
+  }
+  waiting_bytes_ -= w->bytes;
+  num_waiters_ -= w->members.size();
+  waits_.erase(waits_.find(w->question));
 }
 
 void Table::cancel(Waiter& waiter) {
-  for (auto& [key, it] : waiter.registered) {
-    auto found = waiters_.find(key);
-    if (found == waiters_.end()) continue;
-    found->second.erase(it);
-    if (found->second.empty()) waiters_.erase(found);
-  }
-  waiter.registered.clear();
+  Wait* w = waiter.wait;
+  if (w == nullptr) return;
+  waiter.wait = nullptr;
+  w->members.erase(waiter.member);
+  --num_waiters_;
+  if (w->members.empty()) destroy(w);
 }
 
-void Table::notify(const std::string& key) {
-  auto found = waiters_.find(key);
-  if (found == waiters_.end()) return;
-  std::list<Waiter*> woken = std::move(found->second);
-  waiters_.erase(found);
-  std::vector<Waiter*> ready;
-  for (Waiter* w : woken) {
-    // Drop the registration for `key` (its list is gone), then re-check the
-    // rest: a key seen earlier may have been deleted since.
-    std::vector<std::pair<std::string, std::list<Waiter*>::iterator>> others;
-    for (auto& r : w->registered) {
-      if (r.first != key) others.push_back(std::move(r));
-    }
-    w->registered = std::move(others);
-    cancel(*w);
-    if (all_present(w->request->keys)) {
-      ready.push_back(w);
+void Table::removed(const std::string& key) {
+  auto found = index_.find(key);
+  if (found == index_.end()) return;
+  for (Wait* w : found->second) ++w->missing;
+}
+
+void Table::created(const std::string& key) {
+  auto found = index_.find(key);
+  if (found == index_.end()) return;
+  std::vector<Wait*> ready;
+  for (Wait* w : found->second) {
+    if (--w->missing == 0) ready.push_back(w);
+  }
+  if (ready.empty()) return;
+  // Answer each question once, unregister it, and only then call back:
+  // the callbacks may use the table.
+  std::vector<std::pair<Answer, std::vector<Waiter*>>> calls;
+  for (Wait* w : ready) {
+    auto frame = std::make_shared<Bytes>();
+    answer(w->question.op, w->question.keys, *frame);
+    std::vector<Waiter*> members(w->members.begin(), w->members.end());
+    for (Waiter* m : members) m->wait = nullptr;
+    destroy(w);
+    calls.emplace_back(std::move(frame), std::move(members));
+  }
+  for (auto& [frame, members] : calls) {
+    for (Waiter* m : members) m->on_ready(frame);
+  }
+}
+
+template <class Key>
+void Table::answer(Op op, const std::vector<Key>& keys, Bytes& out) const {
+  auto value = [this](const Key& k) -> const Bytes& {
+    if constexpr (std::is_pointer_v<Key>) {
+      return data_.at(*k);
     } else {
-      register_missing(*w);
+      return data_.at(k);
     }
-  }
-  // Callbacks run after the table is consistent again.
-  for (Waiter* w : ready) w->on_ready();
-}
-
-void Table::answer_ready(const wire::Request& q, Bytes& out) const {
-  switch (q.op) {
+  };
+  switch (op) {
     case Op::kGet:
-      write_value(out, data_.at(q.keys[0]));
+      write_value(out, value(keys[0]));
       return;
     case Op::kMultiGet: {
       size_t total = 0;
-      for (const auto& k : q.keys) total += 4 + data_.at(k).size();
+      for (const auto& k : keys) total += 4 + value(k).size();
       if (total + 16 > wire::kMaxFrameSize) {
         write_error(out, "multi_get: answer of " + std::to_string(total) +
                              " bytes exceeds the frame limit");
@@ -149,8 +235,8 @@ void Table::answer_ready(const wire::Request& q, Bytes& out) const {
       }
       Writer w(out);
       w.u8(static_cast<uint8_t>(Status::kOk));
-      w.u32(static_cast<uint32_t>(q.keys.size()));
-      for (const auto& k : q.keys) w.str(data_.at(k));
+      w.u32(static_cast<uint32_t>(keys.size()));
+      for (const auto& k : keys) w.str(value(k));
       return;
     }
     default:
@@ -158,26 +244,31 @@ void Table::answer_ready(const wire::Request& q, Bytes& out) const {
   }
 }
 
-bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
+bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
   const std::string full = "store full: the server holds at most " +
                            std::to_string(max_bytes_) + " bytes of keys and values";
+  bool fresh = false;
   switch (q.op) {
     case Op::kSet:
-      if (!store(q.keys[0], q.values[0])) return write_error(out, full), true;
+      if (!store(q.keys[0], q.values[0], fresh)) return write_error(out, full), true;
       write_ok(out);
-      notify(q.keys[0]);
+      if (fresh) created(q.keys[0]);
       return true;
-    case Op::kMultiSet:
-      for (size_t i = 0; i < q.keys.size(); ++i) {
-        if (!store(q.keys[i], q.values[i])) {
-          write_error(out, full);
-          for (size_t j = 0; j < i; ++j) notify(q.keys[j]);
-          return true;
-        }
+    case Op::kMultiSet: {
+      std::vector<const std::string*> fresh_keys;
+      bool ok = true;
+      for (size_t i = 0; i < q.keys.size() && ok; ++i) {
+        ok = store(q.keys[i], q.values[i], fresh);
+        if (ok && fresh) fresh_keys.push_back(&q.keys[i]);
       }
-      write_ok(out);
-      for (const auto& k : q.keys) notify(k);
+      if (ok) {
+        write_ok(out);
+      } else {
+        write_error(out, full);
+      }
+      for (const std::string* k : fresh_keys) created(*k);
       return true;
+    }
     case Op::kAppend: {
       auto it = data_.find(q.keys[0]);
       Bytes v = it == data_.end() ? Bytes{} : it->second;
@@ -187,9 +278,9 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
         return true;
       }
       v.insert(v.end(), q.values[0].begin(), q.values[0].end());
-      if (!store(q.keys[0], std::move(v))) return write_error(out, full), true;
+      if (!store(q.keys[0], std::move(v), fresh)) return write_error(out, full), true;
       write_ok(out);
-      notify(q.keys[0]);
+      if (fresh) created(q.keys[0]);
       return true;
     }
     case Op::kAdd: {
@@ -210,9 +301,11 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
         return true;
       }
       std::string text = std::to_string(next);
-      if (!store(q.keys[0], Bytes(text.begin(), text.end()))) return write_error(out, full), true;
+      if (!store(q.keys[0], Bytes(text.begin(), text.end()), fresh)) {
+        return write_error(out, full), true;
+      }
       write_i64(out, next);
-      notify(q.keys[0]);
+      if (fresh) created(q.keys[0]);
       return true;
     }
     case Op::kCompareSet: {
@@ -220,9 +313,9 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
       const Bytes& expected = q.values[0];
       const Bytes& desired = q.values[1];
       if ((it == data_.end() && expected.empty()) || (it != data_.end() && it->second == expected)) {
-        if (!store(q.keys[0], desired)) return write_error(out, full), true;
+        if (!store(q.keys[0], desired, fresh)) return write_error(out, full), true;
         write_value(out, desired);
-        notify(q.keys[0]);
+        if (fresh) created(q.keys[0]);
       } else {
         write_value(out, it == data_.end() ? Bytes{} : it->second);
       }
@@ -237,6 +330,7 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
       if (existed) {
         bytes_ -= entry_bytes(it->first.size(), it->second.capacity());
         data_.erase(it);
+        removed(q.keys[0]);
       }
       write_bool(out, existed);
       return true;
@@ -251,7 +345,7 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
     case Op::kWait:
     case Op::kMultiGet:
       if (all_present(q.keys)) {
-        answer_ready(q, out);
+        answer(q.op, q.keys, out);
         return true;
       }
       if (q.timeout_ms == 0) {
@@ -259,8 +353,8 @@ bool Table::execute(const wire::Request& q, Bytes& out, Waiter& waiter) {
         w.u8(static_cast<uint8_t>(Status::kTimeout));
         return true;
       }
-      waiter.request = &q;
-      register_missing(waiter);
+      join(waiter, q.op, std::move(q.keys));
+      q.keys.clear();
       return false;
     case Op::kAuth:
       write_error(out, "auth: already authenticated or not required");

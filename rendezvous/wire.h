@@ -79,12 +79,22 @@ constexpr size_t kMaxConnectionsPerPeer = 2048;
 // Connections that have not authenticated yet (token set): at most this
 // many in all and kMaxUnauthenticatedPerPeer from one address; beyond that
 // new ones are refused at accept.
+// When every slot is taken, a newcomer evicts the oldest unauthenticated
+// connection of the /24 (IPv6: /64) and then the address holding the most,
+// if that holds more than the newcomer's own address: a few peers cannot
+// keep everyone else out by holding the slots and reconnecting. One /24
+// holds at most kMaxUnauthenticatedPerSubnet.
 constexpr size_t kMaxUnauthenticated = 1024;
 constexpr size_t kMaxUnauthenticatedPerPeer = 64;
+constexpr size_t kMaxUnauthenticatedPerSubnet = 256;
 // Bytes of requests being received, requests blocked in get/wait/multi-get
 // and replies not yet sent, summed over every connection. When a read or a
 // reply would pass it, the connection holding the most is closed (a client
-// that does not read its replies is closed, not buffered for).
+// that does not read its replies is closed, not buffered for). Blocked
+// requests asking the same keys (every rank of an all-gather) hold one
+// copy of them between them, so an all-gather of kMaxKeysPerRequest ranks
+// with short keys holds about 8192 x 200 bytes of keys plus a few hundred
+// bytes a rank: well within this limit.
 constexpr size_t kMaxBufferedBytes = 32 << 20;  // 32 MiB
 constexpr uint64_t kMaxTimeoutMs = 7ull * 24 * 3600 * 1000;  // longer is clamped
 // A connection with a partial frame must complete it within this window, or

@@ -277,3 +277,52 @@ TEST_CASE("ddprun runs the program after an empty --log-dir= (real process)") {
 
 // doctest's main, failing a run whose filters match no test case (skip.h).
 int main(int argc, char** argv) { return ddprun::testing::main_with_skips(argc, argv); }
+
+TEST_CASE("every duration flag and --rdzv-conf duration is finite, in range, and refused naming it") {
+  // Issue 19: inf SIGKILLed at once; 0 or 1e308 ended the job with a
+  // deadline of 0 ms or -9223372036854775808 ms.
+  CHECK(error_of({"--term-timeout=inf", "x"}) ==
+        "--term-timeout=inf: expected seconds, a number >= 0 and <= 1000000");
+  for (const char* bad : {"--term-timeout=nan", "--term-timeout=1e7", "--term-timeout=-1",
+                          "--monitor-interval=inf", "--heartbeat-timeout=1e308",
+                          "--silence-timeout=inf", "--heartbeat-grace=-inf",
+                          "--stuck-timeout=1e10", "--restart-backoff=nan",
+                          "--straggler-window=1", "--straggler-window=inf"}) {
+    std::string flag(bad, std::string(bad).find('='));
+    CAPTURE(bad);
+    CHECK(error_of({bad, "x"}).find(flag + "=") == 0);
+    CHECK(error_of({bad, "x"}).find("<= 1000000") != std::string::npos);
+  }
+  CHECK_NOTHROW(parse({"--term-timeout=1000000", "--stuck-timeout=0", "x"}));
+  auto conf = [](const std::string& kv) {
+    return error_of({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
+                     "--rdzv-conf=" + kv, "x"});
+  };
+  CHECK(conf("keep_alive_interval=0") ==
+        "--rdzv-conf keep_alive_interval=0: expected seconds, a number > 0 and <= 1000000");
+  CHECK(conf("keep_alive_interval=1e308").find("--rdzv-conf keep_alive_interval=1e308: expected") == 0);
+  CHECK(conf("join_timeout=1e10") ==
+        "--rdzv-conf join_timeout=1e10: expected seconds, a number > 0 and <= 1000000");
+  CHECK(conf("join_timeout=inf").find("--rdzv-conf join_timeout=inf") == 0);
+  CHECK(conf("join_timeout=nan").find("--rdzv-conf join_timeout=nan") == 0);
+  CHECK(conf("last_call_timeout=-1").find("a number >= 0 and <= 1000000") != std::string::npos);
+  CHECK(conf("close_timeout=1e300").find("--rdzv-conf close_timeout=1e300") == 0);
+  CHECK(conf("keep_alive_max_attempt=9999999999").find("--rdzv-conf keep_alive_max_attempt=") == 0);
+  CHECK(conf("join_timeout=600,keep_alive_interval=0.5,last_call_timeout=0").empty());
+}
+
+TEST_CASE("a bad duration exits 2 with one line naming it (real process)") {
+  using namespace ddprun::testing;
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"--term-timeout=inf", "--no-python", "true"},
+        {"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
+         "--rdzv-conf=keep_alive_interval=0", "true"},
+        {"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
+         "--rdzv-conf=join_timeout=1e10", "true"}}) {
+    auto r = run_ddprun(args);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(count_of(r.err, "\n") == 1);
+    CHECK(r.err.find("<= 1000000") != std::string::npos);
+  }
+}

@@ -346,4 +346,37 @@ inline std::shared_ptr<const Bytes> key_flood(size_t conn, uint64_t round) {
   return std::make_shared<const Bytes>(std::move(all));
 }
 
+// The quadratic-notify attack (issue 19): each connection blocks in one
+// wait on 8,192 keys, 8,191 of them shared ("q/0".."q/8190") and its own
+// last one that never appears, so every wait stays registered...
+constexpr size_t kNotifyKeys = 8192;
+inline std::shared_ptr<const Bytes> wait_on_many(size_t conn, uint64_t = 0) {
+  wire::Request q;
+  q.op = wire::Op::kWait;
+  q.timeout_ms = 3600 * 1000;
+  for (size_t i = 0; i + 1 < kNotifyKeys; ++i) q.keys.push_back("q/" + std::to_string(i));
+  q.keys.push_back("q/never/" + std::to_string(conn));
+  return std::make_shared<const Bytes>(wire::encode_request(q));
+}
+
+// ...while another sets the shared keys one by one and deletes them again,
+// round after round: each write makes a key of every wait exist or vanish.
+inline std::shared_ptr<const Bytes> set_delete_loop(size_t = 0, uint64_t = 0) {
+  static const auto all = [] {
+    Bytes b;
+    for (int del = 0; del < 2; ++del) {
+      for (size_t i = 0; i + 1 < kNotifyKeys; ++i) {
+        wire::Request q;
+        q.op = del ? wire::Op::kDelete : wire::Op::kSet;
+        q.keys = {"q/" + std::to_string(i)};
+        if (!del) q.values = {Bytes{'s'}};
+        Bytes f = wire::encode_request(q);
+        b.insert(b.end(), f.begin(), f.end());
+      }
+    }
+    return std::make_shared<const Bytes>(std::move(b));
+  }();
+  return all;
+}
+
 }  // namespace ddprun::rendezvous::hostile

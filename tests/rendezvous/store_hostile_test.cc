@@ -205,3 +205,94 @@ TEST_CASE("hostile: tiny keys fill the key budget, which charges the memory they
   CHECK(rss_full <= m.idle_rss + kBudget + wire::kMaxBufferedBytes);
   CHECK(rss_full <= m.idle_rss + kRssBound);
 }
+
+TEST_CASE("hostile: 16 waits on 8,192 keys each while a client sets and deletes those keys in a loop") {
+  // Before issue 19 every write rescanned every wait's whole key list on
+  // the event loop (16 x 8,192 per write): the good client stalled for
+  // seconds. Now a write touches the waits on its key only.
+  std::string probe;
+  Run run;
+  run.during = [&](StoreProcess&, const ClientOptions& co) {
+    // The waits are really parked: the key only they wait for is absent,
+    // and the store still answers a wait of its own on a shared key.
+    Client c(co);
+    probe = c.check({"q/never/0"}) ? "q/never/0 exists" : "";
+    c.set("q/0", Bytes{'g'});
+    c.wait({"q/0"}, std::chrono::milliseconds(10000));
+  };
+  auto m = run_attack(run, [](uint16_t port) {
+    Attackers v;
+    AttackOptions waits;
+    waits.port = port;
+    waits.connections = 16;
+    waits.script = wait_on_many;
+    v.push_back(std::make_unique<Attacker>(waits));
+    AttackOptions writes;
+    writes.port = port;
+    writes.source = "127.0.0.3";
+    writes.connections = 1;
+    writes.repeat = true;
+    writes.script = set_delete_loop;
+    v.push_back(std::make_unique<Attacker>(writes));
+    return v;
+  });
+  check(m);
+  CHECK(probe.empty());
+}
+
+namespace {
+// Connects from 127.0.0.1 once (no retry) and reads the first frame: true
+// when it is the greeting, false when the store closed the connection
+// at accept (a refused slot) or said nothing within 10 s.
+bool greeted_first_time(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  Bytes got;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (ok && got.size() < 4 + 38 && Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    uint8_t buf[256];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.insert(got.end(), buf, buf + n);
+  }
+  ::close(fd);
+  return got.size() >= 8 && std::equal(got.begin() + 4, got.begin() + 8, wire::kMagic);
+}
+}  // namespace
+
+TEST_CASE("hostile: 16 addresses in 16 subnets hold every unauthenticated slot and reconnect when closed") {
+  // 16 x 64 = 1,024: every pre-authentication slot, each address at its
+  // own cap. Before issue 19 the store refused everyone else at accept;
+  // now a newcomer evicts the oldest of the biggest holder, and the good
+  // client (one slot at a time) is never the biggest.
+  std::string log;
+  Run run{{}, "s3cret", {}, {}};
+  size_t greeted = 0;
+  run.during = [&](StoreProcess& store, const ClientOptions& co) {
+    for (int i = 0; i < 50; ++i) greeted += greeted_first_time(co.port);
+    log = store.log();
+  };
+  static std::vector<std::string> sources;
+  for (int n = 1; n <= 16; ++n) sources.push_back("127.0." + std::to_string(n) + ".2");
+  auto m = run_attack(run, [](uint16_t port) {
+    Attackers v;
+    for (const auto& src : sources) {
+      AttackOptions a;
+      a.port = port;
+      a.source = src.c_str();
+      a.connections = wire::kMaxUnauthenticatedPerPeer;
+      v.push_back(std::make_unique<Attacker>(a));
+    }
+    return v;
+  });
+  check(m);
+  // Every connection of the good address got a slot at its first try.
+  CHECK(greeted == 50);
+  CHECK(log.find("to make room for 127.0.0.1") != std::string::npos);
+}

@@ -90,15 +90,28 @@ TEST_CASE("partial frames beyond the buffer limit close the biggest holder; othe
   CHECK(server.buffered() <= o.max_buffered_bytes);
 }
 
+namespace {
+// A wait on 8,000 short keys that never appear: a 110 KiB frame, ~1.3 MiB
+// in the table while blocked.
+std::vector<std::string> never_keys(const std::string& tag) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8000; ++i) keys.push_back(tag + "/" + std::to_string(i));
+  return keys;
+}
+wire::Bytes never_wait(const std::string& tag) {
+  wire::Request q;
+  q.op = wire::Op::kWait;
+  q.timeout_ms = 600000;
+  q.keys = never_keys(tag);
+  return wire::encode_request(q);
+}
+}  // namespace
+
 TEST_CASE("a blocked wait is charged against the buffer limit") {
   ServerOptions o;
   o.max_buffered_bytes = 2 << 20;
   ServerThread server(o);
-  wire::Request q;
-  q.op = wire::Op::kWait;
-  q.timeout_ms = 600000;
-  for (int i = 0; i < 4000; ++i) q.keys.push_back("never/" + std::string(200, 'x') + std::to_string(i));
-  wire::Bytes frame = wire::encode_request(q);  // ~0.8 MiB, ~1.6 MiB charged while blocked
+  wire::Bytes frame = never_wait("never");
   RawConn first(server.port(), "127.0.0.2");
   REQUIRE(first.read_frame());
   first.send(frame);
@@ -107,12 +120,43 @@ TEST_CASE("a blocked wait is charged against the buffer limit") {
   CHECK(charged > frame.size());
   RawConn second(server.port(), "127.0.0.2");
   REQUIRE(second.read_frame());
-  second.send(frame);
-  // Two cannot be held at once: one of them is closed, its memory released.
+  second.send(never_wait("other"));
+  // Two different ones cannot be held at once: one of them is closed, its
+  // memory released.
   CHECK(server.wait_for_state([&](ServerThread& s) {
     return s.waiters() <= 1 && s.connections() == 1 && s.buffered() <= o.max_buffered_bytes;
   }));
   still_serves(server);
+}
+
+TEST_CASE("waiters asking the same keys share one registration, so a hundred fit where two different ones do not") {
+  ServerOptions o;
+  o.max_buffered_bytes = 2 << 20;
+  ServerThread server(o);
+  wire::Bytes frame = never_wait("never");
+  std::vector<std::unique_ptr<RawConn>> same;
+  for (size_t i = 0; i < 100; ++i) {
+    same.push_back(std::make_unique<RawConn>(server.port(), "127.0.0.2"));
+    REQUIRE(same.back()->read_frame());
+    same.back()->send(frame);
+    // One frame in flight at a time: the limit is about the blocked ones.
+    REQUIRE(server.wait_for_state([&](ServerThread& s) { return s.waiters() == i + 1; }));
+  }
+  CHECK(server.connections() == 100);
+  CHECK(server.buffered() <= o.max_buffered_bytes);
+  // The keys appear: every one of them is answered.
+  {
+    Client c(server.client_options());
+    std::vector<std::string> keys = never_keys("never");
+    c.multi_set(keys, std::vector<wire::Bytes>(keys.size(), wire::Bytes{'v'}));
+    c.ping();
+  }
+  for (auto& r : same) {
+    auto reply = r->read_frame();
+    REQUIRE(reply);
+    CHECK((*reply)[0] == static_cast<uint8_t>(wire::Status::kOk));
+  }
+  CHECK(server.waiters() == 0);
 }
 
 TEST_CASE("clients that do not read their replies get one built each and are closed at the limit") {
@@ -162,7 +206,7 @@ TEST_CASE("one peer address cannot take every connection slot") {
         std::string::npos);
 }
 
-TEST_CASE("connections that have not authenticated are capped per peer and in all") {
+TEST_CASE("connections that have not authenticated are capped per peer and in all; a newcomer evicts the biggest holder's oldest") {
   ServerOptions o;
   o.token = "t";
   o.max_unauthenticated_per_peer = 2;
@@ -174,17 +218,36 @@ TEST_CASE("connections that have not authenticated are capped per peer and in al
   RawConn a3(server.port(), "127.0.0.2");
   CHECK(a3.closed_by_server());  // the third silent one from .2
   RawConn b1(server.port(), "127.0.0.3");
-  REQUIRE(b1.read_frame());  // another peer still gets in
+  REQUIRE(b1.read_frame());  // another peer still gets in; three is the total
   RawConn c1(server.port(), "127.0.0.4");
-  CHECK(c1.closed_by_server());  // but three is the total
+  CHECK(c1.read_frame());         // full, but .2 holds two: its oldest goes
+  CHECK(a1.closed_by_server());
+  RawConn c2(server.port(), "127.0.0.4");
+  CHECK(c2.closed_by_server());  // everyone holds one now: nobody is evicted for .4's second
   b1.send(header(1000));         // b1 misbehaves and is closed: its slot comes back
   REQUIRE(b1.closed_by_server());
   REQUIRE(server.wait_for_state([](ServerThread& s) { return s.connections() == 2; }));
   // An authenticated connection gives its slot back once it has proved the token.
   Client good(server.client_options("t"));
   good.ping();
-  RawConn c2(server.port(), "127.0.0.4");
-  CHECK(c2.read_frame());
+  RawConn c3(server.port(), "127.0.0.5");
+  CHECK(c3.read_frame());
+  good.ping();
+}
+
+TEST_CASE("connections that have not authenticated are capped per /24") {
+  ServerOptions o;
+  o.token = "t";
+  o.max_unauthenticated_per_subnet = 2;
+  ServerThread server(o);
+  RawConn a(server.port(), "127.0.5.2"), b(server.port(), "127.0.5.3");
+  REQUIRE(a.read_frame());
+  REQUIRE(b.read_frame());
+  RawConn c(server.port(), "127.0.5.4");
+  CHECK(c.closed_by_server());  // a third address of the same /24
+  RawConn d(server.port(), "127.0.6.2");
+  CHECK(d.read_frame());  // another /24 still gets in
+  Client good(server.client_options("t"));
   good.ping();
 }
 
