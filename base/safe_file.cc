@@ -289,6 +289,15 @@ ScopedFd SafeDir::open_append(const std::string& name, mode_t mode) const {
   return fd;
 }
 
+ScopedFd SafeDir::open_truncate(const std::string& name, mode_t mode) const {
+  ScopedFd fd = open_append(name, mode);
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_APPEND) != 0 ||
+      ::ftruncate(fd.get(), 0) != 0)
+    fail("truncate", child(name), errno);
+  return fd;
+}
+
 ScopedFd SafeDir::open_read(const std::string& name) const {
   check_name(name, path_);
   // O_NONBLOCK: a planted FIFO must not block the open.

@@ -76,6 +76,10 @@ class SafeDir {
   // For appending: created when missing; an existing file is reused only
   // when it is a regular file with one link in a folder that is not shared.
   ScopedFd open_append(const std::string& name, mode_t mode = 0644) const;
+  // For rewriting from empty: created when missing; an existing file is
+  // truncated only under the same conditions as open_append's (checked
+  // before anything is truncated).
+  ScopedFd open_truncate(const std::string& name, mode_t mode = 0644) const;
   // Read-only, not following a symlink.
   ScopedFd open_read(const std::string& name) const;
   // The whole file, at most `limit` bytes (FileError E2BIG past it).
