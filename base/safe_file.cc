@@ -384,6 +384,15 @@ void SafeDir::replace(const std::string& name, std::string_view bytes, bool dura
   }
 }
 
+bool SafeDir::rename_new(const std::string& from, const std::string& to) const {
+  check_name(from, path_);
+  check_name(to, path_);
+  if (::renameat2(fd_.get(), from.c_str(), fd_.get(), to.c_str(), RENAME_NOREPLACE) == 0)
+    return true;
+  if (errno == EEXIST) return false;
+  fail("rename " + printable(child(from)) + " to", child(to), errno);
+}
+
 bool SafeDir::remove(const std::string& name) const {
   check_name(name, path_);
   if (::unlinkat(fd_.get(), name.c_str(), 0) == 0) return true;
@@ -409,6 +418,51 @@ std::vector<std::string> SafeDir::entries() const {
 
 void SafeDir::fsync() const {
   if (::fsync(fd_.get()) != 0) fail("fsync", path_, errno);
+}
+
+SafeDir open_private_dir(const SafeDir& parent, const std::string& name, std::string* note) {
+  check_name(name, parent.path());
+  const std::string path = join(parent.path(), name);
+  for (int tries = 0; tries < 16; ++tries) {
+    if (::mkdirat(parent.fd(), name.c_str(), 0700) != 0 && errno != EEXIST)
+      fail("create folder", path, errno);
+    struct stat st{};
+    if (::fstatat(parent.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      fail("stat", path, errno);
+    }
+    if (S_ISDIR(st.st_mode) && st.st_uid == ::geteuid()) {
+      ScopedFd fd(::openat(parent.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!fd) {
+        if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;  // swapped meanwhile
+        fail("open folder", path, errno);
+      }
+      struct stat mine{};
+      if (::fstat(fd.get(), &mine) != 0) fail("stat", path, errno);
+      if (mine.st_uid != ::geteuid()) continue;
+      if ((mine.st_mode & 077) != 0 && ::fchmod(fd.get(), 0700) != 0) fail("chmod 0700", path, errno);
+      return SafeDir(std::move(fd), path, false);
+    }
+    // Not ours (or not a folder): someone got there first. Moved aside, not
+    // removed: a root-run rm -r of another user's tree invites trouble.
+    const std::string aside = name + ".planted-" + random_hex(6);
+    const std::string what = S_ISLNK(st.st_mode)  ? "a symlink"
+                             : S_ISDIR(st.st_mode) ? "a folder"
+                                                   : "a file";
+    const std::string whose = what + " owned by uid " + std::to_string(st.st_uid);
+    if (::renameat2(parent.fd(), name.c_str(), parent.fd(), aside.c_str(), RENAME_NOREPLACE) != 0) {
+      if (errno == ENOENT) continue;
+      refuse(path,
+             "it is " + whose + ", not a private folder of uid " + std::to_string(::geteuid()) +
+                 " (remove it, or set XDG_RUNTIME_DIR)",
+             EPERM);
+    }
+    if (note) {
+      *note = printable(path) + " was " + whose + ", not a private folder of uid " +
+              std::to_string(::geteuid()) + ": moved aside to " + join(parent.path(), aside);
+    }
+  }
+  fail("make a private folder", path, EAGAIN);
 }
 
 void write_file_atomically(const std::string& path, std::string_view bytes, bool durable) {

@@ -53,6 +53,9 @@ class FileError : public std::runtime_error {
   int error_;
 };
 
+class SafeDir;
+SafeDir open_private_dir(const SafeDir& parent, const std::string& name, std::string* note);
+
 class SafeDir {
  public:
   // Opens `path`, creating missing folders (mode `mode`, before umask) when
@@ -88,6 +91,9 @@ class SafeDir {
   // folder. A failure leaves no temp file behind.
   void write_atomically(const std::string& name, std::string_view bytes, bool durable,
                         mode_t mode = 0644) const;
+  // renameat2(RENAME_NOREPLACE) within this folder: false when `to`
+  // exists (nothing is moved then); throws on other errors.
+  bool rename_new(const std::string& from, const std::string& to) const;
   // unlinkat; false when it was not there. Throws on other errors.
   bool remove(const std::string& name) const;
   // Names in the folder, without "." and "..".
@@ -100,6 +106,7 @@ class SafeDir {
   bool shared() const { return shared_; }
 
  private:
+  friend SafeDir open_private_dir(const SafeDir&, const std::string&, std::string*);
   SafeDir(ScopedFd fd, std::string path, bool shared)
       : fd_(std::move(fd)), path_(std::move(path)), shared_(shared) {}
   std::string child(const std::string& name) const;
@@ -110,6 +117,15 @@ class SafeDir {
   std::string path_;
   bool shared_ = false;
 };
+
+// A folder for this user alone, `<parent>/<name>` (/tmp/ddprun-<uid>):
+// created 0700 when missing; an existing one must be a folder, not a
+// symlink, owned by the euid, and closed to others (a wider mode of our own
+// is narrowed to 0700). One another user planted there (a folder, file or
+// symlink) is renamed aside to <name>.planted-<random> when we may (root, or
+// the parent is ours), and *note says so in one line; otherwise FileError
+// names its owner. Nothing planted is ever followed or removed.
+SafeDir open_private_dir(const SafeDir& parent, const std::string& name, std::string* note);
 
 // Writes `bytes` to `path` atomically through SafeDir (issue 20's
 // write_file_atomically): the folder is opened with SafeDir::open.
