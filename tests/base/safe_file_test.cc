@@ -186,3 +186,47 @@ TEST_CASE("make_unique_subdir names are new and unpredictable") {
   REQUIRE(::stat(t.file(*names.begin()).c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
 }
+
+TEST_CASE("open_private_dir moves a folder another user planted aside and makes its own") {
+  if (!is_root()) SKIP_TEST("needs root to chown a folder to nobody");
+  TempDir t;
+  REQUIRE(::mkdir(t.file("tmp").c_str(), 0700) == 0);
+  REQUIRE(::chmod(t.file("tmp").c_str(), 01777) == 0);
+  REQUIRE(::mkdir(t.file("tmp/ddprun-0").c_str(), 0777) == 0);
+  REQUIRE(::chown(t.file("tmp/ddprun-0").c_str(), kNobody, kNobody) == 0);
+  spit(t.file("tmp/ddprun-0/planted.json"), "{}");
+  std::string note;
+  SafeDir mine = ddprun::base::open_private_dir(SafeDir::open(t.file("tmp")), "ddprun-0", &note);
+  CHECK(note.find("owned by uid 65534") != std::string::npos);
+  CHECK(note.find("moved aside to " + t.file("tmp/ddprun-0.planted-")) != std::string::npos);
+  struct stat st{};
+  REQUIRE(::lstat(t.file("tmp/ddprun-0").c_str(), &st) == 0);
+  CHECK(st.st_uid == ::geteuid());
+  CHECK((st.st_mode & 0777) == 0700);
+  CHECK(mine.entries().empty());
+  // Ours, but opened up: narrowed back to 0700, no note.
+  REQUIRE(::chmod(t.file("tmp/ddprun-0").c_str(), 0755) == 0);
+  note.clear();
+  ddprun::base::open_private_dir(SafeDir::open(t.file("tmp")), "ddprun-0", &note);
+  CHECK(note.empty());
+  REQUIRE(::lstat(t.file("tmp/ddprun-0").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+}
+
+TEST_CASE("open_private_dir replaces a planted symlink without following it") {
+  if (!is_root()) SKIP_TEST("needs root to chown a symlink to nobody");
+  TempDir t;
+  REQUIRE(::mkdir(t.file("tmp").c_str(), 0700) == 0);
+  REQUIRE(::chmod(t.file("tmp").c_str(), 01777) == 0);
+  REQUIRE(::mkdir(t.file("victim").c_str(), 0755) == 0);
+  REQUIRE(::symlink(t.file("victim").c_str(), t.file("tmp/ddprun-0").c_str()) == 0);
+  REQUIRE(::lchown(t.file("tmp/ddprun-0").c_str(), kNobody, kNobody) == 0);
+  std::string note;
+  SafeDir mine = ddprun::base::open_private_dir(SafeDir::open(t.file("tmp")), "ddprun-0", &note);
+  CHECK(note.find("a symlink owned by uid 65534") != std::string::npos);
+  mine.create_file("x");
+  CHECK(::access(t.file("victim/x").c_str(), F_OK) != 0);
+  struct stat st{};
+  REQUIRE(::stat(t.file("victim").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0755);
+}
