@@ -205,6 +205,27 @@ TEST_CASE("a tmpfs sized for --keep checkpoints: pruning makes room, training ne
 // doctest's main, failing a run whose filters match no test case (skip.h).
 int main(int argc, char** argv) { return ddprun::testing::main_with_skips(argc, argv); }
 
+TEST_CASE("a tmpfs with room for fewer than --keep checkpoints: reported, new ones written") {
+  TempDir tmp;
+  RankRun probe = run_ranks(single({"--steps", "1", "--checkpoint-every", "1"}, tmp.file("probe")),
+                            1, tmp.file("probe"), 180s);
+  REQUIRE(probe.codes[0] == 0);
+  const size_t one = bytes_of(tmp.file("probe"));
+  // Room for two and a half checkpoints, --keep 4.
+  const std::string dir = tmp.file("small");
+  Tmpfs fs(dir, 2 * one + one / 2);
+  RankRun run = run_ranks(single({"--steps", "40", "--checkpoint-every", "5", "--keep", "4"}, dir),
+                          1, tmp.file("run"), 180s);
+  INFO("train output:\n", run.outputs[0]);
+  REQUIRE(run.codes[0] == 0);
+  CHECK(run.outputs[0].find("room for fewer than --keep=4 checkpoints") != std::string::npos);
+  CHECK(run.outputs[0].find("not written") == std::string::npos);
+  CheckpointDir check(CheckpointOptions{dir, 4});
+  const std::vector<int64_t> steps = check.list_steps();
+  REQUIRE_FALSE(steps.empty());
+  CHECK(steps.back() == 40);  // the newest was written, not refused for the old ones
+}
+
 namespace {
 
 // Waits (inotify, deadline) until `name` in `folder` is written to.
