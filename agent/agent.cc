@@ -26,6 +26,7 @@
 #include "agent/runtime_dir.h"
 #include "agent/spawn.h"
 #include "base/contract.h"
+#include "base/safe_file.h"
 #include "base/steady_clock.h"
 #include "agent/standalone_rendezvous.h"
 
@@ -223,9 +224,10 @@ std::string Agent::make_run_dir(const EnvMap& env, bool keep) {
     // gets a kept folder of its own.
     root = keep ? make_temp_dir(temp_bases(env), "ddprun_logs.") : runtime_->path() + "/logs";
   }
-  std::error_code ec;
-  std::filesystem::create_directories(root, ec);
-  if (ec) throw std::runtime_error("cannot create log folder " + root + ": " + ec.message());
+  // The log root: walked and checked by base::SafeDir (owner us or root,
+  // no foreign symlink, not writable by others unless sticky); the run
+  // folder is then made below its descriptor, 0700, under a random name.
+  base::SafeDir logs = base::SafeDir::open(root, true, 0755);
   // Every run its own folder, never reused (torchrun's <run_id>_<random>),
   // so a second run or a concurrent job with the same --rdzv-id keeps its
   // own logs and events.jsonl. Across nodes the host goes in the name too:
@@ -233,15 +235,14 @@ std::string Agent::make_run_dir(const EnvMap& env, bool keep) {
   // node.
   auto safe = [](std::string s) {
     for (char& c : s)
-      if (c == '/' || c == '\0') c = '_';
+      if (c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '_';
     return s;
   };
   std::string name = safe(rendezvous_->run_id());
   if (options_.max_nodes > 1) name += "_" + safe(options_.hostname);
-  std::string tmpl = root + "/" + name + "_XXXXXX";
-  if (!mkdtemp(tmpl.data()))
-    throw std::runtime_error("cannot create log folder " + tmpl + ": " + strerror(errno));
-  return tmpl;
+  std::string leaf;
+  logs.make_unique_subdir(name + "_", 0700, &leaf);
+  return (root.back() == '/' ? root : root + "/") + leaf;
 }
 
 void Agent::make_cgroup(EnvMap& worker_env) {

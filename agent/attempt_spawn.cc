@@ -6,28 +6,15 @@
 #include <spdlog/spdlog.h>
 #include <string.h>
 
-#include <filesystem>
-#include <system_error>
-
 #include "agent/attempt.h"
 #include "agent/line_splitter.h"
 #include "agent/spawn.h"
 #include "agent/worker_streams.h"
 #include "base/contract.h"
+#include "base/safe_file.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::agent {
-namespace {
-
-namespace fs = std::filesystem;
-
-base::ScopedFd open_log(const std::string& path) {
-  base::ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) throw SpawnError("cannot open log file " + path + ": " + strerror(errno), errno);
-  return fd;
-}
-
-}  // namespace
 
 void Attempt::spawn_worker(int lr) {
   WorkerInfo w;
@@ -45,8 +32,20 @@ void Attempt::spawn_worker(int lr) {
   if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(lr))
     shown_streams = kStdNone;
   base::ScopedFd out_log, err_log;
-  if (filed & kStdOut) out_log = open_log(w.stdout_log = dir + "/" + base::kFileStdoutLog);
-  if (filed & kStdErr) err_log = open_log(w.stderr_log = dir + "/" + base::kFileStderrLog);
+  try {
+    // By the folder's descriptor, never through a symlink (base/safe_file.h).
+    const base::SafeDir folder = base::SafeDir::open(dir);
+    if (filed & kStdOut) {
+      w.stdout_log = dir + "/" + base::kFileStdoutLog;
+      out_log = folder.open_truncate(base::kFileStdoutLog);
+    }
+    if (filed & kStdErr) {
+      w.stderr_log = dir + "/" + base::kFileStderrLog;
+      err_log = folder.open_truncate(base::kFileStderrLog);
+    }
+  } catch (const base::FileError& e) {
+    throw SpawnError(std::string("cannot open log file: ") + e.what(), e.error());
+  }
 
   const EnvMap env = worker_env(w);
 
@@ -85,12 +84,19 @@ void Attempt::spawn_worker(int lr) {
 }
 
 std::string Attempt::make_worker_dir(WorkerInfo& w) {
-  std::string dir = info_.log_dir + "/" + std::to_string(w.local_rank);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw SpawnError("cannot create log directory " + dir + ": " + ec.message(), ec.value());
+  const std::string leaf = std::string(base::kFileAttemptDirPrefix) +
+                           std::to_string(setup_.attempt_index) + "/" +
+                           std::to_string(w.local_rank);
+  const std::string dir = setup_.run_dir + "/" + leaf;
   w.error_file = dir + "/" + base::kFileErrorJson;
-  fs::remove(w.error_file, ec);  // a stale file would be blamed on this attempt
+  try {
+    // Below the run folder nothing is followed: attempt_<n>/<rank> are
+    // created or opened by descriptor from it.
+    base::SafeDir folder = base::SafeDir::open(setup_.run_dir).subdir(leaf, true);
+    folder.remove(base::kFileErrorJson);  // a stale file would be blamed on this attempt
+  } catch (const base::FileError& e) {
+    throw SpawnError(std::string("cannot create log directory: ") + e.what(), e.error());
+  }
   return dir;
 }
 

@@ -15,6 +15,7 @@
 #include "agent/spawn.h"
 #include "agent/standalone_rendezvous.h"
 #include "base/contract.h"
+#include "base/safe_file.h"
 
 namespace ddprun::agent {
 
@@ -63,12 +64,12 @@ std::optional<int> Agent::prepare_job(AttemptSetup& setup, EnvMap env) {
   }
   if (log_sink_ && !options_.log_dir.empty()) {
     // ddprun's own lines, all of them, also when the console cannot take them.
-    const std::string path = setup.run_dir + "/" + base::kFileAgentLog;
-    base::ScopedFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-    if (file)
-      log_sink_->attach_file(std::move(file));
-    else
-      spdlog::warn("cannot write {}: {}", path, strerror(errno));
+    try {
+      log_sink_->attach_file(
+          base::SafeDir::open(setup.run_dir).open_append(base::kFileAgentLog));
+    } catch (const base::FileError& e) {
+      spdlog::warn("{}", e.what());
+    }
   }
   if (options_.nproc_per_node > 1 && !setup.base_env.count(base::kEnvOmpNumThreads))
     spdlog::info("OMP_NUM_THREADS=1 for each of the {} workers (set it to override)",

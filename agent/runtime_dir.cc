@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "base/contract.h"
+#include "base/safe_file.h"
 
 namespace ddprun::agent {
 namespace {
@@ -72,9 +73,13 @@ std::vector<std::string> temp_bases(const EnvMap& env) {
 std::string make_temp_dir(const std::vector<std::string>& bases, const std::string& prefix) {
   std::string tried;
   for (const auto& base : bases) {
-    std::string tmpl = base + "/" + prefix + "XXXXXX";
-    if (mkdtemp(tmpl.data())) return tmpl;
-    tried += (tried.empty() ? "" : "; ") + base + ": " + strerror(errno);
+    try {
+      std::string leaf;
+      base::SafeDir::open(base).make_unique_subdir(prefix, 0700, &leaf);
+      return base + "/" + leaf;
+    } catch (const base::FileError& e) {
+      tried += (tried.empty() ? "" : "; ") + std::string(e.what());
+    }
   }
   throw std::runtime_error("cannot create a private folder (" + tried + ")");
 }
@@ -85,30 +90,38 @@ RuntimeDir::RuntimeDir(const std::vector<std::string>& bases) {
     auto note = [&](const std::string& why) {
       tried += (tried.empty() ? "" : "; ") + base + ": " + why;
     };
-    // <base>/ddprun-agent.XXXXXX/heartbeat.sock must fit sun_path.
-    if (base.size() + 1 + strlen(kPrefix) + 6 + 1 + kLongestSocketName >
+    // <base>/ddprun-agent.XXXXXXXXXXXX/heartbeat.sock must fit sun_path.
+    if (base.size() + 1 + strlen(kPrefix) + 12 + 1 + kLongestSocketName >
         sizeof(sockaddr_un{}.sun_path)) {
       note("too long a path for a socket");
       continue;
     }
-    std::string tmpl = base + "/" + kNewPrefix + "XXXXXX";
-    if (!mkdtemp(tmpl.data())) {
-      note(strerror(errno));
-      continue;
+    // By descriptor (base/safe_file.h): the base is checked (owner, mode,
+    // no foreign symlink), the folder made under a random name, the lock
+    // created O_EXCL|O_NOFOLLOW, and the final name taken only if nobody
+    // holds it (RENAME_NOREPLACE, retried with a new name): another user
+    // pre-creating names in /tmp can neither redirect nor stop the agent.
+    std::string leaf;
+    try {
+      const base::SafeDir dir = base::SafeDir::open(base);
+      base::SafeDir made = dir.make_unique_subdir(kNewPrefix, 0700, &leaf);
+      base::ScopedFd lock = made.create_file(base::kFileLock, 0600);
+      if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
+        throw base::FileError(std::string("flock: ") + strerror(errno), errno);
+      for (int tries = 0; tries < 100 && path_.empty(); ++tries) {
+        const std::string final_leaf = kPrefix + base::random_hex(6);
+        if (dir.rename_new(leaf, final_leaf)) path_ = base + "/" + final_leaf;
+      }
+      if (path_.empty()) throw base::FileError("no free folder name", EEXIST);
+      lock_ = std::move(lock);
+      return;
+    } catch (const base::FileError& e) {
+      note(e.what());
+      if (!leaf.empty()) {
+        std::error_code ec;
+        std::filesystem::remove_all(base + "/" + leaf, ec);
+      }
     }
-    std::string suffix = tmpl.substr(tmpl.size() - 6);
-    base::ScopedFd lock(::open((tmpl + kLockPath).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    std::string final_path = base + "/" + kPrefix + suffix;
-    if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0 ||
-        rename(tmpl.c_str(), final_path.c_str()) != 0) {
-      note(strerror(errno));
-      std::error_code ec;
-      std::filesystem::remove_all(tmpl, ec);
-      continue;
-    }
-    path_ = final_path;
-    lock_ = std::move(lock);
-    return;
   }
   throw std::runtime_error("cannot create a private runtime folder (" + tried + ")");
 }

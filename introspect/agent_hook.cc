@@ -12,6 +12,7 @@
 
 #include "agent/exit_status.h"
 #include "base/contract.h"
+#include "base/safe_file.h"
 #include "introspect/control_wire.h"
 #include "introspect/proc_usage.h"
 #include "introspect/stacks.h"
@@ -22,21 +23,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Only when the agent has no runtime folder of its own to lend (tests):
+// through base::SafeDir like every other folder (base checked, random name,
+// 0700: only this user reaches the control socket), named with the agent's
+// prefix (runtime_dir.h).
 std::string make_runtime_dir() {
-  std::string base = "/tmp";
+  std::vector<std::string> bases;
   for (const char* var : {base::kEnvXdgRuntimeDir, base::kEnvTmpDir}) {
     const char* v = std::getenv(var);
-    if (v && *v && ::access(v, W_OK) == 0) {
-      base = v;
-      break;
+    if (v && *v) bases.emplace_back(v);
+  }
+  bases.emplace_back("/tmp");
+  std::string tried;
+  for (const auto& b : bases) {
+    try {
+      std::string leaf;
+      base::SafeDir::open(b).make_unique_subdir(base::kFileAgentDirPrefix, 0700, &leaf);
+      return b + "/" + leaf;
+    } catch (const base::FileError& e) {
+      tried += (tried.empty() ? "" : "; ") + std::string(e.what());
     }
   }
-  std::string tmpl = base + "/ddprun-agent-XXXXXX";
-  // mkdtemp makes it 0700: only this user reaches the control socket.
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    throw std::runtime_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
-  }
-  return tmpl;
+  throw std::runtime_error("cannot create a private runtime folder (" + tried + ")");
 }
 
 std::string hostname() {
@@ -102,10 +110,10 @@ void IntrospectHook::set_up(const std::string& agent_runtime_dir) {
       own_runtime_dir_ = true;
     } else {
       runtime_dir_ = agent_runtime_dir + "/introspect";
-      fs::create_directory(runtime_dir_);
     }
-    fs::create_directory(runtime_dir_ + "/" + base::kFilePyStackDir);
-    fs::create_directory(runtime_dir_ + "/stacks");
+    const base::SafeDir runtime = base::SafeDir::open(runtime_dir_, true, 0700);
+    runtime.subdir(base::kFilePyStackDir, true);
+    runtime.subdir("stacks", true);
     server_ = std::make_unique<ControlServer>(
         io_, runtime_dir_ + "/" + base::kFileControlSocket,
         [this](const nlohmann::json& req, ControlServer::Reply reply) { handle(req, reply); });

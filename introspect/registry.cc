@@ -11,9 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <spdlog/spdlog.h>
 #include <stdexcept>
 
 #include "base/contract.h"
+#include "base/safe_file.h"
 
 namespace ddprun::introspect {
 
@@ -21,19 +24,37 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// mkdir 0700 if missing, then insist it is ours and closed to others.
+// An override folder: created 0700 if missing (through base::SafeDir, so no
+// planted symlink is followed on the way), then it must be ours and closed
+// to others.
 void ensure_private_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    throw std::runtime_error("cannot create " + dir + ": " + std::strerror(errno));
+  try {
+    const base::SafeDir d = base::SafeDir::open(dir, true, 0700);
+    struct stat st{};
+    if (::fstat(d.fd(), &st) != 0) throw std::runtime_error("cannot stat " + dir);
+    if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
+      throw std::runtime_error(dir + " is not a private folder of this user (owner or mode): "
+                               "refusing to use it as the agent registry");
+    }
+  } catch (const base::FileError& e) {
+    throw std::runtime_error(dir + " is not a private folder of this user (" + e.what() +
+                             "): refusing to use it as the agent registry");
   }
-  struct stat st{};
-  if (::lstat(dir.c_str(), &st) != 0) {
-    throw std::runtime_error("cannot stat " + dir + ": " + std::strerror(errno));
+}
+
+// $XDG_RUNTIME_DIR when it is a folder of ours closed to others (as
+// pam_systemd makes it); nullopt otherwise.
+std::optional<base::SafeDir> xdg_runtime_dir() {
+  const char* x = std::getenv(base::kEnvXdgRuntimeDir);
+  if (x == nullptr || *x == '\0') return std::nullopt;
+  try {
+    base::SafeDir d = base::SafeDir::open(x);
+    struct stat st{};
+    if (::fstat(d.fd(), &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0)
+      return d;
+  } catch (const base::FileError&) {
   }
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 022) != 0) {
-    throw std::runtime_error(dir + " is not a private folder of this user (owner, mode or "
-                             "type): refusing to use it as the agent registry");
-  }
+  return std::nullopt;
 }
 
 bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
@@ -49,32 +70,37 @@ std::string registry_dir(const std::string& override_dir) {
     ensure_private_dir(d);
     return d;
   }
-  std::string base;
-  if (const char* x = std::getenv(base::kEnvXdgRuntimeDir); x && *x && ::access(x, W_OK) == 0) {
-    base = std::string(x) + "/ddprun";
-  } else {
-    base = "/tmp/ddprun-" + std::to_string(::getuid());
+  // Verified or replaced, never silently unusable: another user who made
+  // /tmp/ddprun-<uid> first is moved aside (base::open_private_dir).
+  try {
+    std::string note;
+    std::optional<base::SafeDir> xdg = xdg_runtime_dir();
+    const base::SafeDir top =
+        xdg ? base::open_private_dir(*xdg, "ddprun", &note)
+            : base::open_private_dir(base::SafeDir::open("/tmp"),
+                                     "ddprun-" + std::to_string(::geteuid()), &note);
+    if (!note.empty()) spdlog::warn("{}", note);
+    note.clear();
+    const base::SafeDir agents = base::open_private_dir(top, "agents", &note);
+    if (!note.empty()) spdlog::warn("{}", note);
+    return agents.path();
+  } catch (const base::FileError& e) {
+    throw std::runtime_error(std::string(e.what()) + " (the agent registry)");
   }
-  ensure_private_dir(base);
-  ensure_private_dir(base + "/agents");
-  return base + "/agents";
 }
 
 Registration::Registration(const std::string& dir, const AgentEntry& e) {
   path_ = dir + "/" + std::to_string(e.pid) + ".json";
-  const std::string tmp = path_ + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << nlohmann::json{{"run_id", e.run_id}, {"host", e.host}, {"pid", e.pid},
-                          {"socket", e.socket}}
-               .dump()
-        << "\n";
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-  }
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + ": " + std::strerror(err));
+  try {
+    base::SafeDir::open(dir).write_atomically(std::to_string(e.pid) + ".json",
+                          nlohmann::json{{"run_id", e.run_id}, {"host", e.host}, {"pid", e.pid},
+                                         {"socket", e.socket}}
+                                  .dump() +
+                              "\n",
+                          false, 0600);
+  } catch (const base::FileError& err) {
+    path_.clear();
+    throw std::runtime_error(err.what());
   }
 }
 

@@ -13,6 +13,7 @@
 #include "agent/exit_status.h"
 #include "agent/rendezvous_store.h"
 #include "base/contract.h"
+#include "base/safe_file.h"
 #include "rendezvous/rendezvous.h"
 #include "launcher/command.h"
 #include "launcher/flags.h"
@@ -107,6 +108,10 @@ void apply_torch2_flags(const RawFlags& f, agent::Options& o) {
     throw UsageError("--event-log-handler=" + f.event_log_handler + ": not available in ddprun "
                      "(torch's handlers are Python); use null or console");
   o.events_to_console = f.event_log_handler == "console";
+  // A newline in it would forge a console line wherever the path is logged.
+  if (base::find_control_character(o.log_dir) >= 0)
+    throw UsageError("--log-dir=" + base::printable(o.log_dir) +
+                     ": holds a control character; refusing it");
   if (const char* v = std::getenv(base::kEnvCudaVisibleDevices); o.virtual_local_rank && v &&
       static_cast<int>(split(v, ',').size()) < o.nproc_per_node)
     throw UsageError("--virtual-local-rank: CUDA_VISIBLE_DEVICES=" + std::string(v) +

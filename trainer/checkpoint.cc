@@ -1,6 +1,6 @@
 #include "trainer/checkpoint.h"
 
-#include <dirent.h>
+#include <sys/file.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
@@ -11,89 +11,64 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/safe_file.h"
 #include "trainer/error.h"
 
 namespace ddprun::trainer {
 namespace {
 
-constexpr int kFormatVersion = 1;
+// 2: the manifest carries its own SHA-256 (kManifestSha256). Format 1
+// manifests (no self-checksum) are not trusted: a flipped bit there could
+// resume wrong weights or the wrong data position.
+constexpr int kFormatVersion = 2;
+constexpr const char* kManifestSha256 = "manifest_sha256";
+constexpr const char* kLockFile = "lock";
+constexpr size_t kMaxManifestBytes = size_t(64) << 20;  // a blob table, never near this
 
-// errno -> error, in one place: no room is its own type (the caller prunes
-// and retries), everything else a TrainerError naming the file.
-[[noreturn]] void throw_errno(const std::string& what, const std::string& path) {
-  const int e = errno;
-  const std::string msg = path + ": " + what + ": " + std::strerror(e);
-  if (e == ENOSPC || e == EDQUOT) throw CheckpointNoSpace(msg);
-  throw TrainerError(msg);
-}
-
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) throw_errno("open for fsync", path);
-  const int rc = ::fsync(fd);
-  const int saved = errno;
-  ::close(fd);
-  errno = saved;
-  if (rc != 0) throw_errno("fsync", path);
-}
-
-// tmp file in the same folder, write, fsync, rename, fsync the folder. On
-// failure the tmp file is removed (a full disk must not keep filling up).
-void write_atomically(const std::string& dir, const std::string& path,
-                      const uint8_t* data, size_t size) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw_errno("create", tmp);
-  auto fail = [&](const char* what, bool open) {
-    const int saved = errno;
-    if (open) ::close(fd);
-    ::unlink(tmp.c_str());
-    errno = saved;
-    throw_errno(what, tmp);
-  };
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("write", true);
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0) fail("fsync", true);
-  if (::close(fd) != 0) fail("close", false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into place", false);
-  fsync_path(dir, O_RDONLY | O_DIRECTORY);
-}
-
-void unlink_logged(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    spdlog::warn("cannot remove {}: {}", path, std::strerror(errno));
+// The folder, opened and checked by base::SafeDir (created when missing):
+// owner us or root, not writable by others unless sticky, no planted symlink
+// on the way. Every file below is opened by its descriptor.
+base::SafeDir open_folder(const std::string& dir) {
+  try {
+    return base::SafeDir::open(dir, true, 0755);
+  } catch (const base::FileError& e) {
+    errno = e.error();
+    throw TrainerError(std::string("checkpoint folder: ") + e.what());
   }
 }
 
-bool read_whole(const std::string& path, std::vector<uint8_t>* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return !in.bad();
+// Whole file under a random O_EXCL|O_NOFOLLOW (or O_TMPFILE) temp name,
+// fsynced, renamed into place, folder fsynced; no temp file is left behind.
+void write_atomically(const base::SafeDir& dir, const std::string& name, const uint8_t* data,
+                      size_t size) {
+  try {
+    dir.write_atomically(name, std::string_view(reinterpret_cast<const char*>(data), size), true);
+  } catch (const base::FileError& e) {
+    if (e.error() == ENOSPC || e.error() == EDQUOT) throw CheckpointNoSpace(e.what());
+    throw TrainerError(e.what());
+  }
 }
 
-void make_dirs(const std::string& dir) {
-  std::string partial;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    partial = dir.substr(0, pos);
-    if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      throw_errno("create checkpoint folder", partial);
-    }
+void unlink_logged(const base::SafeDir& dir, const std::string& name) {
+  try {
+    dir.remove(name);
+  } catch (const base::FileError& e) {
+    spdlog::warn("{}", e.what());
   }
+}
+
+// The manifest's own checksum: SHA-256 of the canonical dump (sorted keys,
+// no spaces) of every other field. Any bit that changes what the manifest
+// says changes it; a flip that changes nothing (blank to blank) is harmless.
+std::string manifest_digest(nlohmann::json m) {
+  m.erase(kManifestSha256);
+  const std::string canon = m.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  return sha256_hex(reinterpret_cast<const uint8_t*>(canon.data()), canon.size());
 }
 
 }  // namespace
@@ -125,20 +100,71 @@ CheckpointDir::CheckpointDir(CheckpointOptions options) : options_(std::move(opt
   if (options_.dir.empty()) throw TrainerError("--checkpoint-dir must not be empty");
 }
 
-std::string CheckpointDir::manifest_path(int64_t step) const {
+namespace {
+
+std::string step_name(int64_t step, const char* ext) {
   char name[64];
-  std::snprintf(name, sizeof(name), "/step-%010lld.json", static_cast<long long>(step));
-  return options_.dir + name;
+  std::snprintf(name, sizeof(name), "step-%010lld.%s", static_cast<long long>(step), ext);
+  return name;
+}
+
+// The folder when it exists (nullopt when it does not); a folder that is
+// there but refused (planted symlink, another owner) throws.
+std::optional<base::SafeDir> existing_folder(const std::string& dir) {
+  try {
+    return base::SafeDir::open(dir);
+  } catch (const base::FileError& e) {
+    if (e.error() == ENOENT) return std::nullopt;
+    throw TrainerError(std::string("checkpoint folder: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::string CheckpointDir::manifest_path(int64_t step) const {
+  return options_.dir + "/" + step_name(step, "json");
 }
 
 std::string CheckpointDir::payload_path(int64_t step) const {
-  char name[64];
-  std::snprintf(name, sizeof(name), "/step-%010lld.bin", static_cast<long long>(step));
-  return options_.dir + name;
+  return options_.dir + "/" + step_name(step, "bin");
+}
+
+void CheckpointDir::lock(const std::string& holder) {
+  if (lock_) return;
+  const base::SafeDir dir = open_folder(options_.dir);
+  base::ScopedFd fd;
+  try {
+    fd = dir.open_append(kLockFile, 0644);
+  } catch (const base::FileError& e) {
+    throw TrainerError(std::string("cannot lock the checkpoint folder: ") + e.what());
+  }
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    std::string who;
+    try {
+      who = dir.read_file(kLockFile, 4096);
+    } catch (const base::FileError&) {
+    }
+    while (!who.empty() && (who.back() == '\n' || who.back() == '\r')) who.pop_back();
+    if (e == EWOULDBLOCK) {
+      throw TrainerError("checkpoint folder " + options_.dir + " is in use by " +
+                         (who.empty() ? std::string("another run") : base::printable(who)) +
+                         ": refusing to share it (give this run its own --checkpoint-dir)");
+    }
+    throw TrainerError(options_.dir + "/" + kLockFile + ": flock: " + std::strerror(e));
+  }
+  // Ours now: say who holds it, for the run that is refused.
+  const std::string line = holder + "\n";
+  if (::ftruncate(fd.get(), 0) != 0 ||
+      ::write(fd.get(), line.data(), line.size()) != ssize_t(line.size())) {
+    spdlog::warn("cannot write the holder into {}/{}: {}", options_.dir, kLockFile,
+                 std::strerror(errno));
+  }
+  lock_ = std::move(fd);
 }
 
 std::string CheckpointDir::write(const Checkpoint& ckpt) {
-  make_dirs(options_.dir);
+  const base::SafeDir dir = open_folder(options_.dir);
   std::vector<uint8_t> payload;
   nlohmann::json table = nlohmann::json::array();
   for (const Blob& b : ckpt.blobs) {
@@ -152,35 +178,48 @@ std::string CheckpointDir::write(const Checkpoint& ckpt) {
       {"samples_consumed", ckpt.samples_consumed},
       {"world_size", ckpt.world_size},
       {"seed", ckpt.seed},
-      {"payload", payload_path(ckpt.step).substr(options_.dir.size() + 1)},
+      {"payload", step_name(ckpt.step, "bin")},
       {"payload_bytes", payload.size()},
       {"payload_sha256", sha256_hex(payload.data(), payload.size())},
       {"blobs", table},
   };
   if (std::isfinite(ckpt.loss)) manifest["loss"] = ckpt.loss;
+  manifest[kManifestSha256] = manifest_digest(manifest);
   const std::string text = manifest.dump(1) + "\n";
   try {
-    write_files(ckpt.step, payload, text);
+    write_files(dir, ckpt.step, payload, text);
   } catch (const CheckpointNoSpace& e) {
     // The folder may be sized for `keep` checkpoints: make room for this one
     // from what is no longer needed, never from the newest that verifies.
     spdlog::warn("{}; pruning older checkpoints and retrying once", e.what());
     prune(std::max(1, options_.keep - 1), -1);
-    write_files(ckpt.step, payload, text);
+    try {
+      write_files(dir, ckpt.step, payload, text);
+    } catch (const CheckpointNoSpace& again) {
+      // Still no room: keep only the newest good one, so the next write
+      // fits (a folder smaller than --keep checkpoints must not stop every
+      // new one from being written), and say so.
+      const size_t have = list_steps().size();
+      spdlog::warn("{}: room for fewer than --keep={} checkpoints ({} there); keeping only the "
+                   "newest that verifies so new ones are written",
+                   options_.dir, options_.keep, have);
+      prune(1, -1);
+      write_files(dir, ckpt.step, payload, text);
+    }
   }
   verified_.insert(ckpt.step);
   prune(size_t(options_.keep), ckpt.step);
   return manifest_path(ckpt.step);
 }
 
-void CheckpointDir::write_files(int64_t step, const std::vector<uint8_t>& payload,
-                                const std::string& manifest) {
-  write_atomically(options_.dir, payload_path(step), payload.data(), payload.size());
+void CheckpointDir::write_files(const base::SafeDir& dir, int64_t step,
+                                const std::vector<uint8_t>& payload, const std::string& manifest) {
+  write_atomically(dir, step_name(step, "bin"), payload.data(), payload.size());
   try {
-    write_atomically(options_.dir, manifest_path(step),
+    write_atomically(dir, step_name(step, "json"),
                      reinterpret_cast<const uint8_t*>(manifest.data()), manifest.size());
   } catch (const TrainerError&) {
-    unlink_logged(payload_path(step));  // no manifest: the payload would be an orphan
+    unlink_logged(dir, step_name(step, "bin"));  // no manifest: the payload would be an orphan
     throw;
   }
 }
@@ -198,6 +237,8 @@ bool CheckpointDir::verifies(int64_t step) {
 }
 
 void CheckpointDir::prune(size_t keep_verified, int64_t keep_step) {
+  const std::optional<base::SafeDir> dir = existing_folder(options_.dir);
+  if (!dir) return;
   const std::vector<int64_t> steps = list_steps();
   size_t kept = 0;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
@@ -207,39 +248,41 @@ void CheckpointDir::prune(size_t keep_verified, int64_t keep_step) {
       continue;
     }
     // Manifest first, so a half-pruned checkpoint is never "found".
-    if (::unlink(manifest_path(*it).c_str()) != 0 && errno != ENOENT) {
-      spdlog::warn("cannot remove checkpoint {}: {}", manifest_path(*it), std::strerror(errno));
+    try {
+      dir->remove(step_name(*it, "json"));
+    } catch (const base::FileError& e) {
+      spdlog::warn("cannot remove checkpoint: {}", e.what());
       continue;
     }
     verified_.erase(*it);
-    unlink_logged(payload_path(*it));
+    unlink_logged(*dir, step_name(*it, "bin"));
   }
 }
 
 std::vector<std::string> CheckpointDir::remove_leftovers() {
   std::vector<std::string> removed;
-  DIR* d = ::opendir(options_.dir.c_str());
-  if (d == nullptr) return removed;
+  const std::optional<base::SafeDir> dir = existing_folder(options_.dir);
+  if (!dir) return removed;
   const std::vector<int64_t> steps = list_steps();
   std::vector<std::string> doomed;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind("step-", 0) != 0) continue;  // not ours
+  for (const std::string& name : dir->entries()) {
+    // Temp files: ".step-*.tmp-<random>" (base::SafeDir) and, from older
+    // versions, "step-*.tmp.<pid>".
+    const bool tmp = (name.rfind(".step-", 0) == 0 && name.find(".tmp-") != std::string::npos) ||
+                     (name.rfind("step-", 0) == 0 && name.find(".tmp.") != std::string::npos);
     long long step = -1;
     char tail[8] = {0};
-    const bool tmp = name.find(".tmp.") != std::string::npos;
-    const bool orphan = !tmp && std::sscanf(name.c_str(), "step-%lld.%4s", &step, tail) == 2 &&
-                        std::strcmp(tail, "bin") == 0 &&
-                        name == payload_path(step).substr(options_.dir.size() + 1) &&
+    const bool orphan = !tmp && name.rfind("step-", 0) == 0 &&
+                        std::sscanf(name.c_str(), "step-%lld.%4s", &step, tail) == 2 &&
+                        std::strcmp(tail, "bin") == 0 && name == step_name(step, "bin") &&
                         !std::binary_search(steps.begin(), steps.end(), int64_t(step));
-    if (tmp || orphan) doomed.push_back(options_.dir + "/" + name);
+    if (tmp || orphan) doomed.push_back(name);
   }
-  ::closedir(d);
-  for (const std::string& path : doomed) {
-    if (::unlink(path.c_str()) == 0) {
-      removed.push_back(path);
-    } else if (errno != ENOENT) {
-      spdlog::warn("cannot remove leftover {}: {}", path, std::strerror(errno));
+  for (const std::string& name : doomed) {
+    try {
+      if (dir->remove(name)) removed.push_back(options_.dir + "/" + name);
+    } catch (const base::FileError& e) {
+      spdlog::warn("cannot remove leftover: {}", e.what());
     }
   }
   return removed;
@@ -247,34 +290,46 @@ std::vector<std::string> CheckpointDir::remove_leftovers() {
 
 std::vector<int64_t> CheckpointDir::list_steps() const {
   std::vector<int64_t> steps;
-  DIR* d = ::opendir(options_.dir.c_str());
-  if (d == nullptr) return steps;
-  while (dirent* e = ::readdir(d)) {
+  const std::optional<base::SafeDir> dir = existing_folder(options_.dir);
+  if (!dir) return steps;
+  for (const std::string& name : dir->entries()) {
     long long step = -1;
     char tail[8] = {0};
     // Exactly "step-<digits>.json".
-    if (std::sscanf(e->d_name, "step-%lld.%5s", &step, tail) == 2 &&
-        std::strcmp(tail, "json") == 0 && step >= 0 &&
-        std::string(e->d_name) == manifest_path(step).substr(options_.dir.size() + 1)) {
+    if (std::sscanf(name.c_str(), "step-%lld.%5s", &step, tail) == 2 &&
+        std::strcmp(tail, "json") == 0 && step >= 0 && name == step_name(step, "json")) {
       steps.push_back(step);
     }
   }
-  ::closedir(d);
   std::sort(steps.begin(), steps.end());
   return steps;
 }
 
 Checkpoint CheckpointDir::load_step(int64_t step) {
   const std::string mpath = manifest_path(step);
-  std::vector<uint8_t> text;
-  if (!read_whole(mpath, &text)) throw TrainerError(mpath + ": cannot read manifest");
+  const std::optional<base::SafeDir> dir = existing_folder(options_.dir);
+  if (!dir) throw TrainerError(mpath + ": no checkpoint folder");
+  std::string text;
+  try {
+    text = dir->read_file(step_name(step, "json"), kMaxManifestBytes);
+  } catch (const base::FileError& e) {
+    throw TrainerError(std::string("cannot read manifest: ") + e.what());
+  }
   nlohmann::json m = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
   if (m.is_discarded() || !m.is_object()) {
     throw TrainerError(mpath + ": manifest is not valid JSON (truncated?)");
   }
   Checkpoint ckpt;
-  std::vector<uint8_t> payload;
+  std::string payload;
   try {
+    // Nothing in it is believed before its own checksum matches.
+    if (!m.contains(kManifestSha256) || !m[kManifestSha256].is_string()) {
+      throw TrainerError(mpath + ": manifest has no checksum of its own (written by an older "
+                         "ddprun, or damaged): not trusted");
+    }
+    if (m[kManifestSha256].get<std::string>() != manifest_digest(m)) {
+      throw TrainerError(mpath + ": manifest SHA-256 does not match its content (corrupt)");
+    }
     if (m.at("format").get<int>() != kFormatVersion) {
       throw TrainerError(mpath + ": unknown checkpoint format " + m.at("format").dump());
     }
@@ -286,15 +341,21 @@ Checkpoint CheckpointDir::load_step(int64_t step) {
     if (ckpt.step != step) {
       throw TrainerError(mpath + ": manifest says step " + std::to_string(ckpt.step));
     }
-    const std::string ppath = options_.dir + "/" + m.at("payload").get<std::string>();
-    if (!read_whole(ppath, &payload)) throw TrainerError(ppath + ": cannot read payload");
+    const std::string pname = m.at("payload").get<std::string>();
+    const std::string ppath = options_.dir + "/" + pname;
     const uint64_t want_bytes = m.at("payload_bytes").get<uint64_t>();
+    try {
+      payload = dir->read_file(pname, size_t(want_bytes));
+    } catch (const base::FileError& e) {
+      throw TrainerError(std::string("cannot read payload: ") + e.what());
+    }
     if (payload.size() != want_bytes) {
       throw TrainerError(ppath + ": payload is " + std::to_string(payload.size()) +
                          " bytes, manifest says " + std::to_string(want_bytes) +
                          " (truncated?)");
     }
-    if (sha256_hex(payload.data(), payload.size()) != m.at("payload_sha256").get<std::string>()) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
+    if (sha256_hex(bytes, payload.size()) != m.at("payload_sha256").get<std::string>()) {
       throw TrainerError(ppath + ": SHA-256 does not match the manifest (corrupt)");
     }
     for (const auto& entry : m.at("blobs")) {
@@ -307,7 +368,7 @@ Checkpoint CheckpointDir::load_step(int64_t step) {
       if (off > payload.size() || len > payload.size() - off) {
         throw TrainerError(mpath + ": blob " + b.name + " lies outside the payload");
       }
-      b.bytes.assign(payload.begin() + off, payload.begin() + off + len);
+      b.bytes.assign(bytes + off, bytes + off + len);
       ckpt.blobs.push_back(std::move(b));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -323,7 +384,7 @@ std::optional<Checkpoint> CheckpointDir::load_newest() {
       Checkpoint c = load_step(*it);
       verified_.insert(*it);
       return c;
-    } catch (const TrainerError& e) {
+    } catch (const std::exception& e) {  // bad_alloc, length_error too: never a crash loop
       spdlog::warn("skipping checkpoint {}: {}", manifest_path(*it), e.what());
     }
   }

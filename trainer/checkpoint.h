@@ -2,20 +2,28 @@
 //
 // A checkpoint for step S is two files: "step-<S>.bin", the payload (named
 // blobs back to back), and "step-<S>.json", the manifest (step, sampler
-// position, world size, the blob table, payload size and SHA-256). Each file
-// is written to a temporary name in the same folder, fsynced, renamed into
-// place, and the folder fsynced; the manifest goes last, so it is the commit
-// point: a crash at any moment leaves either no manifest or a complete
-// checkpoint. A SIGKILL mid-write can leave "step-*.tmp.<pid>" files or a
+// position, world size, the blob table, payload size and SHA-256, and the
+// SHA-256 of the manifest itself, checked before anything in it is used).
+// Files are written through base::SafeDir: the folder's owner and mode are
+// checked (no planted symlink on its path, owner us or root), each file is
+// written under a temp name no one can guess (O_TMPFILE, or 128 random bits
+// with O_EXCL|O_NOFOLLOW), fsynced, renamed into place by the folder's
+// descriptor, and the folder fsynced; the manifest goes last, so it is the
+// commit point: a crash at any moment leaves either no manifest or a complete
+// checkpoint. A SIGKILL mid-write can leave ".step-*.tmp-*" files or a
 // payload without its manifest; remove_leftovers() clears them at start-up.
+//
+// lock() takes the folder for one run (flock on "lock", holding "host pid"):
+// a second run on the same folder is refused, naming the holder.
 //
 // Pruning never trusts the step number alone: the newest `keep` checkpoints
 // that verify are kept, older verified ones and corrupt ones (any step) are
 // removed. So corrupt files with high step numbers never push a new, good
 // checkpoint out, and the newest checkpoint that verifies is never deleted.
 // A write that fails for space (ENOSPC, EDQUOT) prunes first, keeping the
-// newest `keep - 1` verified ones (at least one), and retries once; a folder
-// sized for `keep` checkpoints therefore keeps working.
+// newest `keep - 1` verified ones (at least one), and retries; failing again
+// (room for fewer than `keep`), it says so, keeps only the newest verified
+// one and retries once more, so new checkpoints are still written.
 //
 // Loading verifies the manifest parses, the payload has the recorded size
 // and SHA-256 and the blob table fits; a checkpoint that fails is skipped
@@ -31,6 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "base/safe_file.h"
+#include "base/scoped_fd.h"
 #include "trainer/error.h"
 
 namespace ddprun::trainer {
@@ -86,6 +96,11 @@ class CheckpointDir {
   // Every skipped one is logged (spdlog warning) with its file name.
   std::optional<Checkpoint> load_newest();
 
+  // Takes the folder for this run (flock, released when the object or the
+  // process goes); `holder` ("host pid 123") is written into the lock file.
+  // Throws TrainerError naming the holder when another run has it.
+  void lock(const std::string& holder);
+
   // Loads and verifies one step; throws TrainerError naming the file.
   Checkpoint load_step(int64_t step);
 
@@ -100,9 +115,11 @@ class CheckpointDir {
   // verified ones; `keep_step` (just written) is never removed.
   void prune(size_t keep_verified, int64_t keep_step);
   bool verifies(int64_t step);
-  void write_files(int64_t step, const std::vector<uint8_t>& payload, const std::string& manifest);
+  void write_files(const base::SafeDir& dir, int64_t step, const std::vector<uint8_t>& payload,
+                   const std::string& manifest);
 
   CheckpointOptions options_;
+  base::ScopedFd lock_;  // the flock()ed lock file, once lock() succeeded
   std::set<int64_t> verified_;  // steps this object wrote or loaded (not re-hashed)
 };
 

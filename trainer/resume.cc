@@ -1,5 +1,7 @@
 #include "trainer/resume.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -31,11 +33,21 @@ Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Commun
   at::Tensor meta = at::zeros({4}, at::kLong);
   std::string error;
   if (w.rank == 0) {
-    for (const std::string& path : dir.remove_leftovers()) {
-      log_warn("removed %s, left by a checkpoint write that did not finish", path.c_str());
+    // One run per folder: a second one would adopt this one's state and
+    // tear its checkpoints. Refused on every rank, naming the holder.
+    try {
+      char host[256] = {};
+      if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+      dir.lock(std::string(host) + " pid " + std::to_string(::getpid()));
+      for (const std::string& path : dir.remove_leftovers()) {
+        log_warn("removed %s, left by a checkpoint write that did not finish", path.c_str());
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+      meta[0] = 2;
     }
   }
-  if (w.rank == 0 && o.resume) {
+  if (w.rank == 0 && o.resume && meta[0].item<int64_t>() == 0) {
     try {
       if (std::optional<Checkpoint> ckpt = dir.load_newest()) {
         load_state(*ckpt, dir.manifest_path(ckpt->step), &state);

@@ -5,11 +5,13 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 
+#include "base/safe_file.h"
 #include "watchdog/error.h"
 
 namespace ddprun::watchdog {
@@ -31,8 +33,15 @@ std::string now_iso8601() {
 }  // namespace
 
 EventLog::EventLog(std::string path) : path_(std::move(path)) {
-  fd_.reset(::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!fd_) throw sys_error("open", path_, errno);
+  // By the folder's descriptor, never through a planted symlink or hard link
+  // (base/safe_file.h): the agent may be root in a user-writable log folder.
+  const size_t slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, std::max<size_t>(slash, 1));
+  try {
+    fd_ = base::SafeDir::open(dir).open_append(path_.substr(slash + 1));
+  } catch (const base::FileError& e) {
+    throw WatchdogError(e.what());
+  }
 }
 
 EventLog::~EventLog() = default;

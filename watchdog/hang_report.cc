@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "base/contract.h"
+#include "base/safe_file.h"
 #include "watchdog/error.h"
 
 namespace ddprun::watchdog {
@@ -241,16 +242,17 @@ std::string HangReport::summary(const std::string& report_dir) const {
 }
 
 void HangReport::write(const std::string& dir) const {
-  const std::string json_path = dir + "/" + base::kFileHangReportJson;
-  const std::string text_path = dir + "/" + base::kFileHangReportText;
-  {
-    std::ofstream out(json_path, std::ios::trunc);
-    out << to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    if (!out) throw sys_error("write", json_path, errno);
+  // Whole or not at all, under the folder's descriptor (base/safe_file.h):
+  // a planted symlink is replaced, never written through.
+  try {
+    const base::SafeDir folder = base::SafeDir::open(dir);
+    folder.write_atomically(
+        base::kFileHangReportJson,
+        to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", false);
+    folder.write_atomically(base::kFileHangReportText, to_text(), false);
+  } catch (const base::FileError& e) {
+    throw WatchdogError(e.what());
   }
-  std::ofstream out(text_path, std::ios::trunc);
-  out << to_text();
-  if (!out) throw sys_error("write", text_path, errno);
 }
 
 }  // namespace ddprun::watchdog

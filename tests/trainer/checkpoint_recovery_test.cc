@@ -9,12 +9,17 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <sched.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
 #include <regex>
 
 #include "tests/common/skip.h"
@@ -199,3 +204,111 @@ TEST_CASE("a tmpfs sized for --keep checkpoints: pruning makes room, training ne
 
 // doctest's main, failing a run whose filters match no test case (skip.h).
 int main(int argc, char** argv) { return ddprun::testing::main_with_skips(argc, argv); }
+
+TEST_CASE("a tmpfs with room for fewer than --keep checkpoints: reported, new ones written") {
+  TempDir tmp;
+  RankRun probe = run_ranks(single({"--steps", "1", "--checkpoint-every", "1"}, tmp.file("probe")),
+                            1, tmp.file("probe"), 180s);
+  REQUIRE(probe.codes[0] == 0);
+  const size_t one = bytes_of(tmp.file("probe"));
+  // Room for two and a half checkpoints, --keep 4.
+  const std::string dir = tmp.file("small");
+  Tmpfs fs(dir, 2 * one + one / 2);
+  RankRun run = run_ranks(single({"--steps", "40", "--checkpoint-every", "5", "--keep", "4"}, dir),
+                          1, tmp.file("run"), 180s);
+  INFO("train output:\n", run.outputs[0]);
+  REQUIRE(run.codes[0] == 0);
+  CHECK(run.outputs[0].find("room for fewer than --keep=4 checkpoints") != std::string::npos);
+  CHECK(run.outputs[0].find("not written") == std::string::npos);
+  CheckpointDir check(CheckpointOptions{dir, 4});
+  const std::vector<int64_t> steps = check.list_steps();
+  REQUIRE_FALSE(steps.empty());
+  CHECK(steps.back() == 40);  // the newest was written, not refused for the old ones
+}
+
+namespace {
+
+// Waits (inotify, deadline) until `name` in `folder` is written to.
+bool wait_written(const std::string& folder, const std::string& name,
+                  std::chrono::steady_clock::time_point deadline) {
+  const int watch = ::inotify_init1(IN_CLOEXEC);
+  if (watch < 0 || ::inotify_add_watch(watch, folder.c_str(), IN_MODIFY | IN_CLOSE_WRITE) < 0)
+    return false;
+  bool seen = false;
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{watch, POLLIN, 0};
+    if (::poll(&p, 1, int(std::max<long long>(1, left.count()))) <= 0) continue;
+    alignas(inotify_event) char buf[4096];
+    const ssize_t n = ::read(watch, buf, sizeof(buf));
+    for (ssize_t off = 0; off < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
+      if (ev->len > 0 && name == ev->name) seen = true;
+      off += ssize_t(sizeof(inotify_event) + ev->len);
+    }
+  }
+  ::close(watch);
+  return seen;
+}
+
+}  // namespace
+
+TEST_CASE("a second run on a checkpoint folder in use is refused, naming the holder") {
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  std::filesystem::create_directories(dir);
+  std::map<std::string, std::string> env = {
+      {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_WORLD_SIZE", "1"},
+      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(free_port())},
+      {"OMP_NUM_THREADS", "1"}};
+  // Long enough to hold the folder while the second one starts; killed after.
+  Process first(single({"--steps", "1000000", "--checkpoint-every", "1000"}, dir), env,
+                tmp.file("first.log"));
+  REQUIRE(wait_written(dir, "lock", std::chrono::steady_clock::now() + 180s));
+  RankRun second = run_ranks(single({"--steps", "20", "--checkpoint-every", "10", "--seed", "7"},
+                                    dir),
+                             1, tmp.file("second"), 180s);
+  INFO("second run:\n", second.outputs[0]);
+  CHECK(second.codes[0] != 0);
+  CHECK(second.outputs[0].find("checkpoint folder " + dir + " is in use by ") !=
+        std::string::npos);
+  CHECK(second.outputs[0].find(" pid ") != std::string::npos);
+  CheckpointDir check(CheckpointOptions{dir, 3});
+  CHECK(check.list_steps().empty());  // the refused run wrote nothing
+  first.signal(SIGKILL);
+  first.wait_for(std::chrono::steady_clock::now() + 60s);
+}
+
+TEST_CASE("bit flips in the newest manifest: train resumes from the older good one, exit 0") {
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  RankRun made = run_ranks(single({"--steps", "20", "--checkpoint-every", "10", "--keep", "5"},
+                                  dir),
+                           1, tmp.file("made"), 180s);
+  INFO("first run:\n", made.outputs[0]);
+  REQUIRE(made.codes[0] == 0);
+  CheckpointDir check(CheckpointOptions{dir, 5});
+  REQUIRE(check.list_steps() == std::vector<int64_t>{10, 20});
+  std::ifstream in(check.manifest_path(20), std::ios::binary);
+  const std::string intact((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A few real runs (each starts LibTorch); 200 flips run in-process in
+  // trainer_core_tests against the same reader.
+  std::mt19937_64 gen(12345);
+  for (int i = 0; i < 4; ++i) {
+    const size_t bit = size_t(gen() % (intact.size() * 8));
+    CAPTURE(bit);
+    std::string flipped = intact;
+    flipped[bit / 8] = char(flipped[bit / 8] ^ (1 << (bit % 8)));
+    std::ofstream(check.manifest_path(20), std::ios::binary | std::ios::trunc) << flipped;
+    RankRun again = run_ranks(single({"--steps", "20", "--checkpoint-every", "100", "--keep",
+                                      "5"}, dir),
+                              1, tmp.file("again" + std::to_string(i)), 180s);
+    INFO("resumed run:\n", again.outputs[0]);
+    CHECK(again.codes[0] == 0);  // no crash loop
+    CHECK(again.outputs[0].find("resuming from " + check.manifest_path(10)) != std::string::npos);
+    CHECK(final_of(again.outputs[0]).steps == 20);
+    // The run pruned the corrupt one; put it back for the next flip.
+    std::ofstream(check.manifest_path(20), std::ios::binary | std::ios::trunc) << intact;
+  }
+}

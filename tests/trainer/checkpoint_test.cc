@@ -12,6 +12,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
+#include <random>
 
 #include "tests/trainer/temp_dir.h"
 #include "trainer/checkpoint.h"
@@ -240,7 +243,9 @@ TEST_CASE("checkpoint: SIGKILL mid-write, then start-up clean-up leaves only who
       const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
       const std::string name = ev->len > 0 ? ev->name : "";
       if ((ev->mask & IN_MOVED_TO) && name == "step-0000000001.json") first_done = true;
-      if ((ev->mask & IN_CREATE) && first_done && name.find(".tmp.") != std::string::npos) {
+      // A temp name appears (O_TMPFILE: once its data is written and it is
+      // linked in; else at once): the kill lands inside a checkpoint write.
+      if ((ev->mask & IN_CREATE) && first_done && name.find(".tmp") != std::string::npos) {
         mid_write = true;
       }
       off += ssize_t(sizeof(inotify_event) + ev->len);
@@ -257,7 +262,7 @@ TEST_CASE("checkpoint: SIGKILL mid-write, then start-up clean-up leaves only who
   next.remove_leftovers();
   for (const std::string& name : names_in(folder)) {
     CAPTURE(name);
-    CHECK(name.find(".tmp.") == std::string::npos);
+    CHECK(name.find(".tmp") == std::string::npos);
     const std::string manifest = name.substr(0, name.size() - 4) + ".json";
     if (name.size() > 4 && name.substr(name.size() - 4) == ".bin") {
       CHECK(std::filesystem::exists(folder + "/" + manifest));
@@ -266,4 +271,127 @@ TEST_CASE("checkpoint: SIGKILL mid-write, then start-up clean-up leaves only who
   const std::vector<int64_t> steps = next.list_steps();
   REQUIRE_FALSE(steps.empty());
   for (int64_t step : steps) CHECK_NOTHROW(next.load_step(step));
+}
+
+namespace {
+
+void flip_bit(const std::string& path, size_t bit) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(bit / 8));
+  char c;
+  f.get(c);
+  f.seekp(std::streamoff(bit / 8));
+  f.put(char(c ^ (1 << (bit % 8))));
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_all(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+bool same(const Checkpoint& a, const Checkpoint& b) {
+  if (a.step != b.step || a.samples_consumed != b.samples_consumed ||
+      a.world_size != b.world_size || a.seed != b.seed || a.blobs.size() != b.blobs.size())
+    return false;
+  for (size_t i = 0; i < a.blobs.size(); ++i) {
+    if (a.blobs[i].name != b.blobs[i].name || a.blobs[i].dtype != b.blobs[i].dtype ||
+        a.blobs[i].shape != b.blobs[i].shape || a.blobs[i].bytes != b.blobs[i].bytes)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: 200 bit flips in the newest manifest never resume wrong, never throw") {
+  TempDir tmp;
+  CheckpointDir dir(CheckpointOptions{tmp.path(), 5});
+  dir.write(make(10));
+  dir.write(make(20));
+  const std::string newest = dir.manifest_path(20);
+  const std::string intact = read_all(newest);
+  std::mt19937_64 gen(20261201);  // fixed: a failure names its bit
+  int fell_back = 0, harmless = 0;
+  for (int i = 0; i < 200; ++i) {
+    const size_t bit = size_t(gen() % (intact.size() * 8));
+    CAPTURE(bit);
+    write_all(newest, intact);
+    flip_bit(newest, bit);
+    CheckpointDir fresh(CheckpointOptions{tmp.path(), 5});  // nothing cached
+    std::optional<Checkpoint> got;
+    REQUIRE_NOTHROW(got = fresh.load_newest());
+    REQUIRE(got.has_value());
+    // Either the flip changed nothing the manifest says (a blank for a
+    // blank) and step 20 is exactly right, or step 10, the older good one.
+    if (got->step == 20) {
+      CHECK(same(*got, make(20)));
+      ++harmless;
+    } else {
+      CHECK(same(*got, make(10)));
+      ++fell_back;
+    }
+  }
+  MESSAGE("fell back ", fell_back, ", harmless flips ", harmless);
+  CHECK(fell_back > 150);
+}
+
+TEST_CASE("checkpoint: a manifest without its own checksum is not trusted") {
+  TempDir tmp;
+  CheckpointDir dir(CheckpointOptions{tmp.path(), 5});
+  dir.write(make(10));
+  dir.write(make(20));
+  std::string text = read_all(dir.manifest_path(20));
+  const size_t at = text.find("\"manifest_sha256\"");
+  REQUIRE(at != std::string::npos);
+  text.erase(at, text.find('\n', at) + 1 - at);  // its line, as a format-1 writer had it
+  write_all(dir.manifest_path(20), text);
+  CheckpointDir fresh(CheckpointOptions{tmp.path(), 5});
+  CHECK_THROWS_WITH_AS(fresh.load_step(20), doctest::Contains("no checksum of its own"),
+                       TrainerError);
+  CHECK(fresh.load_newest()->step == 10);
+}
+
+TEST_CASE("checkpoint: a folder locked by one run refuses a second, naming the holder") {
+  TempDir tmp;
+  CheckpointDir first(CheckpointOptions{tmp.path(), 2});
+  first.lock("host-a pid 111");
+  // Another process: flock is per open file, so a second object in this
+  // process would be refused too, but a child proves the cross-run case.
+  const pid_t child = fork();
+  if (child == 0) {
+    CheckpointDir second(CheckpointOptions{tmp.path(), 2});
+    try {
+      second.lock("host-b pid 222");
+      _exit(1);
+    } catch (const TrainerError& e) {
+      _exit(std::string(e.what()).find("in use by host-a pid 111") != std::string::npos ? 0 : 2);
+    }
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("checkpoint: temp names are unpredictable and a planted symlink is not written "
+          "through") {
+  TempDir tmp;
+  write_all(tmp.file("canary"), "precious");
+  CheckpointDir dir(CheckpointOptions{tmp.file("ckpt"), 2});
+  dir.write(make(1));
+  // What the old writer would have used next, planted by an attacker.
+  for (const char* name : {"step-0000000002.json.tmp.", "step-0000000002.bin.tmp."}) {
+    std::filesystem::create_symlink(tmp.file("canary"),
+                                    tmp.file("ckpt/") + name + std::to_string(::getpid()));
+  }
+  std::filesystem::create_symlink(tmp.file("canary"), tmp.file("ckpt/step-0000000002.bin"));
+  dir.write(make(2));
+  CHECK(read_all(tmp.file("canary")) == "precious");
+  CHECK(dir.load_step(2).step == 2);
+  CHECK(std::filesystem::is_regular_file(
+      std::filesystem::symlink_status(tmp.file("ckpt/step-0000000002.bin"))));
 }
