@@ -10,6 +10,7 @@
 #include "tests/watchdog/test_util.h"
 #include "tests/common/test_python.h"
 #include "watchdog/heartbeat_server.h"
+#include "watchdog/heartbeat_wire.h"
 
 namespace wd = ddprun::watchdog;
 using ddprun::testing::test_python;
@@ -45,6 +46,48 @@ TEST_CASE("parse_beat accepts the wire format and rejects everything else") {
   }
 }
 
+TEST_CASE("parse_beat reads every kind of the wire: automatic, forward, section start and end") {
+  auto a = wd::parse_beat("ab 2 7\n");
+  REQUIRE(a);
+  CHECK(a->kind == wd::BeatKind::kAuto);
+  CHECK(a->global_rank == 2);
+  CHECK(a->step == 7);
+  CHECK(a->section.empty());
+  CHECK(wd::parse_beat("hb 3 41\n")->kind == wd::BeatKind::kExplicit);
+  auto f = wd::parse_beat("fw 5\n");
+  REQUIRE(f);
+  CHECK(f->kind == wd::BeatKind::kForward);
+  CHECK(f->global_rank == 5);
+  CHECK(f->step == -1);
+  auto s = wd::parse_beat("ss 1 checkpoint\n");
+  REQUIRE(s);
+  CHECK(s->kind == wd::BeatKind::kSectionStart);
+  CHECK(s->global_rank == 1);
+  CHECK(s->step == -1);
+  CHECK(s->section == "checkpoint");
+  auto e = wd::parse_beat("se 0 my.eval-pass_2\n");
+  REQUIRE(e);
+  CHECK(e->kind == wd::BeatKind::kSectionEnd);
+  CHECK(e->section == "my.eval-pass_2");
+  // The longest section name allowed fits in one datagram.
+  const std::string longest(ddprun::watchdog::heartbeat_wire::kMaxSectionBytes, 'x');
+  CHECK(wd::parse_beat("ss 16777215 " + longest + "\n")->section == longest);
+}
+
+TEST_CASE("parse_beat rejects malformed datagrams of every kind") {
+  const std::string too_long(ddprun::watchdog::heartbeat_wire::kMaxSectionBytes + 1, 'x');
+  const std::vector<std::string> malformed = {
+      "ab 1\n", "ab 1 -2\n", "ab -1 3\n", "ab 1 1", "ab 1 x\n", "AB 1 1\n",
+      "fw\n", "fw \n", "fw 1 2\n", "fw -1\n", "fw 1", "fw x\n",
+      "ss 1\n", "ss 1 \n", "ss 1 two words\n", "ss 1 check/point\n", "se 1 ch\xc3" "\xa9" "ck\n",
+      "ss 1 checkpoint", "se x checkpoint\n", "ss 16777216 a\n", "ss 1 " + too_long + "\n",
+      "zz 1 1\n", "hb1 1\n", "ab 1 " + std::string(70, '1') + "\n"};
+  for (const std::string& bad : malformed) {
+    CAPTURE(bad);
+    CHECK_FALSE(wd::parse_beat(bad));
+  }
+}
+
 TEST_CASE("heartbeat server receives beats and drops malformed datagrams") {
   TempDir dir;
   boost::asio::io_context io;
@@ -54,8 +97,12 @@ TEST_CASE("heartbeat server receives beats and drops malformed datagrams") {
   send_raw(server.path(), "garbage");
   send_raw(server.path(), "hb 1 7\n");
   send_raw(server.path(), "hb 2 -1\n");
-  REQUIRE(run_until(io, [&] { return beats.size() == 2; }));
-  CHECK(server.malformed_received() == 1);
+  send_raw(server.path(), "ss 2 bad name\n");
+  send_raw(server.path(), "ss 2 checkpoint\n");
+  REQUIRE(run_until(io, [&] { return beats.size() == 3; }));
+  CHECK(server.malformed_received() == 2);
+  CHECK(beats[2].kind == wd::BeatKind::kSectionStart);
+  CHECK(beats[2].section == "checkpoint");
   CHECK(beats[0].global_rank == 1);
   CHECK(beats[0].step == 7);
   CHECK(beats[1].global_rank == 2);
