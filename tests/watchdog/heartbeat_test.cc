@@ -139,6 +139,32 @@ TEST_CASE("beats from the C++ client in a child process arrive with rank and ste
   CHECK(WEXITSTATUS(child.wait()) == 0);
 }
 
+TEST_CASE("sections from the C++ client: outermost start and end, guard ends on exception") {
+  TempDir dir;
+  boost::asio::io_context io;
+  std::vector<wd::Beat> beats;
+  wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
+                             [&](const wd::Beat& b) { beats.push_back(b); });
+  Child child({WATCHDOG_TEST_WORKER, "sections"},
+              {{"DDPRUN_HEARTBEAT_SOCKET", server.path()}, {"RANK", "4"}});
+  REQUIRE(run_until(io, [&] { return beats.size() == 5; }));
+  CHECK(WEXITSTATUS(child.wait()) == 0);
+  using K = wd::BeatKind;
+  const std::vector<std::pair<K, std::string>> want = {{K::kSectionStart, "checkpoint"},
+                                                       {K::kSectionStart, "my_eval"},
+                                                       {K::kSectionEnd, "my_eval"},
+                                                       {K::kSectionEnd, "checkpoint"},
+                                                       {K::kExplicit, ""}};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(beats[i].global_rank == 4);
+    CHECK(beats[i].kind == want[i].first);
+    CHECK(beats[i].section == want[i].second);
+  }
+  CHECK(beats[4].step == 7);
+  CHECK(server.malformed_received() == 0);
+}
+
 TEST_CASE("C++ client is a no-op outside ddprun") {
   Child child({WATCHDOG_TEST_WORKER, "beat", "3", "1", "exit"}, {{"DDPRUN_HEARTBEAT_SOCKET", ""}});
   const int status = child.wait();
@@ -173,6 +199,62 @@ TEST_CASE("beats from the Python client arrive; it is a no-op when the agent is 
                  "import ddprun_heartbeat as h; assert not h.enabled(); h.beat(1)"},
                 {{"DDPRUN_HEARTBEAT_SOCKET", ""}, {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
   CHECK(WEXITSTATUS(outside.wait()) == 0);
+}
+
+TEST_CASE("Python client: sections nest by name, explicit beats stop automatic ones, "
+          "forward beats are rate-limited") {
+  TempDir dir;
+  boost::asio::io_context io;
+  std::vector<wd::Beat> beats;
+  wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
+                             [&](const wd::Beat& b) { beats.push_back(b); });
+  // Sent, in order: ab 1; the fw beats of 1000 _forward() calls, then hb
+  // with the milliseconds they took; ab 2 is not sent (explicit wins); ss
+  // checkpoint (the inner one of the same name is not sent); ss my_eval; se
+  // my_eval (ended by the exception); se checkpoint; ss and se of 40 x's cut
+  // to 32; ss end.
+  const std::string program =
+      "import time\n"
+      "import ddprun_heartbeat as h\n"
+      "h._auto_beat(1)\n"
+      "t = time.monotonic()\n"
+      "for _ in range(1000): h._forward()\n"
+      "h.beat(int((time.monotonic() - t) * 1000)); h._auto_beat(2)\n"
+      "with h.section('checkpoint'):\n"
+      "    h.start_section('checkpoint'); h.end_section('checkpoint')\n"
+      "    try:\n"
+      "        with h.section('my eval'): raise KeyError\n"
+      "    except KeyError: pass\n"
+      "h.end_section('never started')\n"
+      "with h.section('x' * 40): pass\n"
+      "h.start_section('end')\n";
+  Child child({test_python(), "-c", program},
+              {{"DDPRUN_HEARTBEAT_SOCKET", server.path()}, {"RANK", "2"},
+               {"PYTHONPATH", WATCHDOG_PYTHON_DIR}});
+  REQUIRE(run_until(io, [&] { return !beats.empty() && beats.back().section == "end"; }));
+  CHECK(WEXITSTATUS(child.wait()) == 0);
+  for (const auto& b : beats) CHECK(b.global_rank == 2);
+  using K = wd::BeatKind;
+  REQUIRE(beats.front().kind == K::kAuto);
+  CHECK(beats.front().step == 1);
+  std::size_t i = 1;
+  while (i < beats.size() && beats[i].kind == K::kForward) ++i;
+  REQUIRE(i < beats.size());
+  REQUIRE(beats[i].kind == K::kExplicit);
+  // At most one forward beat per kForwardMinIntervalMs of the loop, however
+  // long the busy machine made it take.
+  const int64_t forwards = static_cast<int64_t>(i) - 1;
+  CHECK(forwards >= 1);
+  CHECK(forwards <= 1 + beats[i].step / ddprun::watchdog::heartbeat_wire::kForwardMinIntervalMs);
+  const std::string x32(32, 'x');
+  const std::vector<std::pair<K, std::string>> want = {
+      {K::kSectionStart, "checkpoint"}, {K::kSectionStart, "my_eval"},
+      {K::kSectionEnd, "my_eval"},      {K::kSectionEnd, "checkpoint"},
+      {K::kSectionStart, x32},          {K::kSectionEnd, x32},
+      {K::kSectionStart, "end"}};
+  std::vector<std::pair<K, std::string>> rest;
+  for (++i; i < beats.size(); ++i) rest.emplace_back(beats[i].kind, beats[i].section);
+  CHECK(rest == want);
 }
 
 TEST_CASE("clients never block when the agent stops reading: beats are dropped") {
