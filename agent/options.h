@@ -94,6 +94,18 @@ struct Options {
   // 0 disables. Not interpreted by the agent itself.
   double heartbeat_timeout_s = 0.0;
   double silence_timeout_s = 0.0;
+  // --hang-timeout: negative (auto, the default) learns each timeout from
+  // the job's own beats and sections (watchdog/timeout_learner.h); S > 0 is
+  // one fixed timeout (as --heartbeat-timeout, which wins when both are
+  // set); 0 turns freeze detection off.
+  double hang_timeout_s = -1.0;
+  // --hang-timeout-floor: no learned timeout is shorter, seconds.
+  double hang_timeout_floor_s = 60.0;
+  // --on-hang: what a detected freeze does after the stacks and the report:
+  // "restart" the group (counts against --max-restarts), "exit" the job
+  // with status 124, "report" only (warn, keep running); empty: restart
+  // when --max-restarts > 0, else exit.
+  std::string on_hang;
   // --heartbeat-grace: seconds for each worker's FIRST beat (start-up,
   // compilation); 0 means max(--heartbeat-timeout, 60).
   double heartbeat_grace_s = 0.0;

@@ -296,6 +296,23 @@ nlohmann::json IntrospectHook::status() const {
             {"window_s", std::chrono::duration<double>(options_.straggler.window).count()}}},
           {"workers", rows}};
   if (node_ >= 0) r["node"] = node_;
+  if (const watchdog::Watchdog* dog = beats_ ? beats_() : nullptr) {
+    if (dog->learning()) {
+      nlohmann::json ts = nlohmann::json::array();
+      for (const auto& t : dog->learner()->all()) {
+        ts.push_back({{"kind", t.kind}, {"timeout_s", t.timeout.count() / 1000.0},
+                      {"learned", t.learned}, {"samples", t.samples},
+                      {"p99_s", t.p99.count() / 1000.0}, {"max_s", t.max.count() / 1000.0},
+                      {"text", t.describe()}});
+      }
+      r["hang_timeouts"] = ts;
+    } else if (dog->options().heartbeat_timeout.count() > 0) {
+      r["hang_timeout"] = fmt::format("{:g} s, fixed (--heartbeat-timeout or --hang-timeout)",
+                                      dog->options().heartbeat_timeout.count() / 1000.0);
+    } else {
+      r["hang_timeout"] = "off";
+    }
+  }
   return r;
 }
 

@@ -167,6 +167,13 @@ std::string status_table(const std::vector<nlohmann::json>& replies) {
                        r.value("run_id", "?"), r.value("host", "?"), where,
                        r.value("attempt", 0), r.value("restarts", 0),
                        r.value("restarts", 0) == 1 ? "" : "s");
+    // Freeze detection's timeouts and what each was learned from.
+    if (r.contains("hang_timeouts") && r["hang_timeouts"].is_array()) {
+      for (const auto& t : r["hang_timeouts"])
+        if (t.is_object()) out += "  hang timeout " + t.value("text", std::string("?")) + "\n";
+    } else if (r.contains("hang_timeout") && r["hang_timeout"].is_string()) {
+      out += "  hang timeout: " + r["hang_timeout"].get<std::string>() + "\n";
+    }
   }
   out += line(head);
   for (const auto& r : rows) out += line(r.cells);

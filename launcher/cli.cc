@@ -37,6 +37,7 @@ Exit status:
   0        every worker exited 0
   N        the root cause (first failing worker) exited N; 128+N if it died of signal N
   128+N    ddprun received signal N (one of --signals-to-handle) and stopped the workers
+  124      a freeze was detected and ended the job (--on-hang; hang_report.txt says where)
   126/127  the program cannot be executed / was not found
   2        wrong or conflicting flags
   1        any other error of ddprun itself
@@ -185,6 +186,22 @@ void check_ranges(const RawFlags& f, const agent::Options& o) {
     throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
 }
 
+// --hang-timeout=auto|S, --hang-timeout-floor, --on-hang.
+void interpret_hang(const RawFlags& f, agent::Options& o) {
+  if (f.hang_timeout == "auto") {
+    o.hang_timeout_s = -1;
+  } else {
+    char* end = nullptr;
+    const double v = std::strtod(f.hang_timeout.c_str(), &end);
+    if (f.hang_timeout.empty() || *end != '\0' || !(v >= 0) || v > 1e7)
+      throw UsageError("--hang-timeout=" + f.hang_timeout + ": expected auto or seconds >= 0");
+    o.hang_timeout_s = v;
+  }
+  if (!(o.hang_timeout_floor_s > 0) || o.hang_timeout_floor_s > 1e7)
+    throw UsageError("--hang-timeout-floor must be > 0 (seconds)");
+  o.on_hang = f.on_hang;
+}
+
 // --rdzv-conf (its token kept apart), --master-port, and what a multi-node
 // job needs of the backend and endpoint.
 void interpret_rendezvous(const RawFlags& f, agent::Options& o) {
@@ -291,6 +308,7 @@ void interpret(const RawFlags& f, const std::vector<std::string>& rest, agent::O
     throw UsageError("unknown flag " + rest[0]);
   interpret_nodes(f, o);
   check_ranges(f, o);
+  interpret_hang(f, o);
   interpret_rendezvous(f, o);
   interpret_restarts(f, o);
   interpret_output(f, o);

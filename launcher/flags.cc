@@ -90,6 +90,17 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "Signals forwarded to the workers before ddprun exits 128+N [SIGTERM,SIGINT,SIGHUP,SIGQUIT]");
 
   const char* H = "Hang detection";
+  opt("--hang-timeout,--hang_timeout", f.hang_timeout, "PET_HANG_TIMEOUT", H,
+      "Freeze detection: auto learns each timeout from the job's own steps and sections "
+      "(max(floor, 5 x the longest seen)); S: one fixed timeout in seconds; 0 off [auto]");
+  opt("--hang-timeout-floor,--hang_timeout_floor", o.hang_timeout_floor_s,
+      "PET_HANG_TIMEOUT_FLOOR", H,
+      "Seconds no learned timeout goes below: longer than a GC pause, a data loader's epoch "
+      "restart or a page-cache stall of a healthy job [60]");
+  opt("--on-hang,--on_hang", f.on_hang, "PET_ON_HANG", H,
+      "After the stacks and the hang report: restart the group, exit (status 124) or report "
+      "only (keep running) [restart with --max-restarts > 0, else exit]")
+      ->check(CLI::IsMember({"", "restart", "exit", "report"}));
   opt("--heartbeat-timeout,--heartbeat_timeout", o.heartbeat_timeout_s, "PET_HEARTBEAT_TIMEOUT", H,
       "Seconds without a heartbeat before a worker counts as hung; 0 off [0]");
   opt("--silence-timeout,--silence_timeout", o.silence_timeout_s, "PET_SILENCE_TIMEOUT", H,

@@ -27,6 +27,9 @@ struct RawFlags {
   std::string tee = "0";
   std::string stdin_rank = "0";
   std::string local_ranks_filter;
+  // --hang-timeout: "auto" or seconds; --on-hang: "", restart, exit, report.
+  std::string hang_timeout = "auto";
+  std::string on_hang;
   CommandSpec program;  // -m, --no-python, --run-path
   // torchrun 2.x
   std::string numa_binding;

@@ -1,11 +1,13 @@
 #include "watchdog/agent_hook.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <boost/asio/post.hpp>
 #include <filesystem>
 
@@ -42,9 +44,36 @@ std::string base_env_value(const agent::Options& o, const std::string& key) {
 
 }  // namespace
 
+const char* to_string(OnHang action) {
+  switch (action) {
+    case OnHang::kRestart: return "restart";
+    case OnHang::kExit: return "exit";
+    case OnHang::kReport: return "report";
+  }
+  return "?";
+}
+
 HookOptions hook_options_from(const agent::Options& o) {
   HookOptions h;
   h.detect.heartbeat_timeout = to_ms(o.heartbeat_timeout_s);
+  // --heartbeat-timeout wins; else --hang-timeout=S is the same fixed
+  // timeout, auto (negative) learns, 0 is off.
+  if (h.detect.heartbeat_timeout.count() == 0 && o.hang_timeout_s > 0)
+    h.detect.heartbeat_timeout = to_ms(o.hang_timeout_s);
+  h.learn = h.detect.heartbeat_timeout.count() == 0 && o.hang_timeout_s < 0;
+  h.learner.floor = std::max(Millis(1), to_ms(o.hang_timeout_floor_s));
+  // --heartbeat-grace is the setup's timeout in learned mode too (spawn to
+  // the first beat; its end only says detection is off, never kills).
+  if (o.heartbeat_grace_s > 0) h.learner.initial_setup = to_ms(o.heartbeat_grace_s);
+  if (o.on_hang == "restart") {
+    h.on_hang = OnHang::kRestart;
+  } else if (o.on_hang == "exit") {
+    h.on_hang = OnHang::kExit;
+  } else if (o.on_hang == "report") {
+    h.on_hang = OnHang::kReport;
+  } else {
+    h.on_hang = o.max_restarts > 0 ? OnHang::kRestart : OnHang::kExit;
+  }
   h.detect.heartbeat_grace = to_ms(o.heartbeat_grace_s);
   h.detect.silence_timeout = to_ms(o.silence_timeout_s);
   if (o.stuck_timeout_s >= 0) h.detect.stuck_timeout = to_ms(o.stuck_timeout_s);
@@ -76,7 +105,7 @@ RestartRulesOptions restart_options_from(const agent::Options& o) {
 }
 
 WatchdogHook::WatchdogHook(boost::asio::io_context& io, HookOptions options)
-    : io_(io), options_(std::move(options)) {}
+    : io_(io), options_(std::move(options)), learner_(options_.learner) {}
 
 WatchdogHook::~WatchdogHook() {
   *alive_ = false;
@@ -88,8 +117,11 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   attempt_dir_ = attempt.log_dir;
   report_.reset();
   control_ = nullptr;
-  dog_ = std::make_unique<Watchdog>(clock_, options_.detect,
-                                    [this](const HangEvent& e) { on_hang(e); });
+  dog_ = std::make_unique<Watchdog>(
+      clock_, options_.detect, [this](const HangEvent& e) { on_hang(e); },
+      options_.learn ? &learner_ : nullptr);
+  dog_->on_unwatched(
+      [this](const std::vector<int>& ranks, Millis setup) { on_unwatched(ranks, setup); });
   // The run directory (parent of attempt_<n>) holds the job's event log.
   if (!events_) {
     const std::string run_dir = fs::path(attempt_dir_).parent_path().string();
@@ -98,6 +130,9 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
       events_->echo_to_console(options_.events_to_console);
       events_->write("start", attempt_, {}, "job started",
                      {{"heartbeat_timeout_s", options_.detect.heartbeat_timeout.count() / 1e3},
+                      {"hang_timeout", options_.learn ? "auto" : "fixed"},
+                      {"hang_timeout_floor_s", options_.learner.floor.count() / 1e3},
+                      {"on_hang", to_string(options_.on_hang)},
                       {"silence_timeout_s", options_.detect.silence_timeout.count() / 1e3},
                       {"stuck_timeout_s", options_.detect.effective_stuck_timeout().count() / 1e3},
                       {"file_timer", options_.file_timer}});
@@ -140,7 +175,7 @@ void WatchdogHook::add_worker_env(const agent::AttemptInfo& attempt, int local_r
   if (local_rank == 0 || attempt.restart_count != attempt_) begin_attempt(attempt);
   if (heartbeats_) env[base::kEnvHeartbeatSocket] = heartbeats_->path();
   if (timers_) env[base::kEnvTimerFile] = timers_->path();
-  const bool detecting = options_.detect.any_enabled() || options_.file_timer;
+  const bool detecting = options_.learn || options_.detect.any_enabled() || options_.file_timer;
   if (detecting && options_.is_python && !env.count(base::kEnvPythonFaultHandler)) {
     env[base::kEnvPythonFaultHandler] = "1";
   }
@@ -201,9 +236,36 @@ std::vector<int> WatchdogHook::all_ranks() const {
   return ranks;
 }
 
+void WatchdogHook::on_unwatched(const std::vector<int>& ranks, Millis setup) {
+  // Once per job: the program may never beat, and saying so every attempt
+  // would only repeat it.
+  if (said_unwatched_) return;
+  said_unwatched_ = true;
+  spdlog::warn("freeze detection is off for rank(s) {}: no progress beat within {:g} s of start "
+               "(beats come from torch's optimizer.step(), forward passes and torch.save/load in "
+               "Python workers, ddprun_heartbeat.beat() or watchdog::beat() in the program); it "
+               "starts at the rank's first beat. --silence-timeout=S watches output instead.",
+               fmt::format("{}", fmt::join(ranks, ",")), setup.count() / 1000.0);
+  if (events_) events_->write("detection_off", attempt_, ranks, "no progress beat during setup",
+                              {{"setup_s", setup.count() / 1000.0}});
+}
+
+void WatchdogHook::no_core_dumps(pid_t pid) const {
+  // faulthandler prints the traceback, then re-raises SIGABRT: under
+  // `ulimit -c unlimited` that would leave a core the size of the process
+  // in the user's folder.
+  const rlimit none{0, 0};
+  if (::prlimit(pid, RLIMIT_CORE, &none, nullptr) != 0) {
+    spdlog::warn("cannot set the core limit of pid {} to 0 before SIGABRT: {}", pid,
+                 std::strerror(errno));
+  }
+}
+
 void WatchdogHook::on_hang(const HangEvent& event) {
   report_ = make_hang_report(*dog_, event, attempt_);
+  report_->action = to_string(options_.on_hang);
   hang_event_ = event;
+  const bool report_only = options_.on_hang == OnHang::kReport;
   // Stacks for the stalled ranks and the suspects, the event's rank first.
   // When no rank is behind in steps, the other live ranks too: the rank that
   // stopped first may still be inside its deadline while the first rank past
@@ -229,7 +291,8 @@ void WatchdogHook::on_hang(const HangEvent& event) {
     auto it = std::find_if(info_.workers.begin(), info_.workers.end(),
                            [&](const auto& w) { return w.rank == rank; });
     if (it == info_.workers.end()) continue;
-    if (python_faulthandler_enabled(it->pid)) {
+    // --on-hang=report: SIGABRT would end the worker; native stacks only.
+    if (!report_only && python_faulthandler_enabled(it->pid)) {
       StackCapture c;
       c.global_rank = rank;
       c.pid = it->pid;
@@ -292,14 +355,37 @@ void WatchdogHook::finish_hang() {
                     {"report", attempt_dir_ + "/" + base::kFileHangReportJson}});
   }
   report_->find_culprit();  // from native stacks; Python ones come at the end
+  const std::string summary = report_->summary(options_.logs_kept ? attempt_dir_ : "");
+  const char* what = options_.on_hang == OnHang::kReport
+                         ? "reporting only (--on-hang=report): the job keeps running"
+                     : options_.on_hang == OnHang::kExit
+                         ? "ending the job (exit status 124)"
+                         : "restarting the group (--max-restarts permitting)";
+  // The one warning, culprit first (the summary's headline).
+  spdlog::warn("freeze: rank {} is the culprit; {}. {}", report_->culprit, what, summary);
+  if (options_.on_hang == OnHang::kReport) {
+    try {
+      report_->write(attempt_dir_);
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot write the hang report: {}", e.what());
+    }
+    last_report_dir_ = attempt_dir_;
+    report_.reset();
+    if (dog_) dog_->rearm_after_report();
+    return;
+  }
   agent::FailRequest req;
-  req.reason = report_->summary(options_.logs_kept ? attempt_dir_ : "");
+  req.reason = summary;
   req.local_rank = event.local_rank;
-  req.exit_code = 1;
+  // The job's status when this hang ends it (no restart left, or exit).
+  req.exit_code = kExitHang;
   if (!abort_targets_.empty()) {
     req.signal = SIGABRT;
     req.targets = abort_targets_;
     req.wait = options_.traceback_wait;
+    for (const auto& w : info_.workers) {
+      if (std::count(abort_targets_.begin(), abort_targets_.end(), w.local_rank)) no_core_dumps(w.pid);
+    }
   }
   // Null when the attempt already ended another way during the capture.
   if (control_) control_->fail_attempt(req);
@@ -324,15 +410,9 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
       s.text = extract_python_traceback(s.path);
       if (s.text.empty()) s.note = "no faulthandler traceback found in the log";
     }
-    // Python tracebacks arrive only now, after the summary's headline was
-    // set: say here which rank they show stopped first.
-    const int known = report_->culprit;
-    report_->find_culprit();
-    if (report_->culprit >= 0 && report_->culprit != known) {
-      spdlog::warn("hang: rank {} stopped first (its traceback is outside any collective; "
-                   "rank(s) {} wait inside one)",
-                   report_->culprit, fmt::format("{}", fmt::join(report_->in_collective, ",")));
-    }
+    // Python tracebacks arrive only now, after the headline named the
+    // culprit: they go in the report (stack_culprit_rank), the blame stays.
+    report_->find_culprit(false);
     try {
       report_->write(attempt_dir_);
     } catch (const std::exception& e) {
@@ -364,6 +444,16 @@ agent::RestartDecision JobRestartPolicy::decide(const agent::AttemptResult& fail
   AttemptOutcome o;
   o.restart_count = failed.restart_count;
   o.hang = hook_ && hook_->last_attempt_hung();
+  if (hook_ && hook_->last_hang_ends_job()) {
+    if (auto* ev = hook_->events()) {
+      ev->write("done", failed.restart_count, {}, "failed: freeze detected (--on-hang=exit)",
+                {{"rule", "on_hang_exit"}, {"hang", true}, {"max_step", hook_->last_attempt_max_step()}});
+    }
+    agent::RestartDecision out;
+    out.restart = false;
+    out.why = "a freeze was detected and --on-hang is exit (the default without --max-restarts)";
+    return out;
+  }
   o.max_step = hook_ ? hook_->last_attempt_max_step() : -1;
   // Only the root cause's own exit code: the rest were stopped by teardown.
   if (failed.root && failed.root->status) o.exit_codes.push_back(failed.root->status->shell_code());

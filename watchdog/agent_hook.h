@@ -41,9 +41,24 @@
 
 namespace ddprun::watchdog {
 
+// ddprun's exit status when a detected freeze ends the job (--on-hang=exit,
+// or the default without --max-restarts): a status of its own, as
+// timeout(1)'s 124, so a scheduler's script can tell a freeze from a crash.
+inline constexpr int kExitHang = 124;
+
+enum class OnHang { kRestart, kExit, kReport };
+const char* to_string(OnHang action);
+
 struct HookOptions {
-  // Detector timeouts (all off by default).
+  // Fixed detector timeouts (all off by default).
   WatchdogOptions detect;
+  // Learned freeze detection (--hang-timeout=auto, the default): progress
+  // and section timeouts from the job's own rhythm, unless a fixed
+  // detect.heartbeat_timeout is set.
+  bool learn = true;
+  LearnerOptions learner;
+  // What a detected freeze does after the stacks and the report.
+  OnHang on_hang = OnHang::kExit;
   // How native workers' stacks are captured (eu-stack, else gdb, else
   // /proc; 10 s limit per tool).
   StackCaptureOptions stacks;
@@ -104,6 +119,10 @@ class WatchdogHook : public agent::AgentHooks {
   const Watchdog* watchdog() const { return dog_.get(); }
   // The last hang's report directory ("" when none).
   const std::string& last_report_dir() const { return last_report_dir_; }
+  // The last attempt's hang ends the job (--on-hang=exit): no restart.
+  bool last_hang_ends_job() const { return last_hang_ && options_.on_hang == OnHang::kExit; }
+  // What the job learned so far (kept across attempts).
+  const TimeoutLearner& learner() const { return learner_; }
 
  private:
   void begin_attempt(const agent::AttemptInfo& attempt);
@@ -113,11 +132,17 @@ class WatchdogHook : public agent::AgentHooks {
   // Cancels a capture in progress and joins its thread (bounded).
   void join_capture();
   std::vector<int> all_ranks() const;
+  // A worker's core limit to 0 before SIGABRT asks it for a traceback.
+  void no_core_dumps(pid_t pid) const;
+  void on_unwatched(const std::vector<int>& ranks, Millis setup);
 
   boost::asio::io_context& io_;
   base::SteadyClock clock_{io_};  // the watchdog's deadlines
   HookOptions options_;
   std::unique_ptr<EventLog> events_;
+  // Per job (one run id): learned timeouts survive restarts.
+  TimeoutLearner learner_;
+  bool said_unwatched_ = false;
   // Per attempt.
   int attempt_ = -1;
   std::string attempt_dir_;

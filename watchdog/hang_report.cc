@@ -41,6 +41,11 @@ HangReport make_hang_report(const Watchdog& dog, const HangEvent& event, int att
   r.workers = dog.workers();
   r.stalled = dog.stalled_ranks(event);
   r.suspects = dog.suspects(event);
+  r.culprit = dog.culprit(event);
+  // The culprit leads the suspects, so the two never disagree.
+  r.suspects.erase(std::remove(r.suspects.begin(), r.suspects.end(), r.culprit), r.suspects.end());
+  r.suspects.insert(r.suspects.begin(), r.culprit);
+  if (dog.learner()) r.timeouts = dog.learner()->all();
   return r;
 }
 
@@ -55,8 +60,8 @@ bool stack_in_collective(const std::string& stack_text) {
   return false;
 }
 
-void HangReport::find_culprit() {
-  culprit = -1;
+void HangReport::find_culprit(bool may_blame) {
+  stack_culprit = -1;
   in_collective.clear();
   std::vector<int> outside;
   for (const auto& s : stacks) {
@@ -80,15 +85,34 @@ void HangReport::find_culprit() {
     if (ba != bb) return !ba;  // never beat: stopped before the other
     return ba && wa->last_beat < wb->last_beat;
   };
-  culprit = *std::min_element(outside.begin(), outside.end(), earlier);
+  stack_culprit = *std::min_element(outside.begin(), outside.end(), earlier);
+  if (may_blame && stack_culprit != culprit) {
+    culprit = stack_culprit;
+    culprit_by_stacks = true;
+    suspects.erase(std::remove(suspects.begin(), suspects.end(), culprit), suspects.end());
+    suspects.insert(suspects.begin(), culprit);
+  } else if (may_blame) {
+    culprit_by_stacks = true;
+  }
 }
 
 std::vector<std::string> HangReport::advice() const {
   auto secs = [](Millis m) { return fmt::format("{:g}", m.count() / 1000.0); };
   std::vector<std::string> out;
   switch (event.kind) {
+    case HangKind::kSection:
+      out.push_back(fmt::format("--hang-timeout-floor=S (raise it above the longest legitimate "
+                                "\"{}\" section, now {} s), or --hang-timeout=S for one fixed "
+                                "timeout",
+                                event.section, secs(event.timeout)));
+      break;
     case HangKind::kHeartbeat:
-      if (event.detail.find("first heartbeat") != std::string::npos) {
+      if (!event.learned_from.empty()) {
+        out.push_back(fmt::format("--hang-timeout-floor=S (raise it above the longest legitimate "
+                                  "pause between steps; the learned timeout was {} s), or "
+                                  "--hang-timeout=S for one fixed timeout",
+                                  secs(event.timeout)));
+      } else if (event.detail.find("first heartbeat") != std::string::npos) {
         out.push_back(fmt::format("--heartbeat-grace={} (raise it if start-up or compilation "
                                   "takes longer; every worker must beat once --heartbeat-timeout "
                                   "is set)",
@@ -140,6 +164,21 @@ nlohmann::json HangReport::to_json() const {
   j["stalled_ranks"] = stalled;
   j["suspect_ranks"] = suspects;
   j["culprit_rank"] = culprit;
+  j["culprit_by_stacks"] = culprit_by_stacks;
+  j["stack_culprit_rank"] = stack_culprit;
+  j["action"] = action;
+  j["section"] = event.section;
+  j["learned_from"] = event.learned_from;
+  j["timeouts"] = json::array();
+  for (const auto& t : timeouts) {
+    j["timeouts"].push_back({{"kind", t.kind},
+                             {"timeout_s", t.timeout.count() / 1000.0},
+                             {"learned", t.learned},
+                             {"samples", t.samples},
+                             {"p99_s", t.p99.count() / 1000.0},
+                             {"max_s", t.max.count() / 1000.0},
+                             {"text", t.describe()}});
+  }
   j["in_collective_ranks"] = in_collective;
   j["workers"] = json::array();
   for (const auto& w : workers) {
@@ -156,6 +195,8 @@ nlohmann::json HangReport::to_json() const {
     jw["since_last_output_s"] = ms_between(w.last_output, event.detected) / 1000.0;
     jw["proc_state"] = std::string(1, w.proc_state);
     jw["exited"] = w.exited;
+    jw["section"] = w.sections.empty() ? json(nullptr) : json(w.sections.back().first);
+    jw["watched"] = !w.unwatched;
     j["workers"].push_back(jw);
   }
   j["stacks"] = json::array();
@@ -170,14 +211,19 @@ nlohmann::json HangReport::to_json() const {
 }
 
 std::string HangReport::to_text() const {
-  std::string t = fmt::format("Hang in attempt {}: rank {} (local {}, pid {}): {}: {}\n", attempt,
-                              event.global_rank, event.local_rank, event.pid,
+  std::string t = fmt::format("Hang in attempt {}: culprit rank {}. Deadline passed on rank {} "
+                              "(local {}, pid {}): {}: {}\n",
+                              attempt, culprit, event.global_rank, event.local_rank, event.pid,
                               to_string(event.kind), event.detail);
   t += fmt::format("Detected {:.1f} ms after the deadline. Stalled ranks: {}. Suspects: {}.\n",
                    ms_between(event.due, event.detected), rank_list(stalled), rank_list(suspects));
-  if (culprit >= 0) {
+  if (stack_culprit >= 0) {
     t += fmt::format("Stopped first: rank {} (outside any collective; ranks {} wait inside one).\n",
-                     culprit, rank_list(in_collective));
+                     stack_culprit, rank_list(in_collective));
+  }
+  if (!timeouts.empty()) {
+    t += "Timeouts (learned across the node's ranks and this job's attempts):\n";
+    for (const auto& lt : timeouts) t += "  " + lt.describe() + "\n";
   }
   t += "\n";
   t += "rank  pid      beats  step   last beat      last output  state\n";
@@ -201,32 +247,34 @@ std::string HangReport::to_text() const {
 }
 
 std::string HangReport::summary(const std::string& report_dir) const {
+  // The culprit first: the first rank past its deadline is often a victim
+  // waiting in a collective for the rank that really stopped.
+  const int blamed = culprit >= 0 ? culprit : event.global_rank;
   std::string s;
-  if (culprit >= 0 && culprit != event.global_rank) {
-    // The first rank past its deadline is often a victim waiting in a
-    // collective for the rank that really stopped: name that one first.
+  if (culprit_by_stacks && blamed != event.global_rank) {
     s = fmt::format("Hang detected in attempt {}: rank {} stopped first (its stack is outside any "
                     "collective; rank(s) {} wait inside one). First deadline passed on rank {} "
                     "(pid {}) {}: {}.",
-                    attempt, culprit, rank_list(in_collective), event.global_rank, event.pid,
+                    attempt, blamed, rank_list(in_collective), event.global_rank, event.pid,
                     to_string(event.kind), event.detail);
+  } else if (blamed != event.global_rank) {
+    s = fmt::format("Hang detected in attempt {}: rank {} stopped first (its last progress is the "
+                    "oldest, or it is behind its peers). First deadline passed on rank {} (pid {}) "
+                    "{}: {}.",
+                    attempt, blamed, event.global_rank, event.pid, to_string(event.kind),
+                    event.detail);
   } else {
     s = fmt::format("Hang detected in attempt {}: rank {} (pid {}) {}: {}.", attempt,
                     event.global_rank, event.pid, to_string(event.kind), event.detail);
-    if (culprit >= 0) {
+    if (culprit_by_stacks) {
       s += fmt::format(" Its stack is outside any collective; rank(s) {} wait inside one.",
                        rank_list(in_collective));
     }
   }
-  // suspects() falls back to the stalled ranks when no rank is behind.
-  const bool someone_behind = suspects != stalled;
-  if (culprit >= 0) {
-    // The stacks told; the step comparison below would only repeat it.
-  } else if (someone_behind && !(suspects.size() == 1 && suspects[0] == event.global_rank)) {
-    s += fmt::format(" Suspect rank(s) behind their peers: {}.", rank_list(suspects));
-  } else if (!someone_behind && stalled.size() > 1) {
-    s += fmt::format(" Ranks {} stalled at the same step (none is behind): compare their stacks.",
-                     rank_list(stalled));
+  if (suspects.size() > 1) {
+    s += fmt::format(" Suspect rank(s), culprit first: {}.", rank_list(suspects));
+  } else if (stalled.size() > 1) {
+    s += fmt::format(" Ranks {} stalled too: compare their stacks.", rank_list(stalled));
   }
   if (!stacks.empty()) {
     s += " Stacks:";

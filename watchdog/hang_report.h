@@ -24,18 +24,29 @@ struct HangReport {
   // Laggard rule: ranks whose step is behind their peers'.
   std::vector<int> suspects;
   std::vector<StackCapture> stacks;
-  // The rank that stopped first, by stacks and beats: a rank whose stack is
-  // outside every collective while other ranks' stacks wait inside one (they
-  // are its victims); the earliest last beat first. -1 when the stacks
-  // cannot tell (none captured, or none inside a collective).
+  // The one rank blamed, named first in the headline, the warning and the
+  // JSON (culprit_rank, first of suspect_ranks): Watchdog::culprit() at
+  // detection, replaced by the stacks' verdict when native stacks show it
+  // before the headline is printed (culprit_by_stacks).
   int culprit = -1;
+  bool culprit_by_stacks = false;
+  // What the stacks alone say stopped first: a rank whose stack is outside
+  // every collective while others' wait inside one (they are its victims),
+  // the earliest last beat first; -1 when they cannot tell. Python
+  // tracebacks arrive after the headline: then shown, never re-blamed.
+  int stack_culprit = -1;
+  // Learned mode: every timeout and what it was learned from.
+  std::vector<LearnedTimeout> timeouts;
+  // What ddprun does about it: "restart", "exit" or "report".
+  std::string action;
   // Ranks whose captured stack waits inside a collective.
   std::vector<int> in_collective;
   // Where the worker logs are, by global rank (may be empty).
   std::vector<std::pair<int, std::string>> worker_logs;
 
-  // Sets culprit and in_collective from stacks and workers.
-  void find_culprit();
+  // Sets stack_culprit and in_collective from stacks and workers; with
+  // `may_blame`, a stack verdict also becomes the culprit.
+  void find_culprit(bool may_blame = true);
   // Flags the user may want to change, with why.
   std::vector<std::string> advice() const;
   nlohmann::json to_json() const;

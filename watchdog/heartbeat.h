@@ -8,8 +8,16 @@
 // when the socket buffer is full or the agent is gone the beat is dropped,
 // because a late beat is worth less than a stalled training step.
 //
-// Thread safety: beat() may be called from any thread concurrently; the
-// socket is created once and sendto on a datagram socket is atomic.
+// Sections mark known slow phases so the agent judges them by their own
+// timeout: start_section("checkpoint") / end_section("checkpoint"), or the
+// guard `ddprun::watchdog::Section s("checkpoint");`. A name is 1..32 of
+// [A-Za-z0-9_.-]; other characters become '_' and longer names are cut (the
+// same rule as ddprun_heartbeat.py). Sections of one name nest: only the
+// outermost start and end are sent.
+//
+// Thread safety: every call may be made from any thread concurrently; the
+// socket is created once, sendto on a datagram socket is atomic, and the
+// section depths are guarded by a mutex.
 #pragma once
 
 #include <fcntl.h>
@@ -23,6 +31,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
 
 #include "base/contract.h"
 #include "base/scoped_fd.h"
@@ -66,17 +78,64 @@ class HeartbeatClient {
     char buf[heartbeat_wire::kMaxDatagramBytes];
     const int n = std::snprintf(buf, sizeof(buf), "%s%" PRId64 " %" PRId64 "\n",
                                 heartbeat_wire::kPrefix, rank_, step);
-    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof(buf)) return;
+    send(buf, n);
+  }
+
+  // Sends "ss <rank> <name>\n" unless a section of that name is already open.
+  void start_section(std::string_view name) noexcept { section(name, true); }
+  // Sends "se <rank> <name>\n" when the outermost one of that name ends; an
+  // end without a start is ignored.
+  void end_section(std::string_view name) noexcept { section(name, false); }
+
+  // The name as sent: invalid characters become '_', cut to kMaxSectionBytes.
+  static std::string section_name(std::string_view name) {
+    std::string out(name.substr(0, heartbeat_wire::kMaxSectionBytes));
+    for (char& c : out) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+      if (!ok) c = '_';
+    }
+    return out.empty() ? "section" : out;
+  }
+
+ private:
+  void section(std::string_view name, bool start) noexcept {
+    if (!fd_) return;
+    try {
+      const std::string key = section_name(name);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        int& depth = open_sections_[key];
+        const int before = depth;
+        depth = start ? depth + 1 : (depth > 0 ? depth - 1 : 0);
+        if (depth == 0) open_sections_.erase(key);
+        // Only the outermost start (0 -> 1) and end (1 -> 0) are sent.
+        if (start ? before != 0 : before != 1) return;
+      }
+      char buf[heartbeat_wire::kMaxDatagramBytes];
+      const int n = std::snprintf(buf, sizeof(buf), "%s%" PRId64 " %s\n",
+                                  start ? heartbeat_wire::kPrefixSectionStart
+                                        : heartbeat_wire::kPrefixSectionEnd,
+                                  rank_, key.c_str());
+      send(buf, n);
+    } catch (...) {
+      // std::bad_alloc from the name: the section is dropped, never thrown.
+    }
+  }
+
+  void send(const char* buf, int n) noexcept {
+    if (n <= 0 || static_cast<std::size_t>(n) >= heartbeat_wire::kMaxDatagramBytes) return;
     ssize_t rc;
     do {
       rc = ::sendto(fd_.get(), buf, static_cast<std::size_t>(n), MSG_DONTWAIT | MSG_NOSIGNAL,
                     reinterpret_cast<const sockaddr*>(&addr_), addr_len_);
     } while (rc < 0 && errno == EINTR);
-    // Any other failure drops this beat; the next one tries again.
+    // Any other failure drops this datagram; the next one tries again.
   }
 
- private:
   base::ScopedFd fd_;
+  std::mutex mu_;
+  std::map<std::string, int> open_sections_;  // guarded by mu_
   int64_t rank_ = 0;
   sockaddr_un addr_{};
   socklen_t addr_len_ = 0;
@@ -92,5 +151,26 @@ inline HeartbeatClient& default_heartbeat_client() noexcept {
 inline void beat(int64_t step = heartbeat_wire::kNoStep) noexcept {
   default_heartbeat_client().beat(step);
 }
+
+inline void start_section(std::string_view name) noexcept {
+  default_heartbeat_client().start_section(name);
+}
+inline void end_section(std::string_view name) noexcept {
+  default_heartbeat_client().end_section(name);
+}
+
+// RAII: the section ends when the guard goes out of scope, exception or not.
+class Section {
+ public:
+  explicit Section(std::string_view name) : name_(HeartbeatClient::section_name(name)) {
+    start_section(name_);
+  }
+  ~Section() { end_section(name_); }
+  Section(const Section&) = delete;
+  Section& operator=(const Section&) = delete;
+
+ private:
+  std::string name_;
+};
 
 }  // namespace ddprun::watchdog

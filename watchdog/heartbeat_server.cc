@@ -29,22 +29,73 @@ bool parse_int(std::string_view s, int64_t& out) {
   return ec == std::errc() && p == end;
 }
 
+bool valid_section(std::string_view s) {
+  if (s.empty() || s.size() > heartbeat_wire::kMaxSectionBytes) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Which prefix the datagram starts with, and what its fields are.
+struct KindSpec {
+  const char* prefix;
+  BeatKind kind;
+};
+constexpr KindSpec kKinds[] = {
+    {heartbeat_wire::kPrefix, BeatKind::kExplicit},
+    {heartbeat_wire::kPrefixAuto, BeatKind::kAuto},
+    {heartbeat_wire::kPrefixForward, BeatKind::kForward},
+    {heartbeat_wire::kPrefixSectionStart, BeatKind::kSectionStart},
+    {heartbeat_wire::kPrefixSectionEnd, BeatKind::kSectionEnd},
+};
+
 }  // namespace
 
 std::optional<Beat> parse_beat(std::string_view d) {
-  const std::string_view prefix = heartbeat_wire::kPrefix;
-  if (d.size() > heartbeat_wire::kMaxDatagramBytes || d.size() < prefix.size() + 4) return std::nullopt;
-  if (d.substr(0, prefix.size()) != prefix || d.back() != '\n') return std::nullopt;
-  d.remove_prefix(prefix.size());
-  d.remove_suffix(1);
-  const auto space = d.find(' ');
-  if (space == std::string_view::npos) return std::nullopt;
-  Beat b;
-  if (!parse_int(d.substr(0, space), b.global_rank) || !parse_int(d.substr(space + 1), b.step)) {
+  if (d.size() > heartbeat_wire::kMaxDatagramBytes || d.empty() || d.back() != '\n') {
     return std::nullopt;
   }
-  if (b.global_rank < 0 || b.global_rank >= heartbeat_wire::kMaxRank || b.step < heartbeat_wire::kNoStep) {
+  d.remove_suffix(1);
+  const KindSpec* spec = nullptr;
+  for (const KindSpec& k : kKinds) {
+    const std::string_view prefix = k.prefix;
+    if (d.substr(0, prefix.size()) == prefix) {
+      spec = &k;
+      d.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  if (spec == nullptr) return std::nullopt;
+  Beat b;
+  b.kind = spec->kind;
+  // Every kind but "fw" has a second field after the rank.
+  std::string_view rank = d;
+  std::string_view rest;
+  if (b.kind != BeatKind::kForward) {
+    const auto space = d.find(' ');
+    if (space == std::string_view::npos) return std::nullopt;
+    rank = d.substr(0, space);
+    rest = d.substr(space + 1);
+  }
+  if (!parse_int(rank, b.global_rank) || b.global_rank < 0 ||
+      b.global_rank >= heartbeat_wire::kMaxRank) {
     return std::nullopt;
+  }
+  switch (b.kind) {
+    case BeatKind::kExplicit:
+    case BeatKind::kAuto:
+      if (!parse_int(rest, b.step) || b.step < heartbeat_wire::kNoStep) return std::nullopt;
+      break;
+    case BeatKind::kForward:
+      break;
+    case BeatKind::kSectionStart:
+    case BeatKind::kSectionEnd:
+      if (!valid_section(rest)) return std::nullopt;
+      b.section = std::string(rest);
+      break;
   }
   return b;
 }
@@ -110,7 +161,8 @@ void HeartbeatServer::on_datagram(std::size_t n) {
         if (c < 32 || c > 126) c = '?';
       }
       spdlog::warn("heartbeat socket {}: dropped malformed datagram \"{}\" ({} bytes; expected "
-                   "\"hb <rank> <step>\\n\"; {} more suppressed)",
+                   "\"hb|ab <rank> <step>\\n\", \"fw <rank>\\n\" or \"ss|se <rank> <section>\\n\"; "
+                   "{} more suppressed)",
                    path_, shown, n, suppressed_warnings_);
       last_warning_ = now;
       suppressed_warnings_ = 0;

@@ -35,6 +35,7 @@ Millis WatchdogOptions::effective_stuck_timeout() const {
   return heartbeat_timeout.count() > 0 ? heartbeat_timeout : silence_timeout;
 }
 
+
 bool WatchdogOptions::any_enabled() const {
   return heartbeat_timeout.count() > 0 || silence_timeout.count() > 0 ||
          effective_stuck_timeout().count() > 0;
@@ -47,14 +48,17 @@ const char* to_string(HangKind kind) {
     case HangKind::kStopped: return "process_stopped";
     case HangKind::kUninterruptible: return "uninterruptible_sleep";
     case HangKind::kFileTimer: return "torch_file_timer";
+    case HangKind::kSection: return "section_timeout";
   }
   return "unknown";
 }
 
-Watchdog::Watchdog(base::Clock& clock, WatchdogOptions options, HangHandler on_hang)
+Watchdog::Watchdog(base::Clock& clock, WatchdogOptions options, HangHandler on_hang,
+                   TimeoutLearner* learner)
     : clock_(clock),
       options_(options),
       on_hang_(std::move(on_hang)),
+      learner_(learner),
       deadline_timer_(clock.make_timer()),
       poll_timer_(clock.make_timer()) {}
 
@@ -81,17 +85,25 @@ WorkerStatus* Watchdog::find_local(int local_rank) {
 void Watchdog::on_beat(const Beat& beat) {
   for (auto& w : workers_) {
     if (w.global_rank != beat.global_rank) continue;
+    if (learning()) {
+      on_progress(w, beat);
+      return;
+    }
+    // Fixed timeout: every datagram of the rank's shows it alive.
     ++w.beats;
+    if (waiting_for_beat_) resume_after_report(beat.received);
     w.last_beat = beat.received;
     w.last_beat_wall = std::chrono::system_clock::now();
-    w.step = beat.step;
+    if (beat.step >= 0 || beat.kind == BeatKind::kExplicit) w.step = beat.step;
     w.max_step = std::max(w.max_step, beat.step);
     // Usually the deadline only moves later and the armed timer re-checks
     // itself when it fires. The first beat can move it EARLIER (grace longer
     // than the timeout), so re-arm then.
     const bool earlier = armed_for_ && options_.heartbeat_timeout.count() > 0 &&
                          beat.received + options_.heartbeat_timeout < *armed_for_;
-    if (earlier && !fired_ && !stopped_) {
+    // No timer at all after a reported hang (--on-hang=report): this beat
+    // starts the watching again.
+    if ((earlier || !armed_for_) && !fired_ && !stopped_) {
       arm_deadline();
     }
     return;
@@ -99,11 +111,96 @@ void Watchdog::on_beat(const Beat& beat) {
   spdlog::debug("heartbeat from rank {} which has no worker on this agent", beat.global_rank);
 }
 
+void Watchdog::on_progress(WorkerStatus& w, const Beat& beat) {
+  const auto now = beat.received;
+  const bool was_protected = protected_now();
+  switch (beat.kind) {
+    case BeatKind::kSectionStart:
+      w.sections.emplace_back(beat.section, now);
+      w.last_beat = std::max(w.last_beat, now);
+      break;
+    case BeatKind::kSectionEnd: {
+      // The innermost open section of that name; an unmatched end is ignored.
+      for (auto it = w.sections.rbegin(); it != w.sections.rend(); ++it) {
+        if (it->first != beat.section) continue;
+        learner_->add(beat.section, now - it->second);
+        w.sections.erase(std::next(it).base());
+        break;
+      }
+      w.last_beat = std::max(w.last_beat, now);
+      break;
+    }
+    case BeatKind::kExplicit:
+    case BeatKind::kAuto:
+    case BeatKind::kForward: {
+      if (w.beats == 0) {
+        learner_->add(TimeoutLearner::kSetup, now - w.spawned);
+        if (w.unwatched) spdlog::info("rank {} sent its first beat: freeze detection is on for it",
+                                      w.global_rank);
+        w.unwatched = false;
+      } else if (w.epoch == epoch_ && !was_protected && w.sections.empty()) {
+        // A step's duration only when no rank's section or setup lay in
+        // between (those are learned as their own kinds).
+        learner_->add(TimeoutLearner::kStep, now - w.last_beat);
+      }
+      ++w.beats;
+      w.last_beat = now;
+      w.last_beat_wall = std::chrono::system_clock::now();
+      if (beat.kind != BeatKind::kForward) {
+        w.step = beat.step;
+        w.max_step = std::max(w.max_step, beat.step);
+      }
+      if (waiting_for_beat_) resume_after_report(now);
+      break;
+    }
+  }
+  if (was_protected != protected_now()) protection_changed(now);
+  w.epoch = epoch_;
+  // A timeout learned from the first samples can be far shorter than the
+  // initial one the armed timer was set for: re-arm (only ever earlier).
+  if (!fired_ && !stopped_) arm_deadline();
+}
+
+bool Watchdog::protected_now() const {
+  for (const auto& w : workers_) {
+    if (w.exited) continue;
+    if (!w.sections.empty()) return true;
+    if (w.beats == 0 && !w.unwatched) return true;
+  }
+  return false;
+}
+
+void Watchdog::protection_changed(Clock::time_point now) {
+  ++epoch_;
+  if (!protected_now()) protection_ended_ = now;
+}
+
+void Watchdog::resume_after_report(Clock::time_point now) {
+  waiting_for_beat_ = false;
+  // The peers that waited for the stalled rank get a full timeout from now,
+  // as after a pause of the agent's.
+  resumed_ = now;
+  ++epoch_;
+}
+
+void Watchdog::rearm_after_report() {
+  fired_ = false;
+  waiting_for_beat_ = true;
+  ++epoch_;  // the reported stall is no step duration to learn from
+  for (auto& w : workers_) w.stuck_since.reset();
+  arm_deadline();
+  schedule_poll();
+}
+
 void Watchdog::on_output(int local_rank) {
   if (auto* w = find_local(local_rank)) {
     const bool first = !w->any_output;
     w->last_output = clock_.now();
     w->any_output = true;
+    if (waiting_for_beat_ && options_.silence_timeout.count() > 0) {
+      resume_after_report(w->last_output);  // output resumed after a reported hang
+      if (!fired_ && !stopped_) arm_deadline();
+    }
     // The first output ends the start-up grace, which may move the silence
     // deadline EARLIER than the armed timer: re-arm then (as for a first beat).
     const bool earlier = first && armed_for_ && options_.silence_timeout.count() > 0 &&
@@ -113,7 +210,15 @@ void Watchdog::on_output(int local_rank) {
 }
 
 void Watchdog::on_worker_exit(int local_rank) {
-  if (auto* w = find_local(local_rank)) w->exited = true;
+  auto* w = find_local(local_rank);
+  if (!w) return;
+  const bool was_protected = protected_now();
+  w->exited = true;
+  // A finished rank's open section or setup no longer excuses its peers.
+  if (learning() && was_protected != protected_now()) {
+    protection_changed(clock_.now());
+    if (!fired_ && !stopped_) arm_deadline();
+  }
 }
 
 void Watchdog::on_file_timer_expiry(const FileTimerExpiry& expiry) {
@@ -158,8 +263,33 @@ int64_t Watchdog::max_step() const {
   return m;
 }
 
+std::optional<Clock::time_point> Watchdog::learned_due(const WorkerStatus& w) const {
+  if (!learning() || w.exited || waiting_for_beat_) return std::nullopt;
+  Clock::time_point from;
+  Millis limit;
+  if (!w.sections.empty()) {
+    from = w.sections.back().second;
+    limit = learner_->timeout(w.sections.back().first);
+  } else if (w.beats > 0 && !protected_now()) {
+    from = w.last_beat;
+    if (protection_ended_) from = std::max(from, *protection_ended_);
+    limit = learner_->timeout(TimeoutLearner::kStep);
+  } else {
+    return std::nullopt;
+  }
+  // After a pause of the agent's, a full timeout from the resume.
+  if (resumed_) from = std::max(from, *resumed_);
+  return from + limit;
+}
+
+std::optional<Clock::time_point> Watchdog::setup_due(const WorkerStatus& w) const {
+  if (!learning() || w.exited || w.beats > 0 || w.unwatched) return std::nullopt;
+  return w.spawned + learner_->timeout(TimeoutLearner::kSetup);
+}
+
 std::optional<Clock::time_point> Watchdog::heartbeat_due(const WorkerStatus& w) const {
-  if (options_.heartbeat_timeout.count() <= 0 || w.exited) return std::nullopt;
+  if (learning()) return learned_due(w);
+  if (options_.heartbeat_timeout.count() <= 0 || w.exited || waiting_for_beat_) return std::nullopt;
   auto due = w.beats == 0 ? w.spawned + options_.effective_grace()
                           : w.last_beat + options_.heartbeat_timeout;
   // After a pause of the agent's, a full timeout from the resume.
@@ -168,7 +298,7 @@ std::optional<Clock::time_point> Watchdog::heartbeat_due(const WorkerStatus& w) 
 }
 
 std::optional<Clock::time_point> Watchdog::silence_due(const WorkerStatus& w) const {
-  if (options_.silence_timeout.count() <= 0 || w.exited) return std::nullopt;
+  if (options_.silence_timeout.count() <= 0 || w.exited || waiting_for_beat_) return std::nullopt;
   // Start-up (import torch, compilation) is quiet, not hung: the timeout
   // arms at the first output; until then the start-up grace applies.
   auto due = w.any_output ? w.last_output + options_.silence_timeout
@@ -197,7 +327,7 @@ bool Watchdog::agent_was_paused(Clock::time_point due, Clock::time_point now) {
 std::optional<Clock::time_point> Watchdog::next_due() const {
   std::optional<Clock::time_point> best;
   for (const auto& w : workers_) {
-    for (auto due : {heartbeat_due(w), silence_due(w)}) {
+    for (auto due : {heartbeat_due(w), silence_due(w), setup_due(w)}) {
       if (due && (!best || *due < *best)) best = due;
     }
   }
@@ -221,9 +351,50 @@ void Watchdog::on_deadline() {
     arm_deadline();
     return;
   }
+  // Setups that passed without a beat: not a hang (the program may never
+  // beat), but said once, and no longer an excuse for the other ranks.
+  std::vector<int> unwatched;
+  const bool was_protected = protected_now();
+  for (auto& w : workers_) {
+    if (auto due = setup_due(w); due && *due <= now) {
+      w.unwatched = true;
+      unwatched.push_back(w.global_rank);
+    }
+  }
+  if (!unwatched.empty()) {
+    if (was_protected != protected_now()) protection_changed(now);
+    if (on_unwatched_) on_unwatched_(unwatched, learner_->timeout(TimeoutLearner::kSetup));
+  }
   // The overdue deadline that passed first names the hang.
   std::optional<HangEvent> first;
   for (const auto& w : workers_) {
+    if (auto due = heartbeat_due(w); learning() && due && *due <= now &&
+                                     (!first || *due < first->due)) {
+      HangEvent e;
+      e.due = *due;
+      e.local_rank = w.local_rank;
+      e.global_rank = w.global_rank;
+      e.pid = w.pid;
+      if (!w.sections.empty()) {
+        const auto& [name, start] = w.sections.back();
+        const auto t = learner_->explain(name);
+        e.kind = HangKind::kSection;
+        e.section = name;
+        e.timeout = t.timeout;
+        e.learned_from = t.describe();
+        e.detail = fmt::format("inside section \"{}\" for {:.2f} s, past its timeout ({}; {})",
+                               name, seconds(now - start), t.describe(), step_text(w));
+      } else {
+        const auto t = learner_->explain(TimeoutLearner::kStep);
+        e.kind = HangKind::kHeartbeat;
+        e.timeout = t.timeout;
+        e.learned_from = t.describe();
+        e.detail = fmt::format("no progress for {:.2f} s ({}; learned {})",
+                               seconds(now - w.last_beat), step_text(w), t.describe());
+      }
+      first = e;
+      continue;
+    }
     if (auto due = heartbeat_due(w); due && *due <= now && (!first || *due < first->due)) {
       HangEvent e;
       e.kind = HangKind::kHeartbeat;
@@ -294,7 +465,7 @@ void Watchdog::poll_proc() {
       continue;
     }
     if (!w.stuck_since) w.stuck_since = now;
-    if (now - *w.stuck_since >= limit) {
+    if (now - *w.stuck_since >= limit && !waiting_for_beat_) {
       HangEvent e;
       e.kind = st->state == 'D' ? HangKind::kUninterruptible : HangKind::kStopped;
       e.timeout = limit;
@@ -318,8 +489,9 @@ void Watchdog::fire(HangEvent event) {
   deadline_timer_->cancel();
   poll_timer_->cancel();
   armed_for_.reset();
-  spdlog::warn("hang detected on rank {} (pid {}): {}: {}", event.global_rank, event.pid,
-               to_string(event.kind), event.detail);
+  // The owner prints the one warning, naming the culprit (culprit()).
+  spdlog::debug("deadline passed on rank {} (pid {}): {}: {}", event.global_rank, event.pid,
+                to_string(event.kind), event.detail);
   auto handler = on_hang_;  // the handler may destroy this watchdog
   handler(event);
 }
@@ -335,6 +507,29 @@ std::vector<int> Watchdog::stalled_ranks(const HangEvent& event) const {
     if (overdue) out.push_back(w.global_rank);
   }
   return out;
+}
+
+int Watchdog::culprit(const HangEvent& event) const {
+  // Only a missed beat is judged by comparing ranks; the other kinds are
+  // about the rank's own state (a section, its output, its process state).
+  if (event.kind != HangKind::kHeartbeat) return event.global_rank;
+  int64_t furthest = -1;
+  for (const auto& w : workers_)
+    if (!w.exited) furthest = std::max(furthest, w.step);
+  const WorkerStatus* behind = nullptr;
+  for (const auto& w : workers_)
+    if (!w.exited && furthest >= 0 && w.step < furthest && (!behind || w.step < behind->step))
+      behind = &w;
+  if (behind) return behind->global_rank;
+  // Same step everywhere: a live rank that never beat held the others up;
+  // else the one whose last progress is oldest stopped first.
+  const WorkerStatus* oldest = nullptr;
+  for (const auto& w : workers_) {
+    if (w.exited) continue;
+    if (w.beats == 0) return w.global_rank;
+    if (!oldest || w.last_beat < oldest->last_beat) oldest = &w;
+  }
+  return oldest ? oldest->global_rank : event.global_rank;
 }
 
 std::vector<int> Watchdog::suspects(const HangEvent& event) const {

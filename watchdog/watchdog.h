@@ -2,7 +2,16 @@
 // most one HangEvent.
 //
 // Detectors (each off when its timeout is zero):
-//  - heartbeat: with heartbeat_timeout set, EVERY worker must beat (through
+//  - progress, learned (the default, a TimeoutLearner given and no fixed
+//    heartbeat_timeout): beats of every kind (explicit, automatic from
+//    optimizer.step(), forward passes) are progress; sections (checkpoint,
+//    ...) have their own learned timeouts. Judged across the node's ranks:
+//    while any rank is inside a section, or still in its setup (spawn to
+//    first beat), the others' progress deadlines wait, since in the usual
+//    script they wait in the next collective for it. A rank whose setup
+//    outlasts the setup timeout without one beat is not watched (said once,
+//    never killed) until its first beat.
+//  - heartbeat, fixed: with heartbeat_timeout set, EVERY worker must beat (through
 //    heartbeat.h or ddprun_heartbeat.py). Its first beat is due
 //    heartbeat_grace after spawn (start-up, imports, compilation), each next
 //    one heartbeat_timeout after the previous. A worker that cannot beat
@@ -49,6 +58,7 @@
 #include "base/clock.h"
 #include "watchdog/file_timer_server.h"
 #include "watchdog/heartbeat_server.h"
+#include "watchdog/timeout_learner.h"
 
 namespace ddprun::watchdog {
 
@@ -56,7 +66,8 @@ using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 
 struct WatchdogOptions {
-  // Longest gap between two beats of one worker; 0 turns heartbeats off.
+  // Longest gap between two beats of one worker, fixed (--heartbeat-timeout,
+  // --hang-timeout=S); 0: learned when the Watchdog has a learner, else off.
   Millis heartbeat_timeout{0};
   // Deadline of each worker's first beat, and of its first output when the
   // silence detector is on, from spawn; 0 means kDefaultGrace. Never shorter
@@ -81,7 +92,7 @@ struct WatchdogOptions {
   bool any_enabled() const;
 };
 
-enum class HangKind { kHeartbeat, kSilence, kStopped, kUninterruptible, kFileTimer };
+enum class HangKind { kHeartbeat, kSilence, kStopped, kUninterruptible, kFileTimer, kSection };
 const char* to_string(HangKind kind);
 
 // What the watchdog knows about one worker (snapshot for the report).
@@ -90,8 +101,8 @@ struct WorkerStatus {
   int global_rank = 0;
   pid_t pid = 0;
   Clock::time_point spawned{};
-  uint64_t beats = 0;
-  Clock::time_point last_beat{};  // valid when beats > 0
+  uint64_t beats = 0;               // progress beats (explicit, automatic, forward)
+  Clock::time_point last_beat{};  // valid when beats > 0; also moved by section ends
   std::chrono::system_clock::time_point last_beat_wall{};
   int64_t step = -1;      // step of the last beat
   int64_t max_step = -1;  // highest step seen
@@ -100,6 +111,14 @@ struct WorkerStatus {
   char proc_state = '?';
   std::optional<Clock::time_point> stuck_since;
   bool exited = false;
+  // Open sections, innermost last (name, start).
+  std::vector<std::pair<std::string, Clock::time_point>> sections;
+  // Learned mode: setup outlasted its timeout without a beat; not watched
+  // until the first beat.
+  bool unwatched = false;
+  // The node's protection epoch at the last beat (a gap across a section or
+  // a peer's setup is not a step duration).
+  uint64_t epoch = 0;
 };
 
 struct HangEvent {
@@ -114,14 +133,21 @@ struct HangEvent {
   Clock::time_point detected{};
   // One line: what was observed, e.g. "no heartbeat for 2.00 s (last step 41)".
   std::string detail;
+  // Learned mode: the timeout's origin ("step: 41 s, from 1,200 ...").
+  std::string learned_from;
+  // kSection: the section's name.
+  std::string section;
 };
 
 class Watchdog {
  public:
   using HangHandler = std::function<void(const HangEvent&)>;
 
-  // `clock` must outlive the watchdog.
-  Watchdog(base::Clock& clock, WatchdogOptions options, HangHandler on_hang);
+  // `clock` must outlive the watchdog, and `learner` (optional) too: with
+  // one and no fixed heartbeat_timeout, progress is judged by learned
+  // timeouts, and what this attempt observes is added to it.
+  Watchdog(base::Clock& clock, WatchdogOptions options, HangHandler on_hang,
+           TimeoutLearner* learner = nullptr);
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
@@ -136,6 +162,14 @@ class Watchdog {
   void stop();
 
   bool fired() const { return fired_; }
+  // After a hang that only was reported (--on-hang=report): watch on, from
+  // the next beat of any rank (no second report for the same stall).
+  void rearm_after_report();
+  bool learning() const { return learner_ != nullptr && options_.heartbeat_timeout.count() == 0; }
+  const TimeoutLearner* learner() const { return learner_; }
+  // Called once per attempt with the ranks whose setup passed without a beat
+  // (learned mode): the caller says freeze detection is off for them.
+  void on_unwatched(std::function<void(const std::vector<int>&, Millis)> f) { on_unwatched_ = std::move(f); }
   // Times the agent was found paused, and for how long in all.
   int pauses() const { return pauses_; }
   Clock::duration paused_for() const { return paused_for_; }
@@ -148,11 +182,22 @@ class Watchdog {
   // Laggard rule: live workers whose step is behind the furthest live
   // worker's; when all agree, the stalled ranks.
   std::vector<int> suspects(const HangEvent& event) const;
+  // The one rank to blame, named first everywhere: a rank behind in steps,
+  // else the rank in an overdue section, else a live rank that never beat,
+  // else the one whose last progress is oldest; the event's rank otherwise.
+  int culprit(const HangEvent& event) const;
 
  private:
   WorkerStatus* find_local(int local_rank);
   std::optional<Clock::time_point> heartbeat_due(const WorkerStatus& w) const;
   std::optional<Clock::time_point> silence_due(const WorkerStatus& w) const;
+  // Learned mode.
+  std::optional<Clock::time_point> learned_due(const WorkerStatus& w) const;
+  std::optional<Clock::time_point> setup_due(const WorkerStatus& w) const;
+  bool protected_now() const;
+  void protection_changed(Clock::time_point now);
+  void on_progress(WorkerStatus& w, const Beat& beat);
+  void resume_after_report(Clock::time_point now);
   std::optional<Clock::time_point> next_due() const;
   void arm_deadline();
   void on_deadline();
@@ -166,6 +211,14 @@ class Watchdog {
   base::Clock& clock_;
   WatchdogOptions options_;
   HangHandler on_hang_;
+  TimeoutLearner* learner_ = nullptr;
+  std::function<void(const std::vector<int>&, Millis)> on_unwatched_;
+  // Learned mode: bumped whenever a section or setup protection begins or
+  // ends; progress deadlines count from protection_ended_ at the earliest.
+  uint64_t epoch_ = 0;
+  std::optional<Clock::time_point> protection_ended_;
+  // --on-hang=report: no deadline until the next beat.
+  bool waiting_for_beat_ = false;
   std::unique_ptr<base::Timer> deadline_timer_;
   std::optional<Clock::time_point> armed_for_;
   std::unique_ptr<base::Timer> poll_timer_;

@@ -1,12 +1,17 @@
-"""ddprun: lets `ddprun stacks` and `ddprun attach` read a worker's Python
-stacks without stopping it.
+"""ddprun's bootstrap for Python workers: stacks on demand and automatic
+heartbeats.
 
-ddprun puts this folder first on its workers' PYTHONPATH. When
-DDPRUN_PYSTACK_SIGNAL and DDPRUN_PYSTACK_DIR are set, faulthandler is
-registered on that signal (all threads, appending to
-$DDPRUN_PYSTACK_DIR/pystack_<pid>.txt); otherwise nothing happens. Then the
-sitecustomize this file shadows (Debian ships one) is run, so nothing is lost.
-The names are base/contract.h's (test base.contract checks them).
+ddprun puts this folder first on its workers' PYTHONPATH, with the heartbeat
+client's folder (watchdog/python) beside it. When DDPRUN_PYSTACK_SIGNAL and
+DDPRUN_PYSTACK_DIR are set, faulthandler is registered on that signal (all
+threads, appending to $DDPRUN_PYSTACK_DIR/pystack_<pid>.txt), so
+`ddprun stacks` and `ddprun attach` read the worker's Python stacks without
+stopping it. When DDPRUN_HEARTBEAT_SOCKET is set, ddprun_autobeat's import
+hook is installed: optimizer steps, forward passes and checkpoints of an
+unmodified PyTorch program are heartbeats (it never imports torch itself).
+Otherwise nothing happens. Then the sitecustomize this file shadows (Debian
+ships one) is run, so nothing is lost. The names are base/contract.h's (test
+base.contract checks them).
 """
 import os
 import sys
@@ -24,6 +29,16 @@ def _ddprun_register():
         # faulthandler keeps only the descriptor: the file must stay open.
         sys._ddprun_pystack_file = out
     except Exception:  # never break the worker's start
+        pass
+
+
+def _ddprun_autobeat():
+    if not os.environ.get("DDPRUN_HEARTBEAT_SOCKET"):
+        return
+    try:
+        import ddprun_autobeat
+        ddprun_autobeat.install()
+    except Exception:  # no heartbeat folder on the path: no automatic beats
         pass
 
 
@@ -46,4 +61,5 @@ def _ddprun_chain():
 
 
 _ddprun_register()
+_ddprun_autobeat()
 _ddprun_chain()

@@ -39,6 +39,8 @@ ENV_DIFFERENCES = {
     "DDPRUN_RDZV_TOKEN": (False, True, "ddprun's store token, when one is set"),
     "DDPRUN_HEARTBEAT_SOCKET": (False, True, "the hang watchdog's heartbeat socket"),
     "DDPRUN_LOG_DIR": (False, True, "the attempt's log folder"),
+    "PYTHONFAULTHANDLER": (False, True, "freeze detection is on by default: faulthandler prints a "
+                           "hung rank's traceback into the hang report (unless the user set it)"),
     "DDPRUN_RUNTIME_DIR": (False, True, "ddprun's runtime folder"),
     "DDPRUN_PYSTACK_DIR": (False, True, "where `ddprun stacks` collects Python tracebacks"),
     "DDPRUN_PYSTACK_SIGNAL": (False, True, "the faulthandler signal `ddprun stacks` sends"),

@@ -56,7 +56,7 @@ TEST_CASE("heartbeat timeout fires exactly one timeout after the last beat") {
   dog.add_worker(0, 0, kPid);
   for (int step = 0; step < 5; ++step) {
     clock.advance(10ms);
-    dog.on_beat({0, step, clock.now(), wd::BeatKind::kExplicit, {}});
+    dog.on_beat(wd::testing::beat(0, step, clock.now()));
   }
   const auto last = clock.now();
   clock.advance(299ms);
@@ -95,7 +95,7 @@ TEST_CASE("a first beat ends the grace: the timeout counts from it, not from the
   auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
   clock.advance(1s);
-  dog.on_beat({0, 1, clock.now(), wd::BeatKind::kExplicit, {}});
+  dog.on_beat(wd::testing::beat(0, 1, clock.now()));
   clock.advance(300ms);
   REQUIRE(hang);
   CHECK(hang->due == dog.workers()[0].spawned + 1300ms);
@@ -108,13 +108,13 @@ TEST_CASE("a worker that beats just inside the timeout is never flagged, and is 
   dog.add_worker(1, 1, kPid + 1);
   for (int step = 0; step < 1000; ++step) {
     clock.advance(999ms);
-    dog.on_beat({0, step, clock.now(), wd::BeatKind::kExplicit, {}});
-    dog.on_beat({1, step, clock.now(), wd::BeatKind::kExplicit, {}});
+    dog.on_beat(wd::testing::beat(0, step, clock.now()));
+    dog.on_beat(wd::testing::beat(1, step, clock.now()));
   }
   CHECK_FALSE(hang);
   CHECK(dog.workers()[0].step == 999);
   clock.advance(999ms);
-  dog.on_beat({0, 1000, clock.now(), wd::BeatKind::kExplicit, {}});  // rank 1 misses this one
+  dog.on_beat(wd::testing::beat(0, 1000, clock.now()));  // rank 1 misses this one
   clock.advance(1ms);
   REQUIRE(hang);
   CHECK(hang->global_rank == 1);
@@ -185,7 +185,7 @@ TEST_CASE("a deadline seen late: past the pause threshold the agent was paused, 
   Watched watched(opt);
   auto& [clock, hang, dog] = watched;
   dog.add_worker(0, 0, kPid);
-  dog.on_beat({0, 1, clock.now(), wd::BeatKind::kExplicit, {}});
+  dog.on_beat(wd::testing::beat(0, 1, clock.now()));
   const auto beat = clock.now();
   SUBCASE("4 s late: the deadlines restart instead of blaming the worker") {
     // The agent was stopped, so the beats the worker sent meanwhile were
@@ -286,7 +286,7 @@ TEST_CASE("a sleeping (S) worker is not stuck, and an exited worker is not watch
   REQUIRE(::kill(stopped.pid(), SIGSTOP) == 0);
   wait_stopped(stopped);
   dog.add_worker(1, 1, stopped.pid());
-  dog.on_beat({1, 3, clock.now(), wd::BeatKind::kExplicit, {}});
+  dog.on_beat(wd::testing::beat(1, 3, clock.now()));
   clock.advance(1s);
   REQUIRE(hang);
   CHECK(hang->global_rank == 1);  // never the exited rank 0
@@ -300,10 +300,10 @@ TEST_CASE("laggard rule names the rank whose step is behind") {
   dog.add_worker(2, 2, kPid + 2);
   // Ranks 0 and 2 reached step 11 and wait in the collective; rank 1 is
   // stuck in step 10. Rank 0's beat is the oldest, so it times out first.
-  dog.on_beat({0, 11, clock.now(), wd::BeatKind::kExplicit, {}});
+  dog.on_beat(wd::testing::beat(0, 11, clock.now()));
   clock.advance(50ms);
-  dog.on_beat({1, 10, clock.now(), wd::BeatKind::kExplicit, {}});
-  dog.on_beat({2, 11, clock.now(), wd::BeatKind::kExplicit, {}});
+  dog.on_beat(wd::testing::beat(1, 10, clock.now()));
+  dog.on_beat(wd::testing::beat(2, 11, clock.now()));
   clock.advance(150ms);
   REQUIRE(hang);
   CHECK(hang->global_rank == 0);

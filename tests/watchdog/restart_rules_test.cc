@@ -129,8 +129,8 @@ TEST_CASE("hang report names the stalled rank, its step, and the flag to change"
   const pid_t a = 4242, b = 4243;  // never looked up: no process-state detector
   dog.add_worker(0, 0, a);
   dog.add_worker(1, 1, b);
-  dog.on_beat({0, 9, clock.now(), wd::BeatKind::kExplicit, {}});
-  dog.on_beat({1, 8, clock.now(), wd::BeatKind::kExplicit, {}});
+  dog.on_beat(wd::testing::beat(0, 9, clock.now()));
+  dog.on_beat(wd::testing::beat(1, 8, clock.now()));
   clock.advance(200ms);
   REQUIRE(hang);
   auto report = wd::make_hang_report(dog, *hang, 2);
@@ -155,7 +155,10 @@ TEST_CASE("hang report names the stalled rank, its step, and the flag to change"
   CHECK(text.find("Hang in attempt 2") == 0);
   CHECK(text.find("thread 1 state S") != std::string::npos);
   const auto summary = report.summary(dir.path());
-  CHECK(summary.find("Suspect rank(s) behind their peers: 1") != std::string::npos);
+  // Rank 0's deadline passed first (same beat time, lower rank), but rank 1
+  // is behind in steps: the culprit, named first, in the JSON too.
+  CHECK(summary.find("Hang detected in attempt 2: rank 1 stopped first") == 0);
+  CHECK(j["culprit_rank"] == 1);
   CHECK(summary.find("--heartbeat-timeout") != std::string::npos);
 }
 
@@ -185,22 +188,30 @@ TEST_CASE("the rank outside a collective is the culprit, ranks waiting in one ar
   r.event.global_rank = 0;
   r.stacks = {stack(0, "in all_reduce"), stack(1, "in load_batch"), stack(2, "in barrier")};
   r.find_culprit();
-  CHECK(r.culprit == 1);
+  CHECK(r.stack_culprit == 1);
   CHECK(r.in_collective == std::vector<int>{0, 2});
-  CHECK(r.summary().find("Hang detected in attempt 0: rank 1 stopped first") == 0);
+  CHECK(r.culprit == 1);  // the stacks' verdict, before any headline, blames
+  CHECK(r.summary().find("Hang detected in attempt 0: rank 1 stopped first (its stack") == 0);
   // Two ranks outside: the one whose last beat is oldest stopped first.
   r.stacks = {stack(0, "in all_reduce"), stack(1, "in load_batch"), stack(2, "in step")};
   r.find_culprit();
-  CHECK(r.culprit == 1);
+  CHECK(r.stack_culprit == 1);
   r.workers[2].step = 2;  // behind in steps wins over beat times
   r.find_culprit();
-  CHECK(r.culprit == 2);
+  CHECK(r.stack_culprit == 2);
   // Every stack in a collective, or none: the stacks cannot tell.
   r.stacks = {stack(0, "in all_reduce"), stack(1, "in barrier")};
   r.find_culprit();
-  CHECK(r.culprit == -1);
+  CHECK(r.stack_culprit == -1);
   r.stacks = {stack(0, "in step"), stack(1, "")};
   r.find_culprit();
-  CHECK(r.culprit == -1);
+  CHECK(r.stack_culprit == -1);
+  r.culprit = 0;
+  r.culprit_by_stacks = false;
   CHECK(r.summary().find("Hang detected in attempt 0: rank 0 (pid 0)") == 0);
+  // Tracebacks that arrive after the headline never re-blame.
+  r.stacks = {stack(0, "in all_reduce"), stack(1, "in load_batch")};
+  r.find_culprit(false);
+  CHECK(r.stack_culprit == 1);
+  CHECK(r.culprit == 0);
 }

@@ -24,8 +24,22 @@ extern char** environ;
 
 #include "base/pidfd.h"
 #include "tests/common/temp_dir.h"
+#include "watchdog/heartbeat_server.h"
 
 namespace ddprun::watchdog::testing {
+
+// One datagram's meaning as the HeartbeatServer hands it on (a beat of
+// `kind`, received at `t`).
+inline Beat beat(int64_t rank, int64_t step, std::chrono::steady_clock::time_point t,
+                 BeatKind kind = BeatKind::kExplicit, std::string section = {}) {
+  Beat b;
+  b.kind = kind;
+  b.global_rank = rank;
+  b.step = step;
+  b.section = std::move(section);
+  b.received = t;
+  return b;
+}
 
 // Runs `io` until `done()` or `timeout`; returns done().
 inline bool run_until(boost::asio::io_context& io, const std::function<bool()>& done,

@@ -9,6 +9,7 @@
 //   watchdog_test_worker deaf        (beat until SIGINT, ignore SIGTERM)
 //   watchdog_test_worker scenario nobeat|stop|silent|stall|crash   (under ddprun)
 //   watchdog_test_worker collective <marker file>   (under ddprun, 2 ranks)
+//   watchdog_test_worker sections    (sections through heartbeat.h, then exit 0)
 // "ready\n" on stdout marks the moment the worker entered its final state.
 #include <signal.h>
 #include <unistd.h>
@@ -60,6 +61,23 @@ int scenario(const char* how) {
   return 0;
 }
 
+// Sends, in order: ss checkpoint (the nested start and end of the same name
+// are not sent), ss my_eval (its space made '_'), se my_eval, se checkpoint,
+// then hb 7 from after the guard's scope that ended on an exception.
+int sections() {
+  try {
+    ddprun::watchdog::Section outer("checkpoint");
+    ddprun::watchdog::start_section("checkpoint");
+    ddprun::watchdog::end_section("checkpoint");
+    ddprun::watchdog::Section eval("my eval");
+    throw 1;
+  } catch (int) {
+  }
+  ddprun::watchdog::end_section("never started");
+  ddprun::watchdog::beat(7);
+  return 0;
+}
+
 // A victim: what a rank blocked in all_reduce for a peer looks like.
 extern "C" __attribute__((noinline, used)) void ddprun_test_allreduce_wait(const char* marker) {
   if (FILE* f = std::fopen(marker, "w")) std::fclose(f);
@@ -100,6 +118,7 @@ int deaf() {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "deaf") == 0) return deaf();
+  if (argc >= 2 && std::strcmp(argv[1], "sections") == 0) return sections();
   if (argc >= 2 && std::strcmp(argv[1], "hang") == 0) ddprun_test_hang_here();
   if (argc >= 3 && std::strcmp(argv[1], "scenario") == 0) return scenario(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "collective") == 0) return collective(argv[2]);

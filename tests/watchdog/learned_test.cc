@@ -1,0 +1,211 @@
+// Learned freeze detection on a ManualClock: TimeoutLearner's arithmetic,
+// and the Watchdog judging progress, sections and setup across the node's
+// ranks with it. No test waits; beats are fed in as the HeartbeatServer
+// would hand them on (heartbeat_test.cc carries real datagrams).
+#include <doctest/doctest.h>
+
+#include <optional>
+
+#include "base/clock.h"
+#include "tests/watchdog/test_util.h"
+#include "watchdog/hang_report.h"
+#include "watchdog/timeout_learner.h"
+#include "watchdog/watchdog.h"
+
+namespace wd = ddprun::watchdog;
+using namespace std::chrono_literals;
+using ddprun::base::ManualClock;
+using wd::BeatKind;
+using wd::testing::beat;
+
+namespace {
+
+constexpr pid_t kPid = 4242;  // never read: the stuck detector is off
+
+wd::LearnerOptions small_floor() {
+  wd::LearnerOptions o;
+  o.floor = 1s;
+  return o;
+}
+
+wd::WatchdogOptions no_fixed() {
+  wd::WatchdogOptions o;
+  o.stuck_timeout = 0ms;
+  return o;
+}
+
+struct Learned {
+  explicit Learned(wd::TimeoutLearner& learner)
+      : dog(clock, no_fixed(), [this](const wd::HangEvent& e) { hang = e; }, &learner) {
+    dog.on_unwatched([this](const std::vector<int>& ranks, wd::Millis) { unwatched = ranks; });
+  }
+  ManualClock clock;
+  std::optional<wd::HangEvent> hang;
+  std::vector<int> unwatched;
+  wd::Watchdog dog;
+
+  // Every rank in `ranks` beats (automatic, optimizer.step()) `n` times,
+  // `every` apart, from step `from`.
+  void steps(std::vector<int> ranks, int from, int n, wd::Millis every) {
+    for (int s = from; s < from + n; ++s) {
+      clock.advance(every);
+      for (int r : ranks) dog.on_beat(beat(r, s, clock.now(), BeatKind::kAuto));
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a kind's timeout is the initial one until enough samples, then max(floor, 5 x max)") {
+  wd::TimeoutLearner l(small_floor());
+  CHECK(l.timeout("step") == 600s);
+  for (int i = 0; i < 9; ++i) l.add("step", 100ms);
+  CHECK(l.timeout("step") == 600s);  // 9 < 10 samples: still the initial guess
+  l.add("step", 300ms);
+  CHECK(l.timeout("step") == 1500ms);  // 5 x the longest, above the 1 s floor
+  l.add("step", 10ms);
+  CHECK(l.timeout("step") == 1500ms);  // a short one never narrows it
+  const auto t = l.explain("step");
+  CHECK(t.learned);
+  CHECK(t.samples == 11);
+  CHECK(t.max == 300ms);
+  CHECK(t.describe() == "step: 1.5 s, from 11 gaps between beats, p99 0.3 s, max 0.3 s");
+  wd::TimeoutLearner tiny(small_floor());
+  for (int i = 0; i < 20; ++i) tiny.add("step", 1ms);
+  CHECK(tiny.timeout("step") == 1s);  // 1 ms steps: the floor, not 5 ms
+  CHECK(tiny.timeout("checkpoint") == 600s);
+  CHECK(tiny.explain("checkpoint").describe() == "checkpoint: 600 s (initial; 0 sections so far)");
+}
+
+TEST_CASE("learned: a rank that stops progressing is caught at 5 x its longest step") {
+  wd::TimeoutLearner learner(small_floor());
+  Learned w(learner);
+  w.dog.add_worker(0, 0, kPid);
+  w.dog.add_worker(1, 1, kPid + 1);
+  w.steps({0, 1}, 1, 49, 400ms);
+  // Rank 0 goes on into the next step's forward pass; rank 1 stops.
+  w.clock.advance(400ms);
+  w.dog.on_beat(beat(0, 50, w.clock.now(), BeatKind::kAuto));
+  w.clock.advance(100ms);
+  w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kForward));
+  const auto rank1_last = w.clock.now() - 500ms;
+  w.clock.advance(1400ms);  // 1.9 s after rank 1's last beat: inside 5 x 0.4 s
+  CHECK_FALSE(w.hang);
+  w.clock.advance(100ms);
+  REQUIRE(w.hang);
+  CHECK(w.hang->global_rank == 1);
+  CHECK(w.hang->kind == wd::HangKind::kHeartbeat);
+  CHECK(w.hang->due == rank1_last + 2s);
+  CHECK(w.hang->learned_from.find("step: 2 s, from") == 0);
+  CHECK(w.dog.culprit(*w.hang) == 1);  // behind in steps, and the oldest beat
+  const auto report = wd::make_hang_report(w.dog, *w.hang, 0);
+  CHECK(report.culprit == 1);
+  CHECK(report.suspects.front() == 1);
+  CHECK(report.summary().rfind("Hang detected in attempt 0: rank 1 ", 0) == 0);
+}
+
+TEST_CASE("learned: peers waiting while rank 0 is inside a checkpoint section are not hung") {
+  wd::TimeoutLearner learner(small_floor());
+  Learned w(learner);
+  w.dog.add_worker(0, 0, kPid);
+  w.dog.add_worker(1, 1, kPid + 1);
+  w.steps({0, 1}, 1, 20, 100ms);
+  CHECK(learner.timeout("step") == 1s);
+  for (int round = 0; round < 3; ++round) {
+    w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kSectionStart, "checkpoint"));
+    w.clock.advance(3s);  // 30 steps long; rank 1 waits in the next all-reduce
+    CHECK_FALSE(w.hang);
+    w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kSectionEnd, "checkpoint"));
+    w.steps({0, 1}, 21 + 10 * round, 10, 100ms);
+  }
+  CHECK_FALSE(w.hang);
+  CHECK(learner.timeout("checkpoint") == 15s);  // learned from 3 sections: 5 x 3 s
+  CHECK(learner.timeout("step") == 1s);          // the waits were not taken for steps
+  // A checkpoint that overruns its learned timeout is rank 0's hang.
+  w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kSectionStart, "checkpoint"));
+  w.clock.advance(15s);
+  REQUIRE(w.hang);
+  CHECK(w.hang->kind == wd::HangKind::kSection);
+  CHECK(w.hang->global_rank == 0);
+  CHECK(w.hang->section == "checkpoint");
+  CHECK(w.dog.culprit(*w.hang) == 0);
+}
+
+TEST_CASE("learned: forward passes are progress, and an eval pass widens the step timeout") {
+  wd::TimeoutLearner learner(small_floor());
+  Learned w(learner);
+  w.dog.add_worker(0, 0, kPid);
+  w.steps({0}, 1, 20, 100ms);
+  for (int i = 0; i < 40; ++i) {  // a 4 s evaluation: forward passes only
+    w.clock.advance(100ms);
+    w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kForward));
+  }
+  CHECK_FALSE(w.hang);
+  CHECK(learner.timeout("step") == 1s);
+  // One generation pass without a forward hook firing for 0.9 s: widens.
+  w.clock.advance(900ms);
+  w.dog.on_beat(beat(0, 21, w.clock.now(), BeatKind::kAuto));
+  CHECK(learner.timeout("step") == 4500ms);
+  w.clock.advance(4400ms);
+  CHECK_FALSE(w.hang);
+  w.clock.advance(100ms);
+  CHECK(w.hang);
+}
+
+TEST_CASE("learned: a setup much longer than the floor is no hang; a rank that never beats is "
+          "announced once and never killed") {
+  wd::TimeoutLearner learner(small_floor());
+  Learned w(learner);
+  w.dog.add_worker(0, 0, kPid);
+  w.dog.add_worker(1, 1, kPid + 1);
+  w.clock.advance(20s);  // imports and data loading: 20 x the floor
+  CHECK_FALSE(w.hang);
+  w.dog.on_beat(beat(0, 1, w.clock.now(), BeatKind::kAuto));
+  // Rank 1 is still in setup: rank 0, waiting for it in a collective, is not hung.
+  w.clock.advance(100s);
+  CHECK_FALSE(w.hang);
+  CHECK(w.unwatched.empty());
+  w.clock.advance(480s);  // 600 s after spawn: rank 1's setup ends without a beat
+  CHECK(w.unwatched == std::vector<int>{1});
+  CHECK_FALSE(w.hang);
+  // Rank 0 now is judged again (initial step timeout: too few samples).
+  w.clock.advance(600s);
+  REQUIRE(w.hang);
+  CHECK(w.hang->global_rank == 0);
+  CHECK(w.dog.culprit(*w.hang) == 1);  // the live rank that never beat held it up
+  CHECK(learner.explain("setup").samples == 1);
+}
+
+TEST_CASE("learned: a restarted attempt judges its first step by what earlier attempts learned") {
+  wd::TimeoutLearner learner(small_floor());
+  {
+    Learned first(learner);
+    first.dog.add_worker(0, 0, kPid);
+    first.steps({0}, 1, 30, 200ms);
+  }
+  REQUIRE(learner.timeout("step") == 1s);
+  Learned second(learner);
+  second.dog.add_worker(0, 0, kPid);
+  second.clock.advance(5s);
+  second.dog.on_beat(beat(0, 1, second.clock.now(), BeatKind::kAuto));
+  second.clock.advance(999ms);
+  CHECK_FALSE(second.hang);
+  second.clock.advance(1ms);
+  CHECK(second.hang);  // 1 s after its first step, not the 600 s initial guess
+}
+
+TEST_CASE("after a hang that was only reported, the watchdog watches again from the next beat") {
+  wd::TimeoutLearner learner(small_floor());
+  Learned w(learner);
+  w.dog.add_worker(0, 0, kPid);
+  w.steps({0}, 1, 20, 100ms);
+  w.clock.advance(1s);
+  REQUIRE(w.hang);
+  w.hang.reset();
+  w.dog.rearm_after_report();
+  w.clock.advance(60s);
+  CHECK_FALSE(w.hang);  // the same stall is not reported again
+  w.dog.on_beat(beat(0, 21, w.clock.now(), BeatKind::kAuto));
+  w.clock.advance(1s);
+  CHECK(w.hang);
+}

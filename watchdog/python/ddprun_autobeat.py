@@ -1,0 +1,236 @@
+"""Automatic heartbeats from unmodified PyTorch programs (ddprun's bootstrap).
+
+ddprun's sitecustomize calls install() in every Python worker when
+DDPRUN_HEARTBEAT_SOCKET is set. install() only puts a finder on
+sys.meta_path: it imports neither torch nor the heartbeat client, so a
+program that never imports torch pays one set lookup per import. When torch
+itself imports the modules below, the finder lets them load as usual and then
+patches them, once:
+
+  torch.optim.optimizer      one "ab" beat per optimizer.step(), step = this
+                             process's count (torch >= 2.0: the global step
+                             post-hook; torch 1.13 has none, so its
+                             Optimizer._optimizer_step_code, which the
+                             profiling wrapper every subclass's step gets
+                             calls after each step, is wrapped instead)
+  torch.nn.modules.module    the global forward hook: "fw", rate-limited
+  torch.serialization        save/load inside a "checkpoint" section
+  torch.distributed.checkpoint.state_dict_saver / _loader
+                             save/load/save_state_dict/load_state_dict/
+                             async_save inside a "checkpoint" section
+
+Every hook is guarded: a failure in ddprun's code never reaches the user's
+program. Only the worker's own process beats: DataLoader workers and other
+multiprocessing children (which inherit the variable) stay silent, or a
+dataset's torch.load would open checkpoint sections on the rank.
+"""
+
+import os
+import sys
+
+_WATCHED = frozenset((
+    "torch.optim.optimizer",
+    "torch.nn.modules.module",
+    "torch.serialization",
+    "torch.distributed.checkpoint.state_dict_saver",
+    "torch.distributed.checkpoint.state_dict_loader",
+))
+_CHECKPOINT = "checkpoint"
+_WRAPPED = "__ddprun_wrapped__"
+
+_main_pid = None  # the worker's pid, set by install()
+_steps = 0  # optimizer.step() calls in this process
+_is_compiling = None  # torch's "inside a torch.compile trace" test, once known
+
+
+def _in_worker():
+    """True in the process ddprun started, not in its multiprocessing children."""
+    if os.getpid() != _main_pid:
+        return False
+    mp = sys.modules.get("multiprocessing")
+    try:
+        return mp is None or mp.parent_process() is None
+    except Exception:
+        return True
+
+
+def _heartbeat():
+    import ddprun_heartbeat  # on the same PYTHONPATH folder; loaded on first use
+    return ddprun_heartbeat
+
+
+def _on_step(*_args, **_kwargs):
+    global _steps
+    try:
+        if _in_worker():
+            _steps += 1
+            _heartbeat()._auto_beat(_steps)
+    except Exception:
+        pass
+
+
+def _compiling():
+    # Under torch.compile the hook is traced: is_compiling() is then True and
+    # the send is left out of the graph instead of breaking it.
+    global _is_compiling
+    if _is_compiling is None:
+        torch = sys.modules.get("torch")
+        compiler = getattr(torch, "compiler", None)
+        fn = getattr(compiler, "is_compiling", None)
+        if fn is None:
+            fn = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+        if fn is None and torch is not None and hasattr(torch, "__version__"):
+            fn = bool  # torch without a compiler (1.13): never compiling
+        if fn is None:
+            return True  # torch still importing: decide on a later call
+        _is_compiling = fn
+    return _is_compiling()
+
+
+def _on_forward(_module, _inputs, _output):
+    try:
+        if not _compiling() and _in_worker():
+            _heartbeat()._forward()
+    except Exception:
+        pass
+    return None
+
+
+def _patch_optimizer(mod):
+    register = getattr(mod, "register_optimizer_step_post_hook", None)
+    if register is not None:
+        register(_on_step)
+        return
+    cls = getattr(mod, "Optimizer", None)
+    code = getattr(cls, "_optimizer_step_code", None)
+    if code is None or getattr(code, _WRAPPED, False):
+        return
+
+    def _optimizer_step_code(self):
+        code(self)
+        _on_step()
+
+    setattr(_optimizer_step_code, _WRAPPED, True)
+    cls._optimizer_step_code = _optimizer_step_code
+
+
+def _patch_module(mod):
+    register = getattr(mod, "register_module_forward_hook", None)
+    if register is not None:
+        mod._ddprun_forward_hook = register(_on_forward)
+
+
+def _in_section(fn):
+    """fn wrapped in a "checkpoint" section that ends even when fn raises."""
+    if getattr(fn, _WRAPPED, False):
+        return fn
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        opened = False
+        try:
+            if _in_worker():
+                _heartbeat().start_section(_CHECKPOINT)
+                opened = True
+        except Exception:
+            pass
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if opened:
+                try:
+                    _heartbeat().end_section(_CHECKPOINT)
+                except Exception:
+                    pass
+
+    setattr(wrapper, _WRAPPED, True)
+    return wrapper
+
+
+def _patch_functions(names):
+    def patch(mod):
+        for name in names:
+            fn = getattr(mod, name, None)
+            if callable(fn):
+                setattr(mod, name, _in_section(fn))
+    return patch
+
+
+_PATCHES = {
+    "torch.optim.optimizer": _patch_optimizer,
+    "torch.nn.modules.module": _patch_module,
+    "torch.serialization": _patch_functions(("save", "load")),
+    "torch.distributed.checkpoint.state_dict_saver":
+        _patch_functions(("save", "save_state_dict", "async_save")),
+    "torch.distributed.checkpoint.state_dict_loader":
+        _patch_functions(("load", "load_state_dict")),
+}
+
+
+def _patch(name, mod):
+    try:
+        _PATCHES[name](mod)
+    except Exception:
+        pass
+
+
+class _PatchingLoader:
+    """Runs the real loader, then the patch. The module keeps the real loader
+    as __loader__/__spec__.loader (inspect, importlib.resources look there)."""
+
+    def __init__(self, loader, name):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        try:
+            module.__loader__ = self._loader
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self._loader
+        except Exception:
+            pass
+        self._loader.exec_module(module)
+        _patch(self._name, module)
+
+
+class _Finder:
+    """A sys.meta_path finder that answers only for _WATCHED names, by asking
+    the finders after it and wrapping the loader they return."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _WATCHED:
+            return None
+        try:
+            for finder in sys.meta_path:
+                if finder is self or isinstance(finder, _Finder):
+                    continue
+                find = getattr(finder, "find_spec", None)
+                if find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is None:
+                    continue
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader, fullname)
+                return spec
+        except Exception:
+            pass
+        return None  # let the import system search as if we were not here
+
+
+def install():
+    """Starts watching for torch's modules; patches those already imported."""
+    global _main_pid
+    if _main_pid is not None:
+        return
+    _main_pid = os.getpid()
+    sys.meta_path.insert(0, _Finder())
+    for name in sorted(_WATCHED):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            _patch(name, mod)

@@ -1,0 +1,99 @@
+#include "watchdog/timeout_learner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ddprun::watchdog {
+
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+// "0.8 s", "41 s", "1,200" style numbers for people.
+std::string secs(Millis m) {
+  const double s = m.count() / 1000.0;
+  return s < 10 ? fmt::format("{:.2g} s", s) : fmt::format("{:.0f} s", s);
+}
+
+std::string grouped(uint64_t n) {
+  std::string digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
+
+Millis p99_of(const std::deque<Millis>& recent) {
+  if (recent.empty()) return Millis(0);
+  std::vector<Millis> v(recent.begin(), recent.end());
+  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(
+                                                   std::ceil(0.99 * static_cast<double>(v.size()))) -
+                                                   1);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+}  // namespace
+
+std::string LearnedTimeout::describe() const {
+  const char* unit = kind == TimeoutLearner::kStep ? "gaps between beats"
+                     : kind == TimeoutLearner::kSetup ? "starts"
+                                                      : "sections";
+  if (!learned) {
+    return fmt::format("{}: {} (initial; {} {} so far)", kind, secs(timeout), grouped(samples),
+                       unit);
+  }
+  return fmt::format("{}: {}, from {} {}, p99 {}, max {}", kind, secs(timeout), grouped(samples),
+                     unit, secs(p99), secs(max));
+}
+
+void TimeoutLearner::add(const std::string& kind, std::chrono::steady_clock::duration sample) {
+  const auto ms = std::max(Millis(0), std::chrono::duration_cast<Millis>(sample));
+  auto& s = kinds_[kind];
+  ++s.count;
+  s.max = std::max(s.max, ms);
+  s.recent.push_back(ms);
+  if (s.recent.size() > kWindow) s.recent.pop_front();
+}
+
+Millis TimeoutLearner::initial(const std::string& kind) const {
+  if (kind == kStep) return options_.initial_step;
+  if (kind == kSetup) return options_.initial_setup;
+  return options_.initial_section;
+}
+
+int TimeoutLearner::min_samples(const std::string& kind) const {
+  return kind == kStep ? options_.min_step_samples : options_.min_section_samples;
+}
+
+LearnedTimeout TimeoutLearner::explain(const std::string& kind) const {
+  LearnedTimeout t;
+  t.kind = kind;
+  const auto it = kinds_.find(kind);
+  Millis scaled{0};
+  if (it != kinds_.end()) {
+    t.samples = it->second.count;
+    t.max = it->second.max;
+    t.p99 = p99_of(it->second.recent);
+    const auto basis = std::max(t.p99, t.max);
+    scaled = Millis(static_cast<int64_t>(std::ceil(static_cast<double>(basis.count()) * options_.factor)));
+  }
+  const auto learned = std::max(options_.floor, scaled);
+  t.learned = t.samples >= static_cast<uint64_t>(std::max(1, min_samples(kind)));
+  // Setup never shrinks below its generous initial value: a restart's setup
+  // may load more (a checkpoint) than the first attempt's.
+  t.timeout = t.learned && kind != kSetup ? learned : std::max(initial(kind), learned);
+  return t;
+}
+
+Millis TimeoutLearner::timeout(const std::string& kind) const { return explain(kind).timeout; }
+
+std::vector<LearnedTimeout> TimeoutLearner::all() const {
+  std::vector<LearnedTimeout> out{explain(kStep), explain(kSetup)};
+  for (const auto& [kind, _] : kinds_) {
+    if (kind != kStep && kind != kSetup) out.push_back(explain(kind));
+  }
+  return out;
+}
+
+}  // namespace ddprun::watchdog
