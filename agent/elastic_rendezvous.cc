@@ -144,9 +144,14 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
   }
   ro.local_addr = local_addr;
   try {
-    control_ = connect(keep_alive_window_);
+    // The join's connections wait for the store as long as the probe did
+    // (join_timeout): a late greeting during formation is no reason to
+    // give up. The keep-alive's reconnects keep the short window, which is
+    // what detects a lost store.
+    const Duration join = ro.join_timeout;
+    control_ = connect(join);
     rdzv_ = std::make_unique<rdzv::Rendezvous>(
-        [this] { return connect(keep_alive_window_); }, ro,
+        [this, join] { return connect(join); }, ro,
         [this] { return connect(keep_alive_window_, false); });
   } catch (const std::exception& e) {
     throw RendezvousError(e.what());

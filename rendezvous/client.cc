@@ -94,10 +94,18 @@ void Client::connect() {
   auto deadline = Clock::now() + options_.connect_timeout;
   std::string last_error = "no attempt";
   auto backoff = std::chrono::milliseconds(10);
+  // Each attempt (connect, greeting, authentication) has a window of its
+  // own, growing from kFirstAttemptWindow, so a lost SYN, greeting or auth
+  // reply costs one window and another try, not the whole connect_timeout.
+  Duration window = kFirstAttemptWindow;
   for (;;) {
     disconnect();
     throw_if_cancelled("connect");
-    if (open_connection(deadline, last_error) && handshake(deadline, last_error)) return;
+    auto attempt_deadline = std::min(deadline, Clock::now() + window);
+    if (open_connection(attempt_deadline, last_error) &&
+        handshake(attempt_deadline, deadline, last_error)) {
+      return;
+    }
     throw_if_cancelled("connect");
     if (Clock::now() + backoff >= deadline) {
       throw StoreError("cannot connect to store at " + address_ + " within " +
@@ -105,6 +113,7 @@ void Client::connect() {
     }
     std::this_thread::sleep_for(backoff);  // the server may still be starting
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    window = std::min(window * 2, kMaxAttemptWindow);
   }
 }
 
@@ -165,7 +174,8 @@ int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::stri
   return fd;
 }
 
-bool Client::handshake(Clock::time_point deadline, std::string& last_error) {
+bool Client::handshake(Clock::time_point deadline, Clock::time_point overall,
+                       std::string& last_error) {
   try {
     Bytes g = read_frame(deadline, "greeting");
     auto greeting = wire::parse_greeting(g.data(), g.size());
@@ -182,6 +192,12 @@ bool Client::handshake(Clock::time_point deadline, std::string& last_error) {
   } catch (const TimeoutError&) {
     disconnect();
     throw_if_cancelled("connect");
+    if (Clock::now() < overall) {
+      // This attempt's window passed (a greeting or auth reply lost or
+      // late): another connection may fare better.
+      last_error = "no greeting or authentication reply within this attempt's window";
+      return false;
+    }
     throw TimeoutError("store at " + address_ + ": no greeting within " +
                        std::to_string(options_.connect_timeout.count()) + " ms");
   }

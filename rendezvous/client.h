@@ -95,9 +95,13 @@ class Client : public Store {
   bool open_connection(Clock::time_point deadline, std::string& last_error);
   // A connected blocking socket to `ai`, or -1.
   int connect_to(const addrinfo& ai, Clock::time_point deadline, std::string& last_error);
-  // Reads the greeting and authenticates; false (disconnected) when the
-  // server closed the connection, worth another try.
-  bool handshake(Clock::time_point deadline, std::string& last_error);
+  // Reads the greeting and authenticates by `deadline` (this attempt's);
+  // false (disconnected) when the server closed the connection or the
+  // attempt's window passed before `overall`: worth another try.
+  bool handshake(Clock::time_point deadline, Clock::time_point overall, std::string& last_error);
+  // The first connect attempt's window, doubled per attempt up to the max.
+  static constexpr Duration kFirstAttemptWindow{2000};
+  static constexpr Duration kMaxAttemptWindow{30000};
   // The mutual HMAC handshake (auth.h); throws StoreError on any mismatch.
   void authenticate(const wire::Greeting& greeting, Clock::time_point deadline);
   void disconnect();

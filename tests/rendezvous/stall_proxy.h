@@ -59,11 +59,16 @@ class StallProxy {
   }
   // True once a reply was lost that way.
   bool lost_one() const { return lost_one_; }
+  // The next `n` connections never see a byte from the store (their
+  // greeting is lost), though they stay open.
+  void mute_next_connections(int n) { mute_next_ = n; }
+  int muted() const { return muted_; }
 
  private:
   struct Pair {
     int client, server;
     bool losing = false;  // the store's next bytes to this client are dropped
+    bool mute = false;    // every byte from the store to this client is dropped
   };
 
   void run() {
@@ -102,7 +107,13 @@ class StallProxy {
       ::close(c), ::close(s);
       return;
     }
-    pairs_.push_back({c, s});
+    Pair p{c, s};
+    if (mute_next_ > 0) {
+      --mute_next_;
+      ++muted_;
+      p.mute = true;
+    }
+    pairs_.push_back(p);
   }
 
   // Copies what is readable on `from` to `to`; false on EOF or error, and
@@ -111,6 +122,7 @@ class StallProxy {
     char buf[65536];
     ssize_t n = ::recv(from, buf, sizeof buf, MSG_DONTWAIT);
     if (n <= 0) return false;
+    if (from == pair.server && pair.mute) return true;
     if (from == pair.server && pair.losing) {
       lost_one_ = true;
       return false;
@@ -136,6 +148,7 @@ class StallProxy {
   uint16_t port_ = 0;
   std::list<Pair> pairs_;
   std::atomic<bool> stop_{false}, stalled_{false}, lost_one_{false};
+  std::atomic<int> mute_next_{0}, muted_{0};
   std::mutex mutex_;
   std::string lose_text_;
   std::thread thread_;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "rendezvous/auth.h"
+#include "tests/rendezvous/stall_proxy.h"
 #include "tests/rendezvous/test_util.h"
 
 using namespace ddprun::rendezvous;
@@ -320,4 +321,21 @@ TEST_CASE("requests pipelined behind a blocked get are answered in order after i
   auto second = raw.read_frame();
   REQUIRE(second);
   CHECK(*second == wire::Bytes{static_cast<uint8_t>(wire::Status::kOk)});
+}
+
+TEST_CASE("a lost greeting is retried on a new connection within connect_timeout") {
+  // Issue 19: one greeting lost during formation killed a joining agent;
+  // the client waited out its whole connect_timeout on that one connection.
+  ServerOptions o;
+  o.token = "t";
+  ServerThread server(o);
+  ddprun::rendezvous::testing::StallProxy proxy(server.port());
+  proxy.mute_next_connections(2);  // two greetings in a row never arrive
+  ClientOptions co = server.client_options("t");
+  co.port = proxy.port();
+  co.connect_timeout = std::chrono::seconds(120);
+  Client c(co);  // would throw after 120 s, or never return sooner, without retries
+  c.set("k", wire::Bytes{'v'});
+  CHECK(c.get("k", std::chrono::seconds(10)) == wire::Bytes{'v'});
+  CHECK(proxy.muted() == 2);
 }
