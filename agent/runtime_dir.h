@@ -7,14 +7,17 @@
 // Where: the first base folder that works of $XDG_RUNTIME_DIR, $TMPDIR and
 // /tmp (a missing or unwritable one is skipped; one so deep that the
 // heartbeat socket's path would not fit AF_UNIX's sun_path too). Name:
-// ddprun-agent.XXXXXX, mode 0700 (mkdtemp), holding a `lock` file the agent
+// ddprun-agent.<12 random hex>, mode 0700 (base::SafeDir: the base folder's
+// owner and mode checked, the name taken with RENAME_NOREPLACE so another
+// user's pre-created names can neither redirect nor stop it), holding a
+// `lock` file (O_EXCL|O_NOFOLLOW) the agent
 // keeps flock()ed for its whole life (close-on-exec, so workers never hold
 // it; the guardian closes it at once).
 //
 // The destructor removes the folder. After a kill -9 the folder stays, but
 // its lock is free: remove_stale() (run by every agent at start-up) removes
 // such folders. A folder is only made visible under its final name once it
-// is locked (created as .ddprun-agent-new.XXXXXX, then renamed), so a
+// is locked (created as .ddprun-agent-new.<random>, then renamed), so a
 // scanning agent never mistakes a folder being set up for a dead one.
 //
 // Not thread-safe; the agent's thread.
@@ -54,7 +57,8 @@ std::vector<std::string> temp_bases(const EnvMap& env);
 // lock can be taken). Returns how many it removed.
 int remove_stale_runtime_dirs(const std::string& base);
 
-// mkdtemp(<base>/<prefix>XXXXXX) in the first base where it works; throws
+// <base>/<prefix><random>, 0700, made by base::SafeDir in the first base
+// where it works; throws
 // std::runtime_error naming each base and its error.
 std::string make_temp_dir(const std::vector<std::string>& bases, const std::string& prefix);
 

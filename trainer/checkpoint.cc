@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/contract.h"
 #include "base/safe_file.h"
 #include "trainer/error.h"
 
@@ -27,7 +28,7 @@ namespace {
 // resume wrong weights or the wrong data position.
 constexpr int kFormatVersion = 2;
 constexpr const char* kManifestSha256 = "manifest_sha256";
-constexpr const char* kLockFile = "lock";
+constexpr const char* kLockFile = base::kFileLock;  // the one name
 constexpr size_t kMaxManifestBytes = size_t(64) << 20;  // a blob table, never near this
 
 // The folder, opened and checked by base::SafeDir (created when missing):
