@@ -114,6 +114,30 @@ TEST_CASE("an unmodified torch script beats per optimizer step, in eval forwards
   for (const auto& b : beats) CHECK(b.kind != BeatKind::kExplicit);
 }
 
+TEST_CASE("torch.distributed.checkpoint save and load are checkpoint sections (torch 2.x; "
+          "torch 1.13 has no dcp.save and sends none)") {
+  Child probe({test_python(), "-c", "import torch.distributed.checkpoint as d; d.save"},
+              {{"DDPRUN_HEARTBEAT_SOCKET", ""}});
+  const auto probed = probe.wait_for(kScriptDeadline);
+  REQUIRE(probed.has_value());
+  const bool has_dcp = WIFEXITED(*probed) && WEXITSTATUS(*probed) == 0;
+  const auto beats = run_worker("autobeat_dcp.py", [](const wd::Beat& b) {
+    return b.kind == BeatKind::kAuto && b.step == 1;
+  });
+  INFO(describe(beats));
+  std::vector<std::pair<BeatKind, std::string>> sections;
+  for (const auto& b : beats) {
+    if (b.kind == BeatKind::kSectionStart || b.kind == BeatKind::kSectionEnd) {
+      sections.emplace_back(b.kind, b.section);
+    }
+  }
+  // One section each: the torch.save calls inside dcp.save nest in it.
+  const std::pair<BeatKind, std::string> ss{BeatKind::kSectionStart, "checkpoint"};
+  const std::pair<BeatKind, std::string> se{BeatKind::kSectionEnd, "checkpoint"};
+  using Sections = std::vector<std::pair<BeatKind, std::string>>;
+  CHECK(sections == (has_dcp ? Sections{ss, se, ss, se} : Sections{}));
+}
+
 TEST_CASE("an explicit beat() in a torch script stops the automatic beats") {
   const auto beats = run_worker("autobeat_explicit.py", [](const wd::Beat& b) {
     return b.kind == BeatKind::kExplicit && b.step == 103;

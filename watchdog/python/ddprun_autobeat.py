@@ -27,6 +27,7 @@ dataset's torch.load would open checkpoint sections on the rank.
 
 import os
 import sys
+import time
 
 _WATCHED = frozenset((
     "torch.optim.optimizer",
@@ -36,11 +37,16 @@ _WATCHED = frozenset((
     "torch.distributed.checkpoint.state_dict_loader",
 ))
 _CHECKPOINT = "checkpoint"
+# heartbeat_wire.h's kForwardMinIntervalMs, checked here first: the forward
+# hook runs for every module call, so its usual path is one clock read.
+_FORWARD_MIN_INTERVAL_S = 0.100
 _WRAPPED = "__ddprun_wrapped__"
 
 _main_pid = None  # the worker's pid, set by install()
 _steps = 0  # optimizer.step() calls in this process
 _is_compiling = None  # torch's "inside a torch.compile trace" test, once known
+_next_forward = 0.0  # monotonic time before which the forward hook is silent
+_monotonic = time.monotonic
 
 
 def _in_worker():
@@ -88,8 +94,15 @@ def _compiling():
 
 
 def _on_forward(_module, _inputs, _output):
+    global _next_forward
     try:
-        if not _compiling() and _in_worker():
+        if _compiling():
+            return None
+        now = _monotonic()
+        if now < _next_forward:
+            return None
+        _next_forward = now + _FORWARD_MIN_INTERVAL_S
+        if _in_worker():
             _heartbeat()._forward()
     except Exception:
         pass
@@ -116,8 +129,15 @@ def _patch_optimizer(mod):
 
 def _patch_module(mod):
     register = getattr(mod, "register_module_forward_hook", None)
-    if register is not None:
-        mod._ddprun_forward_hook = register(_on_forward)
+    if register is None:
+        return
+    mod._ddprun_forward_hook = register(_on_forward)
+    # torch.compile(module) warns about any global hook (it fires once more,
+    # for the OptimizedModule): harmless for a rate-limited beat, and the
+    # user did not add it, so that one warning is not shown.
+    import warnings
+    warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are "
+                            r"global hooks", category=UserWarning)
 
 
 def _in_section(fn):
