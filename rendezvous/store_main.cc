@@ -5,6 +5,7 @@
 // printed. An empty token from any source is refused (exit 2): it would turn
 // authentication off. Runs until SIGINT/SIGTERM.
 #include <malloc.h>
+#include <sys/stat.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -56,6 +57,15 @@ int main(int argc, char** argv) {
     if (options.token.empty()) {
       spdlog::error("ddprun-store: --token-file {} is empty", token_file);
       return 2;
+    }
+    // A secret others can read is no secret: anyone on the machine could join
+    // or stall the store. Warn rather than refuse (a shared cluster folder may
+    // be readable by a trusted group on purpose).
+    struct stat st {};
+    if (::stat(token_file.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)) != 0) {
+      spdlog::warn("ddprun-store: --token-file {} is readable by {} (mode {:04o}): chmod 600 it",
+                   token_file, (st.st_mode & S_IROTH) ? "every user" : "its group",
+                   st.st_mode & 07777);
     }
   } else {
     try {

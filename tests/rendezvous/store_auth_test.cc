@@ -3,6 +3,7 @@
 // variable name (DDPRUN_RDZV_TOKEN) everywhere; an empty token is refused.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <spdlog/spdlog.h>
 
 #include <sstream>
@@ -174,5 +175,24 @@ TEST_CASE("ddprun-store refuses an empty token from any source with exit status 
     std::string log = store.log();
     CHECK(log.find("empty") != std::string::npos);
     CHECK(log.find("listening") == std::string::npos);
+  }
+}
+
+TEST_CASE("ddprun-store warns once about a --token-file others can read, and not about a private one") {
+  ddprun::testing::TempDir dir;
+  { std::ofstream(dir.file("open")) << "s3cret\n"; }
+  { std::ofstream(dir.file("private")) << "s3cret\n"; }
+  REQUIRE(::chmod(dir.file("open").c_str(), 0644) == 0);
+  REQUIRE(::chmod(dir.file("private").c_str(), 0600) == 0);
+  for (const char* name : {"open", "private"}) {
+    StoreProcess store(STORE_BIN, {"--token-file", dir.file(name)}, {"DDPRUN_RDZV_TOKEN", "DDPRUN_STORE_TOKEN"});
+    auto port = store.port();
+    REQUIRE(port);
+    Client(to(*port, "s3cret")).ping();
+    const std::string log = store.log();
+    const bool warned = log.find("is readable by every user (mode 0644): chmod 600 it") != std::string::npos;
+    CHECK(warned == (std::string(name) == "open"));
+    CHECK(log.find("s3cret") == std::string::npos);  // the secret itself is never logged
+    CHECK(store.stop() == 0);
   }
 }
