@@ -270,7 +270,9 @@ std::optional<Clock::time_point> Watchdog::learned_due(const WorkerStatus& w) co
   if (!w.sections.empty()) {
     from = w.sections.back().second;
     limit = learner_->timeout(w.sections.back().first);
-  } else if (w.beats > 0 && !protected_now()) {
+  } else if (w.beats > 0 && !protected_now() && !any_exited()) {
+    // (A rank that exited means the job is ending: its peers' teardown,
+    // destroy_process_group and interpreter exit, beats no more.)
     // Judged job-wide: a rank waiting in a collective for a peer that still
     // progresses (a longer eval pass, a checkpoint then an eval) is not
     // hung; when one rank freezes, the others stop within a step too.
@@ -283,6 +285,12 @@ std::optional<Clock::time_point> Watchdog::learned_due(const WorkerStatus& w) co
   // After a pause of the agent's, a full timeout from the resume.
   if (resumed_) from = std::max(from, *resumed_);
   return from + limit;
+}
+
+bool Watchdog::any_exited() const {
+  for (const auto& w : workers_)
+    if (w.exited) return true;
+  return false;
 }
 
 Clock::time_point Watchdog::latest_progress() const {

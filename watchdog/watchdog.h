@@ -197,6 +197,7 @@ class Watchdog {
   bool protected_now() const;
   // Latest progress beat of any live rank.
   Clock::time_point latest_progress() const;
+  bool any_exited() const;
   void protection_changed(Clock::time_point now);
   void on_progress(WorkerStatus& w, const Beat& beat);
   void resume_after_report(Clock::time_point now);
