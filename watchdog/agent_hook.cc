@@ -444,7 +444,8 @@ agent::RestartDecision JobRestartPolicy::decide(const agent::AttemptResult& fail
   AttemptOutcome o;
   o.restart_count = failed.restart_count;
   o.hang = hook_ && hook_->last_attempt_hung();
-  if (hook_ && hook_->last_hang_ends_job()) {
+  // Without restarts the rules below stop anyway (rule max_restarts).
+  if (hook_ && hook_->last_hang_ends_job() && max_restarts > 0) {
     if (auto* ev = hook_->events()) {
       ev->write("done", failed.restart_count, {}, "failed: freeze detected (--on-hang=exit)",
                 {{"rule", "on_hang_exit"}, {"hang", true}, {"max_step", hook_->last_attempt_max_step()}});

@@ -270,8 +270,13 @@ std::optional<Clock::time_point> Watchdog::learned_due(const WorkerStatus& w) co
   if (!w.sections.empty()) {
     from = w.sections.back().second;
     limit = learner_->timeout(w.sections.back().first);
-  } else if (w.beats > 0 && !protected_now()) {
-    from = w.last_beat;
+  } else if (w.beats > 0 && !protected_now() && !any_exited()) {
+    // (A rank that exited means the job is ending: its peers' teardown,
+    // destroy_process_group and interpreter exit, beats no more.)
+    // Judged job-wide: a rank waiting in a collective for a peer that still
+    // progresses (a longer eval pass, a checkpoint then an eval) is not
+    // hung; when one rank freezes, the others stop within a step too.
+    from = latest_progress();
     if (protection_ended_) from = std::max(from, *protection_ended_);
     limit = learner_->timeout(TimeoutLearner::kStep);
   } else {
@@ -280,6 +285,19 @@ std::optional<Clock::time_point> Watchdog::learned_due(const WorkerStatus& w) co
   // After a pause of the agent's, a full timeout from the resume.
   if (resumed_) from = std::max(from, *resumed_);
   return from + limit;
+}
+
+bool Watchdog::any_exited() const {
+  for (const auto& w : workers_)
+    if (w.exited) return true;
+  return false;
+}
+
+Clock::time_point Watchdog::latest_progress() const {
+  Clock::time_point latest{};
+  for (const auto& w : workers_)
+    if (!w.exited && w.beats > 0) latest = std::max(latest, w.last_beat);
+  return latest;
 }
 
 std::optional<Clock::time_point> Watchdog::setup_due(const WorkerStatus& w) const {
@@ -367,9 +385,18 @@ void Watchdog::on_deadline() {
   }
   // The overdue deadline that passed first names the hang.
   std::optional<HangEvent> first;
+  bool first_kind_progress = false;
+  Clock::time_point first_last_beat{};
   for (const auto& w : workers_) {
-    if (auto due = heartbeat_due(w); learning() && due && *due <= now &&
-                                     (!first || *due < first->due)) {
+    // Progress deadlines are the node's: the rank whose own last progress
+    // is oldest names the event.
+    if (auto due = heartbeat_due(w);
+        learning() && due && *due <= now &&
+        (!first || *due < first->due ||
+         (*due == first->due && first_kind_progress && w.sections.empty() &&
+          w.last_beat < first_last_beat))) {
+      first_kind_progress = w.sections.empty();
+      first_last_beat = w.last_beat;
       HangEvent e;
       e.due = *due;
       e.local_rank = w.local_rank;

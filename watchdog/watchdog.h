@@ -195,6 +195,9 @@ class Watchdog {
   std::optional<Clock::time_point> learned_due(const WorkerStatus& w) const;
   std::optional<Clock::time_point> setup_due(const WorkerStatus& w) const;
   bool protected_now() const;
+  // Latest progress beat of any live rank.
+  Clock::time_point latest_progress() const;
+  bool any_exited() const;
   void protection_changed(Clock::time_point now);
   void on_progress(WorkerStatus& w, const Beat& beat);
   void resume_after_report(Clock::time_point now);

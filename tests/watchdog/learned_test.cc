@@ -77,7 +77,8 @@ TEST_CASE("a kind's timeout is the initial one until enough samples, then max(fl
   CHECK(tiny.explain("checkpoint").describe() == "checkpoint: 600 s (initial; 0 sections so far)");
 }
 
-TEST_CASE("learned: a rank that stops progressing is caught at 5 x its longest step") {
+TEST_CASE("learned: a rank that stops progressing is caught 5 x the longest step after the node's "
+          "last progress, and named culprit") {
   wd::TimeoutLearner learner(small_floor());
   Learned w(learner);
   w.dog.add_worker(0, 0, kPid);
@@ -88,14 +89,14 @@ TEST_CASE("learned: a rank that stops progressing is caught at 5 x its longest s
   w.dog.on_beat(beat(0, 50, w.clock.now(), BeatKind::kAuto));
   w.clock.advance(100ms);
   w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kForward));
-  const auto rank1_last = w.clock.now() - 500ms;
-  w.clock.advance(1400ms);  // 1.9 s after rank 1's last beat: inside 5 x 0.4 s
+  const auto rank0_last = w.clock.now();
+  w.clock.advance(1999ms);  // rank 0 waits for rank 1 in the all-reduce
   CHECK_FALSE(w.hang);
-  w.clock.advance(100ms);
+  w.clock.advance(1ms);  // 5 x 0.4 s after the last progress on the node
   REQUIRE(w.hang);
-  CHECK(w.hang->global_rank == 1);
+  CHECK(w.hang->global_rank == 1);  // the oldest progress names the event
   CHECK(w.hang->kind == wd::HangKind::kHeartbeat);
-  CHECK(w.hang->due == rank1_last + 2s);
+  CHECK(w.hang->due == rank0_last + 2s);
   CHECK(w.hang->learned_from.find("step: 2 s, from") == 0);
   CHECK(w.dog.culprit(*w.hang) == 1);  // behind in steps, and the oldest beat
   const auto report = wd::make_hang_report(w.dog, *w.hang, 0);
@@ -129,6 +130,21 @@ TEST_CASE("learned: peers waiting while rank 0 is inside a checkpoint section ar
   CHECK(w.hang->global_rank == 0);
   CHECK(w.hang->section == "checkpoint");
   CHECK(w.dog.culprit(*w.hang) == 0);
+}
+
+TEST_CASE("learned: a rank waiting for a peer that still progresses is not hung") {
+  wd::TimeoutLearner learner(small_floor());
+  Learned w(learner);
+  w.dog.add_worker(0, 0, kPid);
+  w.dog.add_worker(1, 1, kPid + 1);
+  w.steps({0, 1}, 1, 20, 100ms);
+  // Rank 0 runs a 5 s evaluation (forward passes); rank 1 finished its own
+  // and waits in the next step's all-reduce for rank 0.
+  for (int i = 0; i < 50; ++i) {
+    w.clock.advance(100ms);
+    w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kForward));
+  }
+  CHECK_FALSE(w.hang);
 }
 
 TEST_CASE("learned: forward passes are progress, and an eval pass widens the step timeout") {

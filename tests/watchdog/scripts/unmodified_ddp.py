@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-STEP_S = 0.1
+STEP_S = 0.2
 mode = sys.argv[1]
 rank = int(os.environ["RANK"])
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
