@@ -18,6 +18,13 @@ patches them, once:
   torch.distributed.checkpoint.state_dict_saver / _loader
                              save/load/save_state_dict/load_state_dict/
                              async_save inside a "checkpoint" section
+  torch.distributed.distributed_c10d
+                             destroy_process_group, and interpreter exit
+                             after it was imported, open a "teardown"
+                             section that the process's end closes: no step
+                             comes after the last one, and a barrier,
+                             destroy_process_group and torch's exit can
+                             take longer than a learned step timeout
 
 Every hook is guarded: a failure in ddprun's code never reaches the user's
 program. Only the worker's own process beats: DataLoader workers and other
@@ -35,8 +42,10 @@ _WATCHED = frozenset((
     "torch.serialization",
     "torch.distributed.checkpoint.state_dict_saver",
     "torch.distributed.checkpoint.state_dict_loader",
+    "torch.distributed.distributed_c10d",
 ))
 _CHECKPOINT = "checkpoint"
+_TEARDOWN = "teardown"
 # heartbeat_wire.h's kForwardMinIntervalMs, checked here first: the forward
 # hook runs for every module call, so its usual path is one clock read.
 _FORWARD_MIN_INTERVAL_S = 0.100
@@ -177,6 +186,33 @@ def _patch_functions(names):
     return patch
 
 
+def _start_teardown():
+    try:
+        if _in_worker():
+            _heartbeat().start_section(_TEARDOWN)
+    except Exception:
+        pass
+
+
+def _patch_c10d(mod):
+    fn = getattr(mod, "destroy_process_group", None)
+    if callable(fn) and not getattr(fn, _WRAPPED, False):
+        import functools
+
+        @functools.wraps(fn)
+        def destroy_process_group(*args, **kwargs):
+            _start_teardown()
+            return fn(*args, **kwargs)
+
+        setattr(destroy_process_group, _WRAPPED, True)
+        mod.destroy_process_group = destroy_process_group
+    # Registered now, so it runs after the handlers the program registers
+    # later (atexit is last in, first out), still before the interpreter's
+    # own slow finalization.
+    import atexit
+    atexit.register(_start_teardown)
+
+
 _PATCHES = {
     "torch.optim.optimizer": _patch_optimizer,
     "torch.nn.modules.module": _patch_module,
@@ -185,6 +221,7 @@ _PATCHES = {
         _patch_functions(("save", "save_state_dict", "async_save")),
     "torch.distributed.checkpoint.state_dict_loader":
         _patch_functions(("load", "load_state_dict")),
+    "torch.distributed.distributed_c10d": _patch_c10d,
 }
 
 
