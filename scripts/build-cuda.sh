@@ -30,6 +30,7 @@ if [[ -n $nccl && -f $nccl/include/nccl.h ]]; then
 fi
 [[ -f $nccl_inc/nccl.h && -f $nccl_lib ]] ||
   { echo "build-cuda: no NCCL (nccl.h and libnccl.so) in $venv or under $cuda" >&2; exit 1; }
+source scripts/ccache-env.sh
 start=$(date +%s)
 # Torch first on the prefix path, so its CUDA config wins over Debian's CPU one.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \

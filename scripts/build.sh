@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
 jobs=${DDPRUN_JOBS:-$(nproc)}
+source scripts/ccache-env.sh
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$dir" -j "$jobs"
