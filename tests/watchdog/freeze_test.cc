@@ -116,18 +116,18 @@ TEST_CASE("freeze: an unmodified Python DDP job whose rank 1 stops in a collecti
 }
 
 TEST_CASE("freeze: a healthy unmodified Python job with checkpoints 30 steps long on rank 0 and "
-          "eval passes 20 steps long runs 160 steps without a false hang") {
+          "eval passes 20 steps long runs 320 steps without a false hang") {
   REQUIRE_TORCH();
   Job job;
   job.run({kFloor}, "healthy");
   CAPTURE(job.console());
   CHECK(job.exit_code == 0);
   CHECK_FALSE(job.has_report(0));
-  CHECK(slurp(job.attempt(0) + "/0/stdout.log").find("rank 0 step 150") != std::string::npos);
+  CHECK(slurp(job.attempt(0) + "/0/stdout.log").find("rank 0 step 300") != std::string::npos);
   CHECK(job.console().find("freeze:") == std::string::npos);
 }
 
-TEST_CASE("freeze: a Python setup 3 x the floor before the first step is no hang") {
+TEST_CASE("freeze: a Python setup of 20 s (6 x the floor) before the first step is no hang") {
   REQUIRE_TORCH();
   Job job;
   job.run({kFloor}, "setup");

@@ -5,11 +5,11 @@ forward passes, torch.save). Modes (argv[1]):
   hang      rank 1 enters a collective nobody joins at step 50 (rank 0
             waits for it in the next step's gradient all-reduce)
   restart   as hang in attempt 0; in attempt 1 rank 1 does so at step 3
-  healthy   160 steps; every 50 steps rank 0 alone saves a checkpoint
+  healthy   320 steps; every 100 steps rank 0 alone saves a checkpoint
             that takes 30 steps' time (the others wait in the next
-            all-reduce), every 75 steps all ranks run a 20-step-long
+            all-reduce), every 150 steps all ranks run a 20-step-long
             evaluation pass (forward passes only)
-  setup     a 10 s setup (imports, data) before the first step, 30 steps
+  setup     a 20 s setup (imports, data) before the first step, 30 steps
   stall     rank 1 stalls 8 s at step 30, then the job finishes (60 steps)
 
 STEP_S is one step's time (simulated data loading before each forward).
@@ -44,12 +44,12 @@ class SlowFile(io.BytesIO):
 
 def main():
     if mode == "setup":
-        time.sleep(10.0)
+        time.sleep(20.0)
     dist.init_process_group("gloo")
     side = dist.new_group([0, 1])  # every rank creates it; only rank 1 will use it
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps = {"healthy": 160, "setup": 30, "stall": 60}.get(mode, 10**9)
+    steps = {"healthy": 320, "setup": 30, "stall": 60}.get(mode, 10**9)
     hang_at = 50 if mode == "hang" or (mode == "restart" and attempt == 0) else (
         3 if mode == "restart" else -1)
     for step in range(1, steps + 1):
@@ -63,9 +63,9 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if mode == "healthy" and step % 50 == 0 and rank == 0:
+        if mode == "healthy" and step % 100 == 0 and rank == 0:
             torch.save(model.state_dict(), SlowFile(30 * STEP_S))
-        if mode == "healthy" and step % 75 == 0:
+        if mode == "healthy" and step % 150 == 0:
             with torch.no_grad():
                 for _ in range(20):
                     time.sleep(STEP_S)
