@@ -365,7 +365,7 @@ TEST_CASE("multinode.pytorch") {
   for (int n = 1; n <= 2; ++n)
     job.start(n, {"DDPRUN_PYTHON=" + python, "GLOO_SOCKET_IFNAME=eth0"},
               {"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
-               "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=py", EXAMPLES_DIR "/hello_ddp.py"});
+               "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=py", std::string(EXAMPLES_DIR) + "/hello_ddp.py"});
   for (int n = 1; n <= 2; ++n) {
     INFO("node " << n << ":\n" << job.log(n));
     CHECK(job.agents[n]->wait(Seconds(60)) == 0);

@@ -52,13 +52,13 @@ std::string error_of(const std::string& dir) {
 }  // namespace
 
 TEST_CASE("idx reader loads the embedded digits of any count") {
-  IdxSplit train = load_idx_split(DDPRUN_SOURCE_DIR "/data/digits", "train");
+  IdxSplit train = load_idx_split(std::string(DDPRUN_SOURCE_DIR) + "/data/digits", "train");
   CHECK(train.images.count == 1500);
   CHECK(train.images.rows == 28);
   CHECK(train.images.cols == 28);
   CHECK(train.images.pixels.size() == 1500u * 784u);
   CHECK(train.labels.count == 1500);
-  IdxSplit test = load_idx_split(DDPRUN_SOURCE_DIR "/data/digits", "t10k");
+  IdxSplit test = load_idx_split(std::string(DDPRUN_SOURCE_DIR) + "/data/digits", "t10k");
   CHECK(test.images.count == 297);
 }
 

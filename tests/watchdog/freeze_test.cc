@@ -27,7 +27,7 @@ namespace {
 
 // Generous: a busy 2-core machine runs two torch workers slowly.
 constexpr auto kJobDeadline = std::chrono::seconds(240);
-const std::string kScript = WATCHDOG_SCRIPTS "/unmodified_ddp.py";
+const std::string kScript = std::string(WATCHDOG_SCRIPTS) + "/unmodified_ddp.py";
 // Floor of the learned timeouts in these tests (the default is 60 s).
 const std::string kFloor = "--hang-timeout-floor=3";
 

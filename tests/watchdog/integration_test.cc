@@ -167,7 +167,7 @@ TEST_CASE("a Python worker blocked forever in dist.barrier() after its peer exit
   Job job;
   job.run({"--nproc-per-node=2", "--max-restarts=1", "--heartbeat-timeout=2",
            "--heartbeat-grace=60"},
-          {WATCHDOG_SCRIPTS "/barrier_hang.py"});
+          {std::string(WATCHDOG_SCRIPTS) + "/barrier_hang.py"});
   check_recovered(job, job.attempt(1) + "/0/stdout.log");
   const auto r = job.report();
   CHECK(r["kind"] == "heartbeat_timeout");
@@ -184,7 +184,7 @@ TEST_CASE("a Python worker blocked forever in dist.barrier() after its peer exit
 
 TEST_CASE("torch's FileTimerClient deadline is served and a missed one restarts the group") {
   Job job;
-  job.run({"--nproc-per-node=1", "--max-restarts=1"}, {WATCHDOG_SCRIPTS "/file_timer_hang.py"},
+  job.run({"--nproc-per-node=1", "--max-restarts=1"}, {std::string(WATCHDOG_SCRIPTS) + "/file_timer_hang.py"},
           {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}});
   check_recovered(job, job.attempt(1) + "/0/stdout.log");
   const auto r = job.report();
