@@ -4,6 +4,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -47,6 +48,16 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 [[noreturn]] void throw_errno(const std::string& what) {
   throw TrainerError("shm communicator: " + what + ": " + std::strerror(errno));
+}
+
+// What rank 0 publishes instead of a segment name ('!' first: a shm name
+// starts with '/'), and every rank's ShmNoRoom message.
+std::string no_room_message(size_t bytes, int error) {
+  struct statvfs fs {};
+  std::string free = "?";
+  if (::statvfs("/dev/shm", &fs) == 0) free = std::to_string(fs.f_bavail * fs.f_frsize >> 20);
+  return "!shm communicator: /dev/shm has " + free + " MiB free, the segment needs " +
+         std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB (" + std::strerror(error) + ")";
 }
 
 template <typename T>
@@ -117,10 +128,18 @@ class ShmCommunicator : public Communicator {
         ::shm_unlink(name.c_str());
         throw_errno("ftruncate " + name + " (is /dev/shm large enough?)");
       }
+      if (const int e = ::posix_fallocate(fd_, 0, off_t(bytes_)); e != 0) {
+        ::shm_unlink(name.c_str());
+        ::close(fd_);
+        const std::string why = no_room_message(bytes_, e);
+        store.set(key, std::vector<uint8_t>(why.begin(), why.end()));  // "!..." : no segment
+        throw ShmNoRoom(why.substr(1));
+      }
       store.set(key, std::vector<uint8_t>(name.begin(), name.end()));
     } else {
       std::vector<uint8_t> v = store.get(key);
       name.assign(v.begin(), v.end());
+      if (!name.empty() && name[0] == '!') throw ShmNoRoom(name.substr(1));
       fd_ = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
       if (fd_ < 0) throw_errno("shm_open " + name);
     }

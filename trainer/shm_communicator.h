@@ -32,6 +32,7 @@
 #include <string>
 
 #include "trainer/communicator.h"
+#include "trainer/error.h"
 
 namespace c10d {
 class Store;
@@ -50,6 +51,18 @@ struct ShmOptions {
   std::string key_prefix = "ddprun_train/";  // store key for the segment name
 };
 
+// /dev/shm has no room for the segment. Rank 0 reserves every byte of it
+// (posix_fallocate) before any rank maps it: a sparse segment on a full
+// tmpfs maps fine and then kills each rank with SIGBUS at its first touch,
+// in every attempt. Rank 0 tells the others through the store, so every
+// rank throws this and they all choose the same fallback.
+class ShmNoRoom : public TrainerError {
+ public:
+  using TrainerError::TrainerError;
+};
+
+// Throws ShmNoRoom on every rank when /dev/shm is too small, TrainerError
+// for other failures.
 std::unique_ptr<Communicator> make_shm_communicator(c10d::Store& store, const ShmOptions& options);
 
 }  // namespace ddprun::trainer

@@ -45,7 +45,8 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
   const auto timeout = std::chrono::milliseconds(int64_t(o.collective_timeout_s * 1000));
   std::string why;
   const bool one_host = w.local_world_size == w.world_size;
-  if (backend == Backend::kAuto) {
+  const bool automatic = backend == Backend::kAuto;
+  if (automatic) {
     backend = nccl_available(&why) ? Backend::kNccl
               : one_host && w.world_size > 1 ? Backend::kShm
                                              : Backend::kGloo;
@@ -71,7 +72,13 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
     so.rank = w.rank;
     so.world_size = w.world_size;
     so.timeout = timeout;
-    return make_shm_communicator(*store, so);
+    try {
+      return make_shm_communicator(*store, so);
+    } catch (const ShmNoRoom& e) {
+      if (!automatic) throw TrainerError(std::string("--backend shm: ") + e.what());
+      // Every rank gets ShmNoRoom (rank 0 decided for all), so all fall back.
+      log_warn("%s: --backend auto uses gloo", e.what());
+    }
   }
   GlooOptions go;
   go.rank = w.rank;

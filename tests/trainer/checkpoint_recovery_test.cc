@@ -312,3 +312,36 @@ TEST_CASE("bit flips in the newest manifest: train resumes from the older good o
     std::ofstream(check.manifest_path(20), std::ios::binary | std::ios::trunc) << intact;
   }
 }
+
+// Issue 19: with under 5-8 MiB free in /dev/shm, --backend auto picked the
+// shared-memory communicator and every attempt died of SIGBUS (exit 135).
+// The segment of 2 ranks needs 16 MiB: a 4 MiB /dev/shm (a tmpfs mounted
+// over it in this process's own mount namespace, which the ranks inherit).
+TEST_CASE("a 4 MiB /dev/shm: --backend auto falls back to gloo in one line, shm refuses") {
+  TempDir tmp;
+  Tmpfs shm("/dev/shm", 4 << 20);
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  RankRun fallback = run_ranks({kTrain, "--backend", "auto", "--steps", "20", "--log-every", "0",
+                                "--checkpoint-dir", tmp.file("auto")},
+                               2, tmp.file("auto"), 180s);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank ", r, " output:\n", fallback.outputs[r]);
+    CHECK(fallback.codes[r] == 0);
+    CHECK(count(fallback.outputs[r], "/dev/shm has ") == 1);
+    CHECK(count(fallback.outputs[r], "the segment needs 16 MiB") == 1);
+    CHECK(count(fallback.outputs[r], "--backend auto uses gloo") == 1);
+    CHECK(fallback.outputs[r].find("rank " + std::to_string(r) + " steps 20 ") != std::string::npos);
+  }
+  RankRun forced = run_ranks({kTrain, "--backend", "shm", "--steps", "20", "--log-every", "0",
+                              "--checkpoint-dir", tmp.file("shm")},
+                             2, tmp.file("shm"), 180s);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank ", r, " output:\n", forced.outputs[r]);
+    CHECK(forced.codes[r] == 1);  // an error, not SIGBUS (135)
+    CHECK(count(forced.outputs[r], "--backend shm: shm communicator: /dev/shm has ") == 1);
+  }
+}
