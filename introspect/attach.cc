@@ -23,6 +23,7 @@
 
 #include "base/contract.h"
 #include "base/proc_stat.h"
+#include "base/safe_file.h"
 #include "base/scoped_fd.h"
 #include "watchdog/heartbeat_server.h"
 #include "introspect/proc_usage.h"
@@ -336,9 +337,14 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
       std::string report_path;
       if (!o.report_dir.empty()) {
         report_path = o.report_dir + "/" + base::kFileHangReportJson;
-        std::ofstream(o.report_dir + "/" + base::kFileHangReportText) << text;
-        std::ofstream(report_path + ".tmp") << report.dump(2) << "\n";
-        std::rename((report_path + ".tmp").c_str(), report_path.c_str());
+        // SafeDir: `attach` often runs as root, the folder may be shared.
+        try {
+          const auto dir = base::SafeDir::open(o.report_dir, true);
+          dir.write_atomically(base::kFileHangReportText, text, false);
+          dir.write_atomically(base::kFileHangReportJson, report.dump(2) + "\n", false);
+        } catch (const base::FileError& e) {
+          out << "attach: " << e.what() << "\n";
+        }
       }
       out << text << std::flush;
       if (o.on_hang == OnHang::kKill) {

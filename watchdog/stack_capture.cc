@@ -16,6 +16,7 @@
 
 #include "base/contract.h"
 #include "base/pidfd.h"
+#include "base/safe_file.h"
 #include "base/scoped_fd.h"
 #include "watchdog/proc.h"
 
@@ -131,9 +132,16 @@ bool run_tool(const std::string& name, std::vector<std::string> argv_s, const st
               std::chrono::milliseconds timeout, CaptureCancel* cancel, std::string& text,
               std::string& why) {
   text.clear();
-  base::ScopedFd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!out) {
-    why = "cannot write " + path + ": " + std::strerror(errno);
+  // Through SafeDir (base/safe_file.h): the agent often runs as root with a
+  // log folder that others can write, so neither the path nor the file may
+  // be a symlink someone planted.
+  base::ScopedFd out;
+  try {
+    const auto slash = path.rfind('/');
+    const auto dir = base::SafeDir::open(slash == std::string::npos ? "." : path.substr(0, slash));
+    out = dir.open_truncate(path.substr(slash == std::string::npos ? 0 : slash + 1));
+  } catch (const base::FileError& e) {
+    why = std::string("cannot write stacks: ") + e.what();
     return false;
   }
   const std::string program = find_program(argv_s[0]);
@@ -283,7 +291,11 @@ StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string&
   // Fallback: what the kernel knows, followed by whatever the tools left.
   c.note = join_notes();
   c.text = proc_stack_summary(pid) + failed_output;
-  std::ofstream(c.path, std::ios::trunc) << c.text;
+  try {
+    base::write_file_atomically(c.path, c.text, false);
+  } catch (const base::FileError& e) {
+    c.note += (c.note.empty() ? "" : "; ") + std::string("cannot write stacks: ") + e.what();
+  }
   c.method = StackMethod::kProc;
   return c;
 }
