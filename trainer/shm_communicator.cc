@@ -60,6 +60,11 @@ std::string no_room_message(size_t bytes, int error) {
          std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB (" + std::strerror(error) + ")";
 }
 
+// Rank `rank` has read rank 0's "no room" decision.
+std::string seen_key(const ShmOptions& o, int rank) {
+  return o.key_prefix + "shm_no_room_seen/" + std::to_string(rank);
+}
+
 template <typename T>
 void sum_slots(T* out, const uint8_t* const* slots, int n_slots, int64_t n, T scale) {
   // Slot by slot, in rank order: the same bits as summing each element over
@@ -133,13 +138,26 @@ class ShmCommunicator : public Communicator {
         ::close(fd_);
         const std::string why = no_room_message(bytes_, e);
         store.set(key, std::vector<uint8_t>(why.begin(), why.end()));  // "!..." : no segment
+        // Rank 0 may exit on this (--backend shm), and it often hosts the
+        // store: every peer reads the decision first, or it would wait on
+        // a store that is gone until its own timeout.
+        std::vector<std::string> seen;
+        for (int r = 1; r < o.world_size; ++r) seen.push_back(seen_key(o, r));
+        try {
+          store.wait(seen);
+        } catch (const std::exception&) {
+          // A peer that never came is its own error; this one's is the room.
+        }
         throw ShmNoRoom(why.substr(1));
       }
       store.set(key, std::vector<uint8_t>(name.begin(), name.end()));
     } else {
       std::vector<uint8_t> v = store.get(key);
       name.assign(v.begin(), v.end());
-      if (!name.empty() && name[0] == '!') throw ShmNoRoom(name.substr(1));
+      if (!name.empty() && name[0] == '!') {
+        store.set(seen_key(o, o.rank), std::vector<uint8_t>{'1'});
+        throw ShmNoRoom(name.substr(1));
+      }
       fd_ = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
       if (fd_ < 0) throw_errno("shm_open " + name);
     }

@@ -19,7 +19,10 @@ slurm_cluster_up
 fail() { slurm_fail "$@"; }
 
 out=$T/out
-mkdir -m 777 "$out" "$T/pystacks" "$T/report"
+mkdir -m 777 "$out" "$T/pystacks"
+# Root's own: attach writes its report through SafeDir, which refuses a
+# folder anyone may write that is not sticky.
+mkdir -m 755 "$T/report"
 cat > "$T/job.sh" <<JOB
 #!/bin/bash
 exec srun -N2 --ntasks-per-node=2 /usr/bin/python3 $src/tests/introspect/scripts/srun_worker.py
