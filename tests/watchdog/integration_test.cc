@@ -74,7 +74,11 @@ struct Job {
 void check_recovered(const Job& job, const std::string& done_log) {
   CAPTURE(job.console());
   CHECK(job.exit_code == 0);
-  CHECK(job.event_names() ==
+  auto names = job.event_names();
+  // A native worker under learned timeouts (no --heartbeat-timeout) is told
+  // at start that it is watched only once it beats.
+  if (names.size() > 1 && names[1] == "detection_off") names.erase(names.begin() + 1);
+  CHECK(names ==
         std::vector<std::string>{"start", "rendezvous", "hang_detected", "restart", "rendezvous",
                                  "done"});
   CHECK(job.events().back()["reason"] == "succeeded");
