@@ -12,13 +12,14 @@ Workloads (bench/freeze_bench_worker.py, 2 ranks, gloo, CPU, 50 ms steps):
 ddprun runs the script unmodified (its bootstrap beats on optimizer steps,
 forward passes and torch.save sections), once per --ddprun-flags given (each
 a column: by default no flags, i.e. learned timeouts with their 60 s floor,
-and --hang-timeout-floor=5, NVRx's 5 s workload_check_interval). ft_launcher runs
-it with NVRx's documented instrumentation: "step" and "checkpoint" sections
-of RankMonitorClient, timeouts calculated (calculate_and_set_section_timeouts)
-after 40 steps, initial timeouts 600 s.
+and --hang-timeout-floor=5, NVRx's 5 s workload_check_interval). ft_launcher
+runs it with NVRx's documented instrumentation: "step" and "checkpoint"
+sections of RankMonitorClient, timeouts calculated
+(calculate_and_set_section_timeouts) after 40 steps, initial timeouts 600 s.
 
-Each launcher runs each workload --reps times. Per run: false hang (a healthy workload that the launcher ended, or that
-reported a hang), detection latency (the first output line saying so minus
+Each launcher runs each workload --reps times. Per run: false hang (a
+healthy workload that the launcher ended, or that reported a hang, or a
+hang workload reported before its hang began), detection latency (the first output line saying so minus
 the moment the hang began, written by the worker) and end latency (the
 launcher's exit minus that moment).
 
