@@ -42,9 +42,11 @@ std::string InterpreterHint::line(const AttemptResult& result) const {
   if (!is_python_ || !result.root || !result.root->status || !result.root->local_rank) return "";
   if (printed_.count(*result.root->local_rank)) return "";
   const std::string from = source_.empty() ? "" : " (" + source_ + ")";
+  const std::string how = source_ == "the command line"
+                              ? "name another on the command line"
+                              : "choose another with PYTHON_EXEC=/path/to/python (or DDPRUN_PYTHON)";
   return "  python: the worker failed before its first output, running " + interpreter_ + from +
-         "; if that is the wrong interpreter, choose another with PYTHON_EXEC=/path/to/python "
-         "(or DDPRUN_PYTHON)\n";
+         "; if that is the wrong interpreter, " + how + "\n";
 }
 
 }  // namespace ddprun::agent

@@ -295,6 +295,8 @@ void interpret_program(const RawFlags& f, const std::vector<std::string>& rest,
     Command cmd = build_command(spec);
     o.command = cmd.argv;
     o.is_python = cmd.is_python;
+    // `ddprun python3 x.py`: the interpreter is the one the user named.
+    if (cmd.is_python && cmd.argv.front() == spec.program) o.python_source = "the command line";
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }

@@ -9,6 +9,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// "python", "python3", "python3.11", as a path or a bare name: the worker is
+// that interpreter, so ddprun's Python bootstrap applies to it.
+bool is_python_interpreter(const std::string& program) {
+  const auto slash = program.rfind('/');
+  const std::string name = slash == std::string::npos ? program : program.substr(slash + 1);
+  if (name.rfind("python", 0) != 0) return false;
+  return name.find_first_not_of("0123456789.", 6) == std::string::npos;
+}
+
 }  // namespace
 
 Command build_command(const CommandSpec& spec) {
@@ -33,6 +42,8 @@ Command build_command(const CommandSpec& spec) {
     cmd.is_python = true;
   } else {
     cmd.argv = {spec.program};
+    // `ddprun python3 train.py`: run as given, but still a Python worker.
+    cmd.is_python = is_python_interpreter(spec.program);
   }
   cmd.argv.insert(cmd.argv.end(), spec.args.begin(), spec.args.end());
   return cmd;

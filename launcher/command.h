@@ -4,6 +4,9 @@
 // the user saying so (torchrun always prepends python); -m/--module runs
 // `<python> -u -m module args...`; --no-python, or any other program, runs
 // it directly; --run-path runs the script with runpy.run_path in <python>.
+// A program named like an interpreter (python, python3, /usr/bin/python3.11)
+// runs as given and is a Python worker too (is_python: ddprun's bootstrap on
+// its PYTHONPATH, automatic beats).
 #pragma once
 
 #include <string>

@@ -87,6 +87,7 @@ HookOptions hook_options_from(const agent::Options& o) {
   }
   if (o.stack_capture == "none") h.max_native_captures = 0;
   h.is_python = o.is_python;
+  if (!o.command.empty()) h.program = o.command.front();
   h.events_to_console = o.events_to_console;
   // torchrun: the server runs only for the exact value "1".
   h.file_timer = base_env_value(o, base::kEnvEnableFileTimer) == "1";
@@ -139,6 +140,7 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
     } catch (const std::exception& e) {
       spdlog::warn("no event log: {}", e.what());
     }
+    say_native_unwatched();
   }
   // Sockets and FIFOs live in the agent's private folder, never in the log
   // folder another job may share.
@@ -248,6 +250,24 @@ void WatchdogHook::on_unwatched(const std::vector<int>& ranks, Millis setup) {
                fmt::format("{}", fmt::join(ranks, ",")), setup.count() / 1000.0);
   if (events_) events_->write("detection_off", attempt_, ranks, "no progress beat during setup",
                               {{"setup_s", setup.count() / 1000.0}});
+}
+
+void WatchdogHook::say_native_unwatched() {
+  // Only learned detection waits for a first beat without a deadline; a
+  // fixed --heartbeat-timeout demands one within the grace, --silence-timeout
+  // watches the output, and --hang-timeout=0 asked for nothing.
+  if (said_unwatched_ || !options_.learn || options_.is_python ||
+      options_.detect.silence_timeout.count() > 0)
+    return;
+  said_unwatched_ = true;  // the setup window's end would only say it again
+  spdlog::warn("freeze detection is off for {} until it beats: automatic beats need a Python "
+               "worker (a .py script, -m module or python interpreter); a native program is "
+               "watched once it beats through watchdog/heartbeat.h (LibTorch programs such as "
+               "ddprun's own `train` do). --silence-timeout=S watches its output instead; "
+               "--hang-timeout=0 silences this line.",
+               options_.program);
+  if (events_) events_->write("detection_off", attempt_, {}, "not a Python worker: no automatic beats",
+                              {{"program", options_.program}});
 }
 
 void WatchdogHook::no_core_dumps(pid_t pid) const {

@@ -65,6 +65,9 @@ struct HookOptions {
   // Workers run a Python interpreter: set PYTHONFAULTHANDLER=1 (unless the
   // user set it) while any detector is on, so SIGABRT prints tracebacks.
   bool is_python = false;
+  // The worker's program as given (the command's first word), for the
+  // notice that a non-Python program is not watched until it beats.
+  std::string program;
   // --event-log-handler=console: events.jsonl lines also on stderr.
   bool events_to_console = false;
   // Serve torch's file timer (the agent's TORCHELASTIC_ENABLE_FILE_TIMER=1).
@@ -135,6 +138,9 @@ class WatchdogHook : public agent::AgentHooks {
   // A worker's core limit to 0 before SIGABRT asks it for a traceback.
   void no_core_dumps(pid_t pid) const;
   void on_unwatched(const std::vector<int>& ranks, Millis setup);
+  // At the job's start, once: learned detection cannot watch a program that
+  // gets no automatic beats (not Python) until it beats itself.
+  void say_native_unwatched();
 
   boost::asio::io_context& io_;
   base::SteadyClock clock_{io_};  // the watchdog's deadlines

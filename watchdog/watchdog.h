@@ -10,7 +10,8 @@
 //    first beat), the others' progress deadlines wait, since in the usual
 //    script they wait in the next collective for it. A rank whose setup
 //    outlasts the setup timeout without one beat is not watched (said once,
-//    never killed) until its first beat.
+//    never killed) until its first beat. (A non-Python program, which gets
+//    no automatic beats, is told so at start instead: WatchdogHook.)
 //  - heartbeat, fixed: with heartbeat_timeout set, EVERY worker must beat (through
 //    heartbeat.h or ddprun_heartbeat.py). Its first beat is due
 //    heartbeat_grace after spawn (start-up, imports, compilation), each next

@@ -50,6 +50,12 @@ TEST_CASE("a Python worker failing before its first output: the summary names th
   CHECK(r.status == 1);
   CHECK(r.err.find("running python3 = /usr/bin/python3 (the default: python3 from PATH)") !=
         std::string::npos);
+
+  // `ddprun /usr/bin/python3.11 x.py`: the user named it; PYTHON_EXEC would not help.
+  r = run_ddprun({kPy311, script(), "fail-first"}, {"PYTHON_EXEC=", "DDPRUN_PYTHON="});
+  CHECK(r.status == 1);
+  CHECK(r.err.find(std::string("running ") + kPy311 + " (the command line); if that is the wrong "
+                   "interpreter, name another on the command line\n") != std::string::npos);
 }
 
 TEST_CASE("a Python worker that failed after printing gets no interpreter line") {

@@ -94,6 +94,20 @@ TEST_CASE("python scripts and modules run with $DDPRUN_PYTHON -u; flags override
   CHECK(parse({"t.py"}).command[0] == "python3");
 }
 
+TEST_CASE("a program named like a Python interpreter runs as given and is a Python worker") {
+  for (const std::string py : {"python", "python3", "/usr/bin/python3", "python3.11",
+                               "./.venv/bin/python"}) {
+    auto o = parse({py, "-u", "train.py"});
+    CHECK(o.command == std::vector<std::string>{py, "-u", "train.py"});
+    CHECK(o.is_python);
+    CHECK(o.python_source == "the command line");
+  }
+  CHECK(parse({"--no-python", "python3", "x.py"}).is_python);  // still the interpreter
+  CHECK_FALSE(parse({"pythonista", "x"}).is_python);
+  CHECK_FALSE(parse({"python3-config"}).is_python);
+  CHECK_FALSE(parse({"/opt/python3/bin/train"}).is_python);
+}
+
 TEST_CASE("PET_ environment variables stand in for flags; flags win") {
   setenv("PET_NPROC_PER_NODE", "4", 1);
   setenv("PET_MAX_RESTARTS", "3", 1);

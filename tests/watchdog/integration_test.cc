@@ -3,6 +3,7 @@
 // attempt completes. A worker that beats on time is never killed.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -73,7 +74,11 @@ struct Job {
 void check_recovered(const Job& job, const std::string& done_log) {
   CAPTURE(job.console());
   CHECK(job.exit_code == 0);
-  CHECK(job.event_names() ==
+  auto names = job.event_names();
+  // A native worker under learned timeouts (no --heartbeat-timeout) is told
+  // at start that it is watched only once it beats.
+  if (names.size() > 1 && names[1] == "detection_off") names.erase(names.begin() + 1);
+  CHECK(names ==
         std::vector<std::string>{"start", "rendezvous", "hang_detected", "restart", "rendezvous",
                                  "done"});
   CHECK(job.events().back()["reason"] == "succeeded");
@@ -291,4 +296,64 @@ TEST_CASE("the teardown after ctrl-c is not reported as a hang") {
   }
   CAPTURE(slurp(dir.path() + "/ddprun.stderr"));
   CHECK(names == std::vector<std::string>{"start", "rendezvous", "done"});
+}
+
+namespace {
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+const std::string kNativeOff = "freeze detection is off for ";
+
+}  // namespace
+
+TEST_CASE("a native program gets one notice at start that it is watched only once it beats") {
+  Job job;
+  // The test worker without arguments prints its usage and exits 2: two
+  // ranks, two attempts, one job.
+  job.run({"--nproc-per-node=2", "--max-restarts=1"}, {WATCHDOG_TEST_WORKER});
+  const std::string console = job.console();
+  CAPTURE(console);
+  CHECK(job.exit_code == 2);
+  CHECK(count_of(console, kNativeOff + std::string(WATCHDOG_TEST_WORKER) + " until it beats") == 1);
+  CHECK(console.find("watchdog/heartbeat.h") != std::string::npos);
+  CHECK(console.find("--silence-timeout=S watches its output") != std::string::npos);
+  // At start: before the first workers were spawned, and never again.
+  const auto names = job.event_names();
+  CHECK(std::count(names.begin(), names.end(), "detection_off") == 1);
+  REQUIRE(names.size() >= 3);
+  CHECK(names[0] == "start");
+  CHECK(names[1] == "detection_off");
+  CHECK(names[2] == "rendezvous");
+}
+
+TEST_CASE("no notice where it does not apply: detection off, fixed or output-watched") {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--hang-timeout=0"}, {"--heartbeat-timeout=5"},
+        {"--hang-timeout=5"}, {"--silence-timeout=30"}}) {
+    Job job;
+    job.run(flags, {WATCHDOG_TEST_WORKER, "beat", "2", "10", "exit"});
+    CAPTURE(flags[0]);
+    CAPTURE(job.console());
+    CHECK(job.exit_code == 0);
+    CHECK(job.console().find(kNativeOff) == std::string::npos);
+  }
+}
+
+TEST_CASE("a Python worker, named by script or by interpreter, gets the bootstrap and no notice") {
+  // No torch needed: the script reports whether ddprun's import hook is in.
+  const std::string script = std::string(WATCHDOG_SCRIPTS) + "/autobeat_no_torch.py";
+  for (const std::vector<std::string>& program :
+       {std::vector<std::string>{script}, {test_python(), script}, {"python3", script}}) {
+    Job job;
+    job.run({}, program);
+    CAPTURE(program[0]);
+    CAPTURE(job.console());
+    CHECK(job.exit_code == 0);
+    CHECK(slurp(job.attempt(0) + "/0/stdout.log").find("hook=True") != std::string::npos);
+    CHECK(job.console().find(kNativeOff) == std::string::npos);
+  }
 }
