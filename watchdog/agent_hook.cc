@@ -153,6 +153,13 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
     heartbeats_ = std::make_unique<HeartbeatServer>(
         io_, choose_socket_path(private_dir), [this](const Beat& b) {
           if (dog_) dog_->on_beat(b);
+          if (said_native_off_) {
+            // The start notice said "off until it beats": say that it does
+            // (ddprun's own `train` beats through heartbeat.h).
+            said_native_off_ = false;
+            spdlog::info("freeze detection is on for {}: rank {} beats", options_.program,
+                         b.global_rank);
+          }
         });
   } catch (const std::exception& e) {
     spdlog::warn("heartbeats disabled for attempt {}: {}", attempt_, e.what());
@@ -260,6 +267,7 @@ void WatchdogHook::say_native_unwatched() {
       options_.detect.silence_timeout.count() > 0)
     return;
   said_unwatched_ = true;  // the setup window's end would only say it again
+  said_native_off_ = true;
   spdlog::warn("freeze detection is off for {} until it beats: automatic beats need a Python "
                "worker (a .py script, -m module or python interpreter); a native program is "
                "watched once it beats through watchdog/heartbeat.h (LibTorch programs such as "

@@ -149,6 +149,8 @@ class WatchdogHook : public agent::AgentHooks {
   // Per job (one run id): learned timeouts survive restarts.
   TimeoutLearner learner_;
   bool said_unwatched_ = false;
+  // The at-start notice for a native program is out and no beat came yet.
+  bool said_native_off_ = false;
   // Per attempt.
   int attempt_ = -1;
   std::string attempt_dir_;

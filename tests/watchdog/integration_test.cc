@@ -330,6 +330,19 @@ TEST_CASE("a native program gets one notice at start that it is watched only onc
   CHECK(names[2] == "rendezvous");
 }
 
+TEST_CASE("a native program that beats is told it is watched once its first beat comes") {
+  Job job;
+  // 20 beats 20 ms apart: the agent reads beats while the worker runs.
+  job.run({}, {WATCHDOG_TEST_WORKER, "beat", "20", "20", "exit"});
+  const std::string console = job.console();
+  CAPTURE(console);
+  CHECK(job.exit_code == 0);
+  CHECK(count_of(console, kNativeOff) == 1);
+  CHECK(count_of(console, "freeze detection is on for " + std::string(WATCHDOG_TEST_WORKER) +
+                              ": rank 0 beats") == 1);
+  CHECK(console.find(kNativeOff) < console.find("freeze detection is on for "));
+}
+
 TEST_CASE("no notice where it does not apply: detection off, fixed or output-watched") {
   for (const std::vector<std::string>& flags :
        {std::vector<std::string>{"--hang-timeout=0"}, {"--heartbeat-timeout=5"},
