@@ -233,32 +233,31 @@ void WatchdogHook::share_guards(const agent::AttemptInfo& attempt) {
     return;
   }
   dog_->on_guards_changed([this](const std::vector<Guard>& g) { publish_guards(g); });
-  publish_guards(dog_->guards());
 }
 
 void WatchdogHook::note_peer_sections(int node, const std::vector<Guard>& guards) {
+  // Said when this node's ranks start waiting for other nodes' sections,
+  // not for each one: with every rank saving (torch.distributed.checkpoint)
+  // a checkpoint would be a line per rank of the job.
+  auto is_section = [](const Guard& g) { return g.section != TimeoutLearner::kSetup; };
   const auto before = dog_->peer_guards();
-  for (const auto& g : guards) {
-    if (g.section == TimeoutLearner::kSetup) continue;
-    const bool known = std::any_of(before.begin(), before.end(), [&](const Guard& o) {
-      return o.node == node && o.rank == g.rank && o.section == g.section;
-    });
-    if (known) continue;
-    const double left = std::chrono::duration<double>(g.until - clock_.now()).count();
-    const std::string line = fmt::format(
-        "node {}'s rank {} is inside section \"{}\": ranks here waiting for it are not hung "
-        "(for up to {:.0f} s, its timeout there)", node, g.rank, g.section, left);
-    // Once per job on the console (a checkpoint every few minutes would
-    // repeat it), and not for the end of the job (the bootstrap's
-    // "teardown"); every time in the event log.
-    if (!said_peer_section_ && g.section != "teardown") {
-      spdlog::info("{}", line);
-      said_peer_section_ = true;
-    }
-    if (events_)
-      events_->write("peer_section", attempt_, all_ranks(), line,
-                     {{"node", node}, {"rank", g.rank}, {"section", g.section}, {"left_s", left}});
+  if (std::any_of(before.begin(), before.end(), is_section)) return;
+  const auto g = std::find_if(guards.begin(), guards.end(), is_section);
+  if (g == guards.end()) return;
+  const double left = std::chrono::duration<double>(g->until - clock_.now()).count();
+  const std::string line = fmt::format(
+      "node {}'s rank {} is inside section \"{}\": ranks here waiting for it are not hung "
+      "(for up to {:.0f} s, its timeout there)", node, g->rank, g->section, left);
+  // Once per job on the console (a checkpoint every few minutes would
+  // repeat it), and not for the end of the job (the bootstrap's
+  // "teardown"); every time in the event log.
+  if (!said_peer_section_ && g->section != "teardown") {
+    spdlog::info("{}", line);
+    said_peer_section_ = true;
   }
+  if (events_)
+    events_->write("peer_section", attempt_, all_ranks(), line,
+                   {{"node", node}, {"rank", g->rank}, {"section", g->section}, {"left_s", left}});
 }
 
 void WatchdogHook::publish_guards(const std::vector<Guard>& guards) {

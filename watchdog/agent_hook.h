@@ -142,7 +142,8 @@ class WatchdogHook : public agent::AgentHooks {
   // Multi-node rounds: this node's guards to the others, theirs to dog_.
   void share_guards(const agent::AttemptInfo& attempt);
   void publish_guards(const std::vector<Guard>& guards);
-  // Says (event log; console once) when another node's rank enters a section.
+  // Says (event log; console once) when ranks here start waiting for
+  // another node's section.
   void note_peer_sections(int node, const std::vector<Guard>& guards);
 
   boost::asio::io_context& io_;

@@ -196,6 +196,12 @@ std::vector<Guard> Watchdog::guards() const {
   return out;
 }
 
+void Watchdog::on_guards_changed(std::function<void(const std::vector<Guard>&)> f) {
+  on_guards_changed_ = std::move(f);
+  told_guards_ = guards();
+  if (on_guards_changed_) on_guards_changed_(told_guards_);
+}
+
 void Watchdog::tell_guards() {
   if (!on_guards_changed_) return;
   auto now = guards();

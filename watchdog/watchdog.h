@@ -187,12 +187,11 @@ class Watchdog {
   // (learned mode): the caller says freeze detection is off for them.
   void on_unwatched(std::function<void(const std::vector<int>&, Millis)> f) { on_unwatched_ = std::move(f); }
   // Learned mode: this node's guards now (sections, setups), for the other
-  // nodes; `f` is called whenever they change (a section starts or ends, a
-  // first beat, a setup that passed, a timeout that grew).
+  // nodes; `f` is called with them at once, then whenever they change (a
+  // section starts or ends, a first beat, a setup that passed, a timeout
+  // that grew).
   std::vector<Guard> guards() const;
-  void on_guards_changed(std::function<void(const std::vector<Guard>&)> f) {
-    on_guards_changed_ = std::move(f);
-  }
+  void on_guards_changed(std::function<void(const std::vector<Guard>&)> f);
   // Another node's guards (replacing what it said before), `until` in this
   // watchdog's clock. Each protects this node's ranks until its `until`
   // only: a node that stops telling (its agent died, the store is gone)

@@ -62,6 +62,16 @@ struct FreezeJob {
     return 0;
   }
 
+  // MN_KEEP_LOGS=<dir>: keep the agents' consoles and event logs for a look.
+  ~FreezeJob() {
+    const char* keep = getenv("MN_KEEP_LOGS");
+    if (!keep) return;
+    for (int n = 1; n <= 2; ++n) {
+      std::ofstream(std::string(keep) + "/" + net.ns(n) + ".log") << console(n);
+      std::ofstream(std::string(keep) + "/" + net.ns(n) + ".events.jsonl") << events(n);
+    }
+  }
+
   void run(const std::string& mode) {
     for (int n = 1; n <= 2; ++n) {
       agents[n] = std::make_unique<NodeAgent>(

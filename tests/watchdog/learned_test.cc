@@ -136,15 +136,17 @@ TEST_CASE("learned: a rank waiting for another node's rank inside a section is n
           "long as that section's own timeout there") {
   wd::TimeoutLearner learner(small_floor());
   Learned w(learner);
-  std::vector<std::vector<wd::Guard>> told;  // what this node tells the others
-  w.dog.on_guards_changed([&](const std::vector<wd::Guard>& g) { told.push_back(g); });
   w.dog.add_worker(0, 1, kPid);  // global rank 1 alone on this node
-  REQUIRE(told.size() == 1);     // in setup: the other nodes wait for it too
+  // What this node tells the others: at once, then each change.
+  std::vector<std::vector<wd::Guard>> told;
+  w.dog.on_guards_changed([&](const std::vector<wd::Guard>& g) { told.push_back(g); });
+  REQUIRE(told.size() == 1);  // in setup: the other nodes wait for it too
   REQUIRE(told[0].size() == 1);
   CHECK(told[0][0].section == "setup");
   CHECK(told[0][0].until == w.clock.now() + 600s);
   w.steps({1}, 1, 20, 100ms);
-  CHECK(told.back().empty());  // its first beat ended its setup
+  REQUIRE(told.size() == 2);
+  CHECK(told[1].empty());  // its first beat ended its setup
   CHECK(learner.timeout("step") == 1s);
   // Node 0's rank 0 starts a checkpoint; its watchdog gives it 10 s.
   w.dog.on_peer_guards(0, {wd::Guard{-1, 0, "checkpoint", w.clock.now() + 10s}});
