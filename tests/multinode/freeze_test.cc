@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -20,7 +22,8 @@ namespace ddprun::testing {
 namespace {
 
 const std::string kEndpoint = "10.77.0.1:29400";
-const Seconds kJobDeadline(240);  // generous: a loaded machine, torch imports
+// For both agents together; generous: a loaded machine, torch imports.
+const Seconds kJobDeadline(200);
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -78,13 +81,21 @@ struct FreezeJob {
           net.ns(n),
           std::vector<std::string>{"--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
                                    "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=xf",
+                                   // A node whose teardown outlasts the host's 10 s exit
+                                   // hand-shake finds the store gone and retries for the
+                                   // join timeout (600 s by default): bounded here.
+                                   "--rdzv-conf=join_timeout=30",
                                    "--log-dir=" + logs(n), "--hang-timeout-floor=3",
                                    std::string(WATCHDOG_SCRIPTS) + "/unmodified_ddp.py", mode},
           std::vector<std::string>{"DDPRUN_PYTHON=" + test_python(), "GLOO_SOCKET_IFNAME=eth0",
                                    "DDPRUN_RDZV_TOKEN=xf-" + std::to_string(::getpid())},
           dir.path() + "/n" + std::to_string(n) + ".log");
     }
-    for (int n = 1; n <= 2; ++n) status[n] = agents[n]->wait(kJobDeadline);
+    const auto until = std::chrono::steady_clock::now() + kJobDeadline;
+    for (int n = 1; n <= 2; ++n) {
+      const auto left = std::chrono::duration_cast<Seconds>(until - std::chrono::steady_clock::now());
+      status[n] = agents[n]->wait(std::max(left, Seconds(1)));
+    }
   }
 };
 
