@@ -306,6 +306,12 @@ nlohmann::json IntrospectHook::status() const {
                       {"text", t.describe()}});
       }
       r["hang_timeouts"] = ts;
+      // Other nodes' ranks in a section or setup, which this node's wait for.
+      nlohmann::json peers = nlohmann::json::array();
+      for (const auto& g : dog->peer_guards())
+        peers.push_back({{"node", g.node}, {"rank", g.rank}, {"section", g.section},
+                         {"left_s", std::chrono::duration<double>(g.until - now).count()}});
+      r["peer_sections"] = peers;
     } else if (dog->options().heartbeat_timeout.count() > 0) {
       r["hang_timeout"] = fmt::format("{:g} s, fixed (--heartbeat-timeout or --hang-timeout)",
                                       dog->options().heartbeat_timeout.count() / 1000.0);

@@ -110,6 +110,7 @@ WatchdogHook::WatchdogHook(boost::asio::io_context& io, HookOptions options)
 
 WatchdogHook::~WatchdogHook() {
   *alive_ = false;
+  peers_.reset();
   join_capture();
 }
 
@@ -195,6 +196,7 @@ void WatchdogHook::workers_started(const agent::AttemptInfo& attempt,
   info_ = attempt;
   control_ = &control;
   for (const auto& w : attempt.workers) dog_->add_worker(w.local_rank, w.rank, w.pid);
+  share_guards(attempt);
   if (events_) {
     events_->write("rendezvous", attempt_, all_ranks(), "workers started",
                    {{"world_size", attempt.round.world_size},
@@ -203,6 +205,79 @@ void WatchdogHook::workers_started(const agent::AttemptInfo& attempt,
                     {"master_port", attempt.round.master_port},
                     {"heartbeat_socket", heartbeats_ ? heartbeats_->path() : ""}});
   }
+}
+
+void WatchdogHook::share_guards(const agent::AttemptInfo& attempt) {
+  peers_.reset();
+  ++peers_generation_;
+  const auto& round = attempt.round;
+  if (!dog_->learning() || round.group_world_size < 2 || round.store_addr.empty()) return;
+  auto changed = [this, alive = alive_, generation = peers_generation_](std::vector<NodeGuards> fresh) {
+    boost::asio::post(io_, [this, alive, generation, fresh = std::move(fresh)] {
+      if (!*alive || generation != peers_generation_ || !dog_) return;
+      // Time left by the other node's clock, from when we read it: a record
+      // that is not renewed keeps this bound (PeerGuards says why).
+      const auto now = clock_.now();
+      for (const auto& n : fresh) {
+        std::vector<Guard> guards;
+        for (const auto& g : n.guards) {
+          Guard x;
+          x.rank = g.rank;
+          x.section = g.section;
+          x.until = now + g.remaining;
+          guards.push_back(std::move(x));
+        }
+        note_peer_sections(n.node, guards);
+        dog_->on_peer_guards(n.node, std::move(guards));
+      }
+    });
+  };
+  try {
+    peers_ = std::make_unique<PeerGuards>(
+        GuardPlace{round.store_addr, round.store_token, round.store_prefix, round.group_rank,
+                   round.group_world_size},
+        std::move(changed));
+  } catch (const std::exception& e) {
+    spdlog::warn("sections are judged on this node only in attempt {}: {}", attempt_, e.what());
+    return;
+  }
+  dog_->on_guards_changed([this](const std::vector<Guard>& g) { publish_guards(g); });
+}
+
+void WatchdogHook::note_peer_sections(int node, const std::vector<Guard>& guards) {
+  // Said when this node's ranks start waiting for other nodes' sections,
+  // not for each one: with every rank saving (torch.distributed.checkpoint)
+  // a checkpoint would be a line per rank of the job.
+  auto is_section = [](const Guard& g) { return g.section != TimeoutLearner::kSetup; };
+  const auto before = dog_->peer_guards();
+  if (std::any_of(before.begin(), before.end(), is_section)) return;
+  const auto g = std::find_if(guards.begin(), guards.end(), is_section);
+  if (g == guards.end()) return;
+  const double left = std::chrono::duration<double>(g->until - clock_.now()).count();
+  const std::string line = fmt::format(
+      "node {}'s rank {} is inside section \"{}\": ranks here waiting for it are not hung "
+      "(for up to {:.0f} s, its timeout there)", node, g->rank, g->section, left);
+  // Once per job on the console (a checkpoint every few minutes would
+  // repeat it), and not for the end of the job (the bootstrap's
+  // "teardown"); every time in the event log.
+  if (!said_peer_section_ && g->section != "teardown") {
+    spdlog::info("{}", line);
+    said_peer_section_ = true;
+  }
+  if (events_)
+    events_->write("peer_section", attempt_, all_ranks(), line,
+                   {{"node", node}, {"rank", g->rank}, {"section", g->section}, {"left_s", left}});
+}
+
+void WatchdogHook::publish_guards(const std::vector<Guard>& guards) {
+  if (!peers_) return;
+  const auto now = clock_.now();
+  std::vector<SharedGuard> out;
+  for (const auto& g : guards) {
+    const auto left = std::chrono::duration_cast<Millis>(g.until - now);
+    if (left.count() > 0) out.push_back({g.rank, g.section, left});
+  }
+  peers_->publish(std::move(out));
 }
 
 void WatchdogHook::output(int local_rank, agent::Stream, std::string_view) {
@@ -460,6 +535,7 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
   // their cancelled handlers, which do not touch them.
   heartbeats_.reset();
   timers_.reset();
+  peers_.reset();  // the round is over; its records stay in its prefix
   control_ = nullptr;
 }
 

@@ -9,7 +9,10 @@
 // capture thread that posts the stacks back to the loop), writes
 // hang_report.{json,txt} in the attempt's log directory, SIGCONTs stopped
 // workers so the teardown reaches them, and fails the attempt with a
-// one-paragraph reason that the failure summary shows.
+// one-paragraph reason that the failure summary shows. In a multi-node
+// round with learned timeouts it shares the node's sections and setups with
+// the other nodes' agents through the job's store (peer_guards.h), so each
+// watchdog judges them job-wide.
 //
 // JobRestartPolicy (agent/restart_policy.h) applies restart_rules.h's rules
 // using the hook's knowledge of the attempt (hang, highest step), and
@@ -35,6 +38,7 @@
 #include "watchdog/file_timer_server.h"
 #include "watchdog/hang_report.h"
 #include "watchdog/heartbeat_server.h"
+#include "watchdog/peer_guards.h"
 #include "watchdog/restart_rules.h"
 #include "watchdog/stack_capture.h"
 #include "watchdog/watchdog.h"
@@ -141,6 +145,12 @@ class WatchdogHook : public agent::AgentHooks {
   // At the job's start, once: learned detection cannot watch a program that
   // gets no automatic beats (not Python) until it beats itself.
   void say_native_unwatched();
+  // Multi-node rounds: this node's guards to the others, theirs to dog_.
+  void share_guards(const agent::AttemptInfo& attempt);
+  void publish_guards(const std::vector<Guard>& guards);
+  // Says (event log; console once) when ranks here start waiting for
+  // another node's section.
+  void note_peer_sections(int node, const std::vector<Guard>& guards);
 
   boost::asio::io_context& io_;
   base::SteadyClock clock_{io_};  // the watchdog's deadlines
@@ -151,6 +161,7 @@ class WatchdogHook : public agent::AgentHooks {
   bool said_unwatched_ = false;
   // The at-start notice for a native program is out and no beat came yet.
   bool said_native_off_ = false;
+  bool said_peer_section_ = false;
   // Per attempt.
   int attempt_ = -1;
   std::string attempt_dir_;
@@ -159,6 +170,8 @@ class WatchdogHook : public agent::AgentHooks {
   std::unique_ptr<Watchdog> dog_;
   std::unique_ptr<HeartbeatServer> heartbeats_;
   std::unique_ptr<FileTimerServer> timers_;
+  std::unique_ptr<PeerGuards> peers_;
+  uint64_t peers_generation_ = 0;  // a record posted for an older attempt is dropped
   std::optional<HangReport> report_;
   HangEvent hang_event_;
   std::vector<int> abort_targets_;  // local ranks SIGABRTed for a traceback

@@ -70,6 +70,7 @@ void Watchdog::add_worker(int local_rank, int global_rank, pid_t pid) {
   w.spawned = clock_.now();
   w.last_output = w.spawned;
   workers_.push_back(w);
+  tell_guards();  // in setup: the other nodes' ranks wait for it too
   if (fired_ || stopped_) return;
   arm_deadline();
   schedule_poll();
@@ -113,6 +114,7 @@ void Watchdog::on_beat(const Beat& beat) {
 
 void Watchdog::on_progress(WorkerStatus& w, const Beat& beat) {
   const auto now = beat.received;
+  expire_peer_guards(now);
   const bool was_protected = protected_now();
   switch (beat.kind) {
     case BeatKind::kSectionStart:
@@ -156,6 +158,7 @@ void Watchdog::on_progress(WorkerStatus& w, const Beat& beat) {
   }
   if (was_protected != protected_now()) protection_changed(now);
   w.epoch = epoch_;
+  tell_guards();
   // A timeout learned from the first samples can be far shorter than the
   // initial one the armed timer was set for: re-arm (only ever earlier).
   if (!fired_ && !stopped_) arm_deadline();
@@ -167,7 +170,80 @@ bool Watchdog::protected_now() const {
     if (!w.sections.empty()) return true;
     if (w.beats == 0 && !w.unwatched) return true;
   }
-  return false;
+  // Another node's rank in a section or setup: ranks here wait for it in
+  // the next collective as they would for a local one.
+  return !peer_guards_.empty();
+}
+
+std::vector<Guard> Watchdog::guards() const {
+  std::vector<Guard> out;
+  if (!learning()) return out;
+  for (const auto& w : workers_) {
+    if (w.exited) continue;
+    Guard g;
+    g.rank = w.global_rank;
+    if (!w.sections.empty()) {
+      g.section = w.sections.back().first;  // the innermost is the one judged
+      g.until = w.sections.back().second + learner_->timeout(g.section);
+    } else if (w.beats == 0 && !w.unwatched) {
+      g.section = TimeoutLearner::kSetup;
+      g.until = w.spawned + learner_->timeout(TimeoutLearner::kSetup);
+    } else {
+      continue;
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+void Watchdog::on_guards_changed(std::function<void(const std::vector<Guard>&)> f) {
+  on_guards_changed_ = std::move(f);
+  told_guards_ = guards();
+  if (on_guards_changed_) on_guards_changed_(told_guards_);
+}
+
+void Watchdog::tell_guards() {
+  if (!on_guards_changed_) return;
+  auto now = guards();
+  if (now == told_guards_) return;
+  told_guards_ = std::move(now);
+  on_guards_changed_(told_guards_);
+}
+
+void Watchdog::on_peer_guards(int node, std::vector<Guard> guards) {
+  if (!learning() || stopped_) return;
+  const auto now = clock_.now();
+  const bool was_protected = protected_now();
+  guards.erase(std::remove_if(guards.begin(), guards.end(),
+                              [&](const Guard& g) { return g.until <= now; }),
+               guards.end());
+  for (auto& g : guards) g.node = node;
+  if (guards.empty()) {
+    peer_guards_.erase(node);
+  } else {
+    peer_guards_[node] = std::move(guards);
+  }
+  expire_peer_guards(now);
+  if (was_protected != protected_now()) protection_changed(now);
+  if (!fired_) arm_deadline();  // a guard's end is a wake-up (next_due)
+}
+
+void Watchdog::expire_peer_guards(Clock::time_point now) {
+  const bool was_protected = protected_now();
+  for (auto it = peer_guards_.begin(); it != peer_guards_.end();) {
+    auto& list = it->second;
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const Guard& g) { return g.until <= now; }),
+               list.end());
+    it = list.empty() ? peer_guards_.erase(it) : std::next(it);
+  }
+  if (was_protected != protected_now()) protection_changed(now);
+}
+
+std::vector<Guard> Watchdog::peer_guards() const {
+  std::vector<Guard> out;
+  for (const auto& [node, list] : peer_guards_) out.insert(out.end(), list.begin(), list.end());
+  return out;
 }
 
 void Watchdog::protection_changed(Clock::time_point now) {
@@ -219,6 +295,7 @@ void Watchdog::on_worker_exit(int local_rank) {
     protection_changed(clock_.now());
     if (!fired_ && !stopped_) arm_deadline();
   }
+  tell_guards();
 }
 
 void Watchdog::on_file_timer_expiry(const FileTimerExpiry& expiry) {
@@ -349,6 +426,10 @@ std::optional<Clock::time_point> Watchdog::next_due() const {
       if (due && (!best || *due < *best)) best = due;
     }
   }
+  // A peer node's guard ends by itself when its time passes.
+  for (const auto& [node, list] : peer_guards_)
+    for (const auto& g : list)
+      if (!best || g.until < *best) best = g.until;
   return best;
 }
 
@@ -369,6 +450,7 @@ void Watchdog::on_deadline() {
     arm_deadline();
     return;
   }
+  expire_peer_guards(now);
   // Setups that passed without a beat: not a hang (the program may never
   // beat), but said once, and no longer an excuse for the other ranks.
   std::vector<int> unwatched;
@@ -382,6 +464,7 @@ void Watchdog::on_deadline() {
   if (!unwatched.empty()) {
     if (was_protected != protected_now()) protection_changed(now);
     if (on_unwatched_) on_unwatched_(unwatched, learner_->timeout(TimeoutLearner::kSetup));
+    tell_guards();
   }
   // The overdue deadline that passed first names the hang.
   std::optional<HangEvent> first;

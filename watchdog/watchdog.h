@@ -5,13 +5,15 @@
 //  - progress, learned (the default, a TimeoutLearner given and no fixed
 //    heartbeat_timeout): beats of every kind (explicit, automatic from
 //    optimizer.step(), forward passes) are progress; sections (checkpoint,
-//    ...) have their own learned timeouts. Judged across the node's ranks:
-//    while any rank is inside a section, or still in its setup (spawn to
-//    first beat), the others' progress deadlines wait, since in the usual
-//    script they wait in the next collective for it. A rank whose setup
-//    outlasts the setup timeout without one beat is not watched (said once,
-//    never killed) until its first beat. (A non-Python program, which gets
-//    no automatic beats, is told so at start instead: WatchdogHook.)
+//    ...) have their own learned timeouts. Judged job-wide: while any rank
+//    is inside a section, or still in its setup (spawn to first beat), the
+//    others' progress deadlines wait, since in the usual script they wait
+//    in the next collective for it. This node's ranks are seen directly;
+//    other nodes' through on_peer_guards (the agent's hook shares each
+//    node's guards() through the job's store, peer_guards.h). A rank whose
+//    setup outlasts the setup timeout without one beat is not watched
+//    (said once, never killed) until its first beat. (A non-Python program,
+//    which gets no automatic beats, is told so at start instead: WatchdogHook.)
 //  - heartbeat, fixed: with heartbeat_timeout set, EVERY worker must beat (through
 //    heartbeat.h or ddprun_heartbeat.py). Its first beat is due
 //    heartbeat_grace after spawn (start-up, imports, compilation), each next
@@ -50,6 +52,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -122,6 +125,19 @@ struct WorkerStatus {
   uint64_t epoch = 0;
 };
 
+// One rank's protection of its peers: inside a section (its name) or still
+// in its setup ("setup"), until the learned timeout of that section or
+// setup passes (the rank's own watchdog catches it then).
+struct Guard {
+  int node = -1;  // the node's group rank (-1: this node)
+  int rank = -1;  // global rank
+  std::string section;
+  Clock::time_point until{};
+  bool operator==(const Guard& o) const {
+    return node == o.node && rank == o.rank && section == o.section && until == o.until;
+  }
+};
+
 struct HangEvent {
   HangKind kind = HangKind::kHeartbeat;
   int local_rank = -1;
@@ -171,6 +187,19 @@ class Watchdog {
   // Called once per attempt with the ranks whose setup passed without a beat
   // (learned mode): the caller says freeze detection is off for them.
   void on_unwatched(std::function<void(const std::vector<int>&, Millis)> f) { on_unwatched_ = std::move(f); }
+  // Learned mode: this node's guards now (sections, setups), for the other
+  // nodes; `f` is called with them at once, then whenever they change (a
+  // section starts or ends, a first beat, a setup that passed, a timeout
+  // that grew).
+  std::vector<Guard> guards() const;
+  void on_guards_changed(std::function<void(const std::vector<Guard>&)> f);
+  // Another node's guards (replacing what it said before), `until` in this
+  // watchdog's clock. Each protects this node's ranks until its `until`
+  // only: a node that stops telling (its agent died, the store is gone)
+  // protects no longer than its own watchdog would have waited.
+  void on_peer_guards(int node, std::vector<Guard> guards);
+  // Other nodes' guards in force.
+  std::vector<Guard> peer_guards() const;
   // Times the agent was found paused, and for how long in all.
   int pauses() const { return pauses_; }
   Clock::duration paused_for() const { return paused_for_; }
@@ -196,6 +225,10 @@ class Watchdog {
   std::optional<Clock::time_point> learned_due(const WorkerStatus& w) const;
   std::optional<Clock::time_point> setup_due(const WorkerStatus& w) const;
   bool protected_now() const;
+  // Drops peer guards whose time passed (a protection change when the last goes).
+  void expire_peer_guards(Clock::time_point now);
+  // Calls on_guards_changed_ when guards() differ from what it last said.
+  void tell_guards();
   // Latest progress beat of any live rank.
   Clock::time_point latest_progress() const;
   bool any_exited() const;
@@ -217,6 +250,9 @@ class Watchdog {
   HangHandler on_hang_;
   TimeoutLearner* learner_ = nullptr;
   std::function<void(const std::vector<int>&, Millis)> on_unwatched_;
+  std::function<void(const std::vector<Guard>&)> on_guards_changed_;
+  std::vector<Guard> told_guards_;       // what on_guards_changed_ last said
+  std::map<int, std::vector<Guard>> peer_guards_;  // by node
   // Learned mode: bumped whenever a section or setup protection begins or
   // ends; progress deadlines count from protection_ended_ at the earliest.
   uint64_t epoch_ = 0;

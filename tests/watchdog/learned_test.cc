@@ -132,6 +132,63 @@ TEST_CASE("learned: peers waiting while rank 0 is inside a checkpoint section ar
   CHECK(w.dog.culprit(*w.hang) == 0);
 }
 
+TEST_CASE("learned: a rank waiting for another node's rank inside a section is not hung, for as "
+          "long as that section's own timeout there") {
+  wd::TimeoutLearner learner(small_floor());
+  Learned w(learner);
+  w.dog.add_worker(0, 1, kPid);  // global rank 1 alone on this node
+  // What this node tells the others: at once, then each change.
+  std::vector<std::vector<wd::Guard>> told;
+  w.dog.on_guards_changed([&](const std::vector<wd::Guard>& g) { told.push_back(g); });
+  REQUIRE(told.size() == 1);  // in setup: the other nodes wait for it too
+  REQUIRE(told[0].size() == 1);
+  CHECK(told[0][0].section == "setup");
+  CHECK(told[0][0].until == w.clock.now() + 600s);
+  w.steps({1}, 1, 20, 100ms);
+  REQUIRE(told.size() == 2);
+  CHECK(told[1].empty());  // its first beat ended its setup
+  CHECK(learner.timeout("step") == 1s);
+  // Node 0's rank 0 starts a checkpoint; its watchdog gives it 10 s.
+  w.dog.on_peer_guards(0, {wd::Guard{-1, 0, "checkpoint", w.clock.now() + 10s}});
+  REQUIRE(w.dog.peer_guards().size() == 1);
+  CHECK(w.dog.peer_guards()[0].node == 0);
+  w.clock.advance(6s);  // 6 x the step timeout without a beat here
+  CHECK_FALSE(w.hang);
+  w.dog.on_peer_guards(0, {});  // the checkpoint ended: a full step timeout from now
+  w.clock.advance(999ms);
+  CHECK_FALSE(w.hang);
+  w.dog.on_beat(beat(1, 21, w.clock.now(), BeatKind::kAuto));  // the all-reduce returned
+  w.steps({1}, 22, 10, 100ms);
+  CHECK(learner.timeout("step") == 1s);  // the wait was not taken for a step
+  // A node that stops telling (its agent died mid-checkpoint) protects no
+  // longer than the bound it gave: then the step timeout runs again.
+  w.dog.on_peer_guards(0, {wd::Guard{-1, 0, "checkpoint", w.clock.now() + 4s}});
+  w.clock.advance(4s);
+  CHECK_FALSE(w.hang);
+  CHECK(w.dog.peer_guards().empty());
+  w.clock.advance(999ms);
+  CHECK_FALSE(w.hang);
+  w.clock.advance(1ms);
+  REQUIRE(w.hang);
+  CHECK(w.hang->kind == wd::HangKind::kHeartbeat);
+  CHECK(w.hang->global_rank == 1);
+  // A section here is told with its own bound (the initial 600 s: unlearned).
+  wd::TimeoutLearner learner2(small_floor());
+  Learned v(learner2);
+  std::vector<wd::Guard> last;
+  v.dog.on_guards_changed([&](const std::vector<wd::Guard>& g) { last = g; });
+  v.dog.add_worker(0, 0, kPid);
+  v.steps({0}, 1, 5, 100ms);
+  v.dog.on_beat(beat(0, -1, v.clock.now(), BeatKind::kSectionStart, "checkpoint"));
+  REQUIRE(last.size() == 1);
+  CHECK(last[0].rank == 0);
+  CHECK(last[0].section == "checkpoint");
+  CHECK(last[0].until == v.clock.now() + 600s);
+  v.clock.advance(2s);
+  v.dog.on_beat(beat(0, -1, v.clock.now(), BeatKind::kSectionEnd, "checkpoint"));
+  CHECK(last.empty());
+}
+
 TEST_CASE("learned: a rank waiting for a peer that still progresses is not hung") {
   wd::TimeoutLearner learner(small_floor());
   Learned w(learner);

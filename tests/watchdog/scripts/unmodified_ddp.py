@@ -11,6 +11,9 @@ forward passes, torch.save). Modes (argv[1]):
             evaluation pass (forward passes only)
   setup     a 20 s setup (imports, data) before the first step, 30 steps
   stall     rank 1 stalls 8 s at step 30, then the job finishes (60 steps)
+  xnode     40 steps; at step 25 rank 0 alone saves a checkpoint that takes
+            75 steps' time (15 s, 5 x a step timeout of 3 s), the others
+            wait in the next all-reduce (tests/multinode: one rank a node)
 
 STEP_S is one step's time (simulated data loading before each forward).
 """
@@ -49,7 +52,7 @@ def main():
     side = dist.new_group([0, 1])  # every rank creates it; only rank 1 will use it
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps = {"healthy": 320, "setup": 30, "stall": 60}.get(mode, 10**9)
+    steps = {"healthy": 320, "setup": 30, "stall": 60, "xnode": 40}.get(mode, 10**9)
     hang_at = 50 if mode == "hang" or (mode == "restart" and attempt == 0) else (
         3 if mode == "restart" else -1)
     for step in range(1, steps + 1):
@@ -65,6 +68,10 @@ def main():
         opt.step()
         if mode == "healthy" and step % 100 == 0 and rank == 0:
             torch.save(model.state_dict(), SlowFile(30 * STEP_S))
+        if mode == "xnode" and step == 25 and rank == 0:
+            print(f"rank 0 saves a checkpoint at step {step}", flush=True)
+            torch.save(model.state_dict(), SlowFile(75 * STEP_S))
+            print("rank 0 saved its checkpoint", flush=True)
         if mode == "healthy" and step % 150 == 0:
             with torch.no_grad():
                 for _ in range(20):

@@ -1,0 +1,173 @@
+#include "watchdog/peer_guards.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+#include "rendezvous/canceller.h"
+#include "rendezvous/client.h"
+
+namespace ddprun::watchdog {
+
+namespace rdzv = ddprun::rendezvous;
+
+std::string encode_guards(uint64_t seq, const std::vector<SharedGuard>& guards) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& g : guards)
+    list.push_back({{"rank", g.rank}, {"section", g.section},
+                    {"remaining_s", static_cast<double>(g.remaining.count()) / 1000.0}});
+  return nlohmann::json{{"seq", seq}, {"guards", list}}.dump();
+}
+
+NodeGuards decode_guards(int node, const std::string& text) {
+  NodeGuards out;
+  out.node = node;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    out.seq = j.at("seq").get<uint64_t>();
+    for (const auto& g : j.at("guards")) {
+      SharedGuard s;
+      s.rank = g.at("rank").get<int>();
+      s.section = g.at("section").get<std::string>();
+      s.remaining = std::chrono::milliseconds(
+          static_cast<int64_t>(g.at("remaining_s").get<double>() * 1000.0));
+      out.guards.push_back(std::move(s));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("node " + std::to_string(node) + "'s guard record: " + e.what());
+  }
+  return out;
+}
+
+namespace {
+
+std::string key_of(const GuardPlace& p, const std::string& name) {
+  return "ddprun-watchdog/" + p.store_prefix + "guards/" + name;
+}
+
+}  // namespace
+
+PeerGuards::PeerGuards(GuardPlace place, Changed changed)
+    : place_(std::move(place)),
+      changed_(std::move(changed)),
+      canceller_(std::make_shared<rdzv::Canceller>()) {
+  thread_ = std::thread([this] { run(); });
+}
+
+PeerGuards::~PeerGuards() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  canceller_->cancel();  // a call blocked on a store that is gone returns now
+  thread_.join();
+}
+
+void PeerGuards::publish(std::vector<SharedGuard> guards) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entry_ = std::move(guards);
+    has_entry_ = true;
+  }
+  cv_.notify_all();
+}
+
+void PeerGuards::run() {
+  std::optional<rdzv::Client> client;
+  std::string last_error;
+  // One store call; a failure drops the connection (the next call makes a
+  // new one) and is logged once until a call succeeds again.
+  auto with_store = [&](const auto& call) -> bool {
+    try {
+      if (!client) {
+        rdzv::ClientOptions o;
+        std::tie(o.host, o.port) = rdzv::parse_host_port(place_.store_addr, "store address");
+        o.token = place_.store_token;
+        o.connect_timeout = kStoreDeadline;
+        o.op_timeout = kStoreDeadline;
+        o.reply_grace = kStoreDeadline;
+        o.canceller = canceller_;
+        client.emplace(o);
+      }
+      call(*client);
+      last_error.clear();
+      return true;
+    } catch (const std::exception& e) {
+      client.reset();
+      if (canceller_->cancelled()) return false;
+      if (last_error != e.what())
+        spdlog::warn("cannot share sections with the other nodes through the store at {} "
+                     "(retrying): {}", place_.store_addr, e.what());
+      last_error = e.what();
+      return false;
+    }
+  };
+  using Steady = std::chrono::steady_clock;
+  const std::string changes_key = key_of(place_, "changes");
+  uint64_t seq = 0;
+  std::optional<std::string> unsent;  // our newest record, until the store has it
+  bool bump_due = false;              // the counter still needs our bump
+  int64_t seen_changes = -1;
+  std::map<int, uint64_t> seen_seq;  // by node
+  auto next_poll = Steady::now();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_until(lock, next_poll, [&] { return stop_ || has_entry_; });
+      if (stop_) break;
+      if (has_entry_) {
+        unsent = encode_guards(++seq, entry_);
+        has_entry_ = false;
+      }
+    }
+    if (unsent && with_store([&](rdzv::Client& c) {
+          c.set(key_of(place_, std::to_string(place_.node)), rdzv::to_bytes(*unsent));
+        })) {
+      unsent.reset();
+      bump_due = true;
+    }
+    // add() is not retried by the client (a lost reply may have counted):
+    // bumped again at the next poll, at worst one needless read for the peers.
+    if (bump_due && with_store([&](rdzv::Client& c) { c.add(changes_key, 1); })) bump_due = false;
+    if (Steady::now() < next_poll) continue;
+    next_poll = Steady::now() + kPollInterval;
+    int64_t changes = seen_changes;
+    if (!with_store([&](rdzv::Client& c) { changes = c.add(changes_key, 0); })) continue;
+    if (changes == seen_changes) continue;
+    bool all_read = true;
+    std::vector<NodeGuards> fresh;
+    for (int n = 0; n < place_.nodes; ++n) {
+      if (n == place_.node) continue;
+      const std::string key = key_of(place_, std::to_string(n));
+      bool present = false;
+      rdzv::Bytes value;
+      if (!with_store([&](rdzv::Client& c) {
+            // A node that has not published yet is left out, not waited for.
+            present = c.check({key});
+            if (present) value = c.get(key, std::chrono::milliseconds(0));
+          })) {
+        all_read = false;
+        break;
+      }
+      if (!present) continue;
+      try {
+        auto g = decode_guards(n, rdzv::to_string(value));
+        auto [it, first] = seen_seq.emplace(n, g.seq);
+        if (!first && it->second == g.seq) continue;  // unchanged: its times stand
+        it->second = g.seq;
+        fresh.push_back(std::move(g));
+      } catch (const std::exception& e) {
+        spdlog::debug("{}", e.what());
+      }
+    }
+    // Read again at the next poll when some record could not be.
+    if (all_read) seen_changes = changes;
+    if (!fresh.empty()) changed_(std::move(fresh));
+  }
+}
+
+}  // namespace ddprun::watchdog

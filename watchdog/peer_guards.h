@@ -1,0 +1,110 @@
+// PeerGuards: each node's sections and setups (Watchdog::guards()) shared
+// through the job's rendezvous store, so that freeze detection is judged
+// job-wide: in the usual script rank 0 (node 0) alone saves a checkpoint
+// while every other rank, on every node, waits in the next all-reduce; the
+// other nodes' watchdogs must see that section as their own.
+//
+// Keys, in the round's prefix (a new round starts clean):
+//   ddprun-watchdog/<store prefix>guards/<node>  this node's record (JSON)
+//   ddprun-watchdog/<store prefix>guards/changes a counter every publisher bumps
+// A record is {"seq": n, "guards": [{"rank", "section", "remaining_s"}]}:
+// the time each guard has left by the publisher's clock, so no two nodes'
+// clocks are compared. Readers look at the counter every kPollInterval and
+// read the records only when it moved, so the store's load grows with the
+// nodes, not their square.
+//
+// The store is reached only from this object's own thread, with its own
+// client (store calls block; the agent's loop never does): publish() hands
+// the guards over and returns at once. Every store call has a deadline
+// (kStoreDeadline); a failed call is retried at the next poll, and a node
+// whose record cannot be read keeps the guards it had, each bounded by its
+// own time. `changed` runs on the thread with the records whose seq moved
+// (the caller posts them to its loop). The destructor cancels a blocked
+// call and joins.
+//
+// Why not introspect's NodeBoard: watchdog/ must not depend on introspect/
+// (introspect links watchdog), and freeze detection must not depend on
+// `ddprun status` being set up.
+//
+// Thread safety: publish and the destructor from one thread (the agent's
+// loop); `changed` on the PeerGuards' thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ddprun::rendezvous {
+class Canceller;
+}
+
+namespace ddprun::watchdog {
+
+// A guard as it travels: rank, section ("setup" for a setup), time left.
+struct SharedGuard {
+  int rank = -1;
+  std::string section;
+  std::chrono::milliseconds remaining{0};
+  bool operator==(const SharedGuard& o) const {
+    return rank == o.rank && section == o.section && remaining == o.remaining;
+  }
+};
+
+struct NodeGuards {
+  int node = -1;
+  uint64_t seq = 0;
+  std::vector<SharedGuard> guards;
+};
+
+// The record's codec (one place knows the bytes); decode throws
+// std::runtime_error naming what is wrong.
+std::string encode_guards(uint64_t seq, const std::vector<SharedGuard>& guards);
+NodeGuards decode_guards(int node, const std::string& text);
+
+struct GuardPlace {
+  std::string store_addr;    // "host:port" of the job's store
+  std::string store_token;   // its HMAC token ("" none)
+  std::string store_prefix;  // the round's prefix
+  int node = 0;              // this agent's group rank
+  int nodes = 1;             // group world size of the round
+};
+
+class PeerGuards {
+ public:
+  using Changed = std::function<void(std::vector<NodeGuards>)>;
+
+  static constexpr std::chrono::seconds kStoreDeadline{3};
+  // How soon another node's new section is seen here: far below the
+  // smallest step timeout (the 1 s minimum of --hang-timeout-floor), at one
+  // counter read per poll and node.
+  static constexpr std::chrono::milliseconds kPollInterval{200};
+
+  PeerGuards(GuardPlace place, Changed changed);
+  ~PeerGuards();
+  PeerGuards(const PeerGuards&) = delete;
+  PeerGuards& operator=(const PeerGuards&) = delete;
+
+  // This node's guards now; the thread publishes the newest at once.
+  void publish(std::vector<SharedGuard> guards);
+
+ private:
+  void run();
+
+  GuardPlace place_;
+  Changed changed_;
+  std::shared_ptr<rendezvous::Canceller> canceller_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                  // guarded by mu_
+  bool has_entry_ = false;             // guarded by mu_
+  std::vector<SharedGuard> entry_;     // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace ddprun::watchdog
