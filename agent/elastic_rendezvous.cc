@@ -198,7 +198,13 @@ void ElasticRendezvous::finish_job() {
     if (spec_.etcd) {
       forget_finished_job(base);
     } else if (!host_) {
-      control_->set(base + rdzv_->node_id(), rdzv::to_bytes("1"));
+      // On a connection of its own, bounded like the host's wait below:
+      // past that the host has gone, and control_'s reconnects would retry
+      // the departed store for join_timeout (600 s by default), keeping a
+      // finished agent alive that long (seen after a 15 s hang teardown).
+      const Duration limit = std::min<Duration>(rdzv_->options().close_timeout, Duration(10000));
+      auto store = open_rendezvous_store(spec_, limit, limit, canceller_);
+      store->set(base + rdzv_->node_id(), rdzv::to_bytes("1"));
     } else if (drain_) {
       std::vector<std::string> keys;
       for (const auto& n : round_->nodes)
