@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tests/common/run_folder.h"
+#include "tests/common/time_scale.h"
 #include "tests/trainer/process.h"
 #include "tests/trainer/temp_dir.h"
 
@@ -229,8 +230,13 @@ TEST_CASE("killed mid-run and resumed: bit-identical to an uninterrupted run") {
   // alive. The watchdog notices the missing heartbeats, captures its stack,
   // kills the group (the stuck ranks ignore SIGTERM inside the collective)
   // and restarts it; the restart resumes from step 100 and ends bit-identical.
+  // A fixed timeout holds until a worker exits: the last rank's evaluation
+  // and exit after its final beat took over 1 s under ASan (LeakSanitizer's
+  // exit scan of LibTorch), a false hang of the finished second attempt.
+  const std::string beat_timeout =
+      std::to_string(ddprun::testing::scaled(std::chrono::seconds(2)).count());
   const std::vector<std::string> watched = {DDPRUN_BIN, "--rdzv-id=hang", "--nproc-per-node=2",
-                                            "--max-restarts=1", "--heartbeat-timeout=1",
+                                            "--max-restarts=1", "--heartbeat-timeout=" + beat_timeout,
                                             "--heartbeat-grace=60", "--term-timeout=1",
                                             "--log-dir", tmp.file("logs"), "--no-python", kTrain};
   Process hung(with(watched, {"--checkpoint-dir", tmp.file("c"), "--save-params",
