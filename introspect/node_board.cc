@@ -9,6 +9,7 @@
 
 #include "rendezvous/canceller.h"
 #include "rendezvous/client.h"
+#include "rendezvous/lazy_client.h"
 
 namespace ddprun::introspect {
 
@@ -79,33 +80,8 @@ void NodeBoard::fetch(Fetched done) {
 }
 
 void NodeBoard::run() {
-  std::optional<rdzv::Client> client;
-  std::string last_error;
-  // One store call; a failure drops the connection (the next call makes a
-  // new one) and is logged once until a call succeeds again.
-  auto with_store = [&](const auto& call) -> bool {
-    try {
-      if (!client) {
-        rdzv::ClientOptions o;
-        std::tie(o.host, o.port) = rdzv::parse_host_port(place_.store_addr, "store address");
-        o.token = place_.store_token;
-        o.connect_timeout = kStoreDeadline;
-        o.op_timeout = kStoreDeadline;
-        o.reply_grace = kStoreDeadline;
-        o.canceller = canceller_;
-        client.emplace(o);
-      }
-      call(*client);
-      last_error.clear();
-      return true;
-    } catch (const std::exception& e) {
-      client.reset();
-      if (canceller_->cancelled()) return false;
-      if (last_error != e.what()) spdlog::debug("status board: {}", e.what());
-      last_error = e.what();
-      return false;
-    }
-  };
+  rdzv::LazyClient store(place_.store_addr, place_.store_token, kStoreDeadline, canceller_,
+                         [&](const std::string& error) { spdlog::debug("status board: {}", error); });
   using SteadyClock = std::chrono::steady_clock;
   std::vector<Ask> asks;       // sent, waiting for replies
   int64_t seen_requests = 0;   // this node's requests handed on so far
@@ -141,13 +117,13 @@ void NodeBoard::run() {
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
               .count();
       const std::string text = entry.dump();
-      with_store([&](rdzv::Client& c) {
+      store.call([&](rdzv::Client& c) {
         c.set(board_key(place_.store_prefix, place_.node), rdzv::to_bytes(text));
       });
     }
     for (auto& [id, reply] : answers) {
       const std::string text = reply.dump();
-      with_store([&](rdzv::Client& c) {
+      store.call([&](rdzv::Client& c) {
         c.set(key("stacks/reply/" + id + "/" + std::to_string(place_.node)), rdzv::to_bytes(text));
       });
     }
@@ -158,13 +134,13 @@ void NodeBoard::run() {
       const std::string request = nlohmann::json{{"id", a.id}, {"rank", a.rank}}.dump();
       for (int n = 0; n < place_.nodes; ++n) {
         if (n == place_.node) continue;
-        const bool sent = with_store([&](rdzv::Client& c) {
+        const bool sent = store.call([&](rdzv::Client& c) {
           const int64_t seq = c.add(key("stacks/count/" + std::to_string(n)), 1);
           c.set(key("stacks/req/" + std::to_string(n) + "/" + std::to_string(seq)),
                 rdzv::to_bytes(request));
         });
         if (sent) a.left.push_back(n);
-        else a.replies.push_back({{"node", n}, {"error", "could not ask it: " + last_error}});
+        else a.replies.push_back({{"node", n}, {"error", "could not ask it: " + store.last_error()}});
       }
       asks.push_back(std::move(a));
     }
@@ -172,13 +148,13 @@ void NodeBoard::run() {
       next_poll = SteadyClock::now() + std::chrono::seconds(1);
       const std::string count_key = key("stacks/count/" + std::to_string(place_.node));
       int64_t count = seen_requests;
-      with_store([&](rdzv::Client& c) { count = c.add(count_key, 0); });
+      store.call([&](rdzv::Client& c) { count = c.add(count_key, 0); });
       for (; seen_requests < count; ++seen_requests) {
         rdzv::Bytes value;
         const std::string req_key = key("stacks/req/" + std::to_string(place_.node) + "/" +
                                         std::to_string(seen_requests + 1));
         // The asker counts first and writes the request right after.
-        if (!with_store([&](rdzv::Client& c) { value = c.get(req_key, kStoreDeadline); })) break;
+        if (!store.call([&](rdzv::Client& c) { value = c.get(req_key, kStoreDeadline); })) break;
         try {
           on_request_(nlohmann::json::parse(rdzv::to_string(value)));
         } catch (const std::exception& e) {
@@ -192,7 +168,7 @@ void NodeBoard::run() {
         const std::string reply_key = key("stacks/reply/" + a.id + "/" + std::to_string(*n));
         bool present = false;
         rdzv::Bytes value;
-        with_store([&](rdzv::Client& c) {
+        store.call([&](rdzv::Client& c) {
           present = c.check({reply_key});
           if (present) value = c.get(reply_key, std::chrono::milliseconds(0));
         });
@@ -228,13 +204,13 @@ void NodeBoard::run() {
       const std::string key = board_key(place_.store_prefix, n);
       bool present = false;
       rdzv::Bytes value;
-      const bool ok = with_store([&](rdzv::Client& c) {
+      const bool ok = store.call([&](rdzv::Client& c) {
         // A node that has not published yet is left out, not waited for.
         present = c.check({key});
         if (present) value = c.get(key, std::chrono::milliseconds(0));
       });
       if (!ok) {
-        error = "the job's store at " + place_.store_addr + ": " + last_error;
+        error = "the job's store at " + place_.store_addr + ": " + store.last_error();
         break;
       }
       if (!present) continue;

@@ -9,6 +9,7 @@
 
 #include "rendezvous/canceller.h"
 #include "rendezvous/client.h"
+#include "rendezvous/lazy_client.h"
 
 namespace ddprun::watchdog {
 
@@ -77,35 +78,11 @@ void PeerGuards::publish(std::vector<SharedGuard> guards) {
 }
 
 void PeerGuards::run() {
-  std::optional<rdzv::Client> client;
-  std::string last_error;
-  // One store call; a failure drops the connection (the next call makes a
-  // new one) and is logged once until a call succeeds again.
-  auto with_store = [&](const auto& call) -> bool {
-    try {
-      if (!client) {
-        rdzv::ClientOptions o;
-        std::tie(o.host, o.port) = rdzv::parse_host_port(place_.store_addr, "store address");
-        o.token = place_.store_token;
-        o.connect_timeout = kStoreDeadline;
-        o.op_timeout = kStoreDeadline;
-        o.reply_grace = kStoreDeadline;
-        o.canceller = canceller_;
-        client.emplace(o);
-      }
-      call(*client);
-      last_error.clear();
-      return true;
-    } catch (const std::exception& e) {
-      client.reset();
-      if (canceller_->cancelled()) return false;
-      if (last_error != e.what())
-        spdlog::warn("cannot share sections with the other nodes through the store at {} "
-                     "(retrying): {}", place_.store_addr, e.what());
-      last_error = e.what();
-      return false;
-    }
-  };
+  rdzv::LazyClient store(place_.store_addr, place_.store_token, kStoreDeadline, canceller_,
+                         [&](const std::string& error) {
+                           spdlog::warn("cannot share sections with the other nodes through the "
+                                        "store at {} (retrying): {}", place_.store_addr, error);
+                         });
   using Steady = std::chrono::steady_clock;
   const std::string changes_key = key_of(place_, "changes");
   uint64_t seq = 0;
@@ -124,7 +101,7 @@ void PeerGuards::run() {
         has_entry_ = false;
       }
     }
-    if (unsent && with_store([&](rdzv::Client& c) {
+    if (unsent && store.call([&](rdzv::Client& c) {
           c.set(key_of(place_, std::to_string(place_.node)), rdzv::to_bytes(*unsent));
         })) {
       unsent.reset();
@@ -132,11 +109,11 @@ void PeerGuards::run() {
     }
     // add() is not retried by the client (a lost reply may have counted):
     // bumped again at the next poll, at worst one needless read for the peers.
-    if (bump_due && with_store([&](rdzv::Client& c) { c.add(changes_key, 1); })) bump_due = false;
+    if (bump_due && store.call([&](rdzv::Client& c) { c.add(changes_key, 1); })) bump_due = false;
     if (Steady::now() < next_poll) continue;
     next_poll = Steady::now() + kPollInterval;
     int64_t changes = seen_changes;
-    if (!with_store([&](rdzv::Client& c) { changes = c.add(changes_key, 0); })) continue;
+    if (!store.call([&](rdzv::Client& c) { changes = c.add(changes_key, 0); })) continue;
     if (changes == seen_changes) continue;
     bool all_read = true;
     std::vector<NodeGuards> fresh;
@@ -145,7 +122,7 @@ void PeerGuards::run() {
       const std::string key = key_of(place_, std::to_string(n));
       bool present = false;
       rdzv::Bytes value;
-      if (!with_store([&](rdzv::Client& c) {
+      if (!store.call([&](rdzv::Client& c) {
             // A node that has not published yet is left out, not waited for.
             present = c.check({key});
             if (present) value = c.get(key, std::chrono::milliseconds(0));
