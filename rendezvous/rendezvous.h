@@ -6,9 +6,11 @@
 // keeps its previous group rank when it still fits, and the other nodes
 // fill the free ranks in first-join order (a job-wide sequence number kept
 // in the store). While a round runs, KeepAlive heartbeats this node and
-// watches its peers; the round ends for everyone when any node signals a
-// failure, a member's KeepAlive connection closes (the store ends the round
-// itself: a killed agent is noticed at once), a peer misses
+// watches its next four peers in group-rank order (a ring: every node has
+// four watchers, and the work per node stays flat with the job); the round
+// ends for everyone when any node signals a failure, a member's KeepAlive
+// connection closes (the store ends the round itself: a killed agent is
+// noticed at once), a watched peer misses
 // keep_alive_max_attempt heartbeats (silent deaths: power, partition), or a
 // late node waits to be taken in (scale-up, which spends no restart).
 // After a round that lost members, the next closes as soon as every live
@@ -140,6 +142,8 @@ class Rendezvous {
   // Decides the assignment of a round from its first `n` slots and tries to
   // publish it; whoever publishes first wins.
   void close_round(int64_t round, int64_t n);
+  // close_round by the one node that claims it first; the others wait.
+  void close_once(int64_t round, int64_t n, Duration left_to_join);
   RoundResult result_from(int64_t round, const std::vector<NodeInfo>& nodes);
   // Members of this node's last round not marked dead; 0 when none was.
   int64_t live_members();

@@ -74,10 +74,10 @@ TEST_CASE("a member whose connection closes ends the round at once; the live one
   // SIGKILLed: a raw client armed exactly as KeepAlive arms it.
   {
     Client dying(server.client_options());
-    dying.set_on_close({"rdzv/job/r0/end", "rdzv/job/r0/dead/node3"},
+    dying.set_on_close({"rdzv/job/r0/end", "rdzv/job/r0/dead/node3", "rdzv/job/r0/dead_closed"},
                        {to_bytes("failed: node node3 at 10.0.0.3 (group rank 2) " +
                                  std::string(kConnectionClosed)),
-                        to_bytes("1")},
+                        to_bytes("1"), to_bytes("node3")},
                        "rdzv/job/restarts");
   }
   RoundEnd end = ended.get();

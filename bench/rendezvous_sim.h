@@ -1,0 +1,50 @@
+// N simulated nodes running the real rendezvous code (rendezvous.h), one
+// thread and two store connections each and no workers, against an
+// in-process ddprun store or an etcd: how long a round takes to form, to
+// re-form after one node dies, and what each node asks of the store.
+// Used by bench/rendezvous_scale (the table in docs/BENCHMARKS.md) and by
+// tests/rendezvous/rendezvous_scale_test.cc (the request count at N = 256).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "rendezvous/store.h"
+
+namespace ddprun::bench {
+
+struct SimOptions {
+  std::string backend = "store";  // "store" (in-process Server) or "etcd"
+  std::string etcd_endpoints;     // backend etcd: "127.0.0.1:2379"
+  int nodes = 64;
+  bool reform = true;  // then one node's keep-alive connection is cut
+  rendezvous::Duration join_timeout{300000};
+};
+
+struct SimResult {
+  int nodes = 0;
+  double formation_s = 0;    // all threads start -> the last has its round
+  double reformation_s = 0;  // node 0's connection cut -> the last survivor has the next round
+  // Requests each node made for the round (its rendezvous connection, not
+  // the keep-alive's): the mean and the most any node made.
+  double requests_per_node = 0;
+  int64_t max_requests = 0;
+  // Payload bytes (keys and values, both ways) a node moved for the round.
+  double bytes_per_node = 0;
+  double reform_requests_per_node = 0;
+  int64_t reform_max_requests = 0;
+  double reform_bytes_per_node = 0;
+  // CPU the store's event loop used (backend store): the store's own cost,
+  // apart from the simulated nodes sharing the machine's cores. Formation
+  // includes the nodes' connecting; re-formation, the keep-alive beats.
+  double store_cpu_formation_s = 0;
+  double store_cpu_reformation_s = 0;
+  std::string error;  // the first node's failure, empty when all formed
+};
+
+SimResult simulate(const SimOptions& options);
+
+// One JSON object (the bench's output line).
+std::string to_json(const SimOptions& options, const SimResult& result);
+
+}  // namespace ddprun::bench
