@@ -1,11 +1,13 @@
 #include "agent/elastic_rendezvous.h"
 
 #include <netdb.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <boost/asio/post.hpp>
 
 #include "base/scoped_fd.h"
@@ -271,6 +273,16 @@ RoundInfo ElasticRendezvous::next_round(int) {
     generation = ++generation_;
   }
   RoundInfo info;
+  if (reconnect_) {
+    // The old connections may have died with the partition.
+    try {
+      control_ = connect(rdzv_->options().join_timeout);
+      rdzv_->reconnect();
+    } catch (const std::exception& e) {
+      throw RendezvousError(e.what());
+    }
+    reconnect_ = false;
+  }
   spdlog::info("joining rendezvous '{}' at {} ({}..{} nodes, join_timeout {} s)", options_.run_id,
                store_addr_, options_.min_nodes, options_.max_nodes,
                rdzv_->options().join_timeout.count() / 1000.0);
@@ -300,6 +312,54 @@ RoundInfo ElasticRendezvous::next_round(int) {
                round_->round, info.group_rank, info.group_world_size, info.rank_base,
                info.rank_base + info.local_world_size - 1, info.world_size, info.restart_count);
   return info;
+}
+
+bool ElasticRendezvous::store_reachable_again() {
+  using Clock = std::chrono::steady_clock;
+  const Duration limit = rdzv_->options().join_timeout;
+  const auto deadline = Clock::now() + limit;
+  spdlog::info("waiting up to {} s for the store at {} to answer again", limit.count() / 1000.0,
+               store_addr_);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  const std::string port = std::to_string(port_);
+  while (!canceller_->cancelled() && Clock::now() < deadline) {
+    const auto attempt_end = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+    addrinfo* res = nullptr;
+    bool refused = false;
+    if (getaddrinfo(host_name_.c_str(), port.c_str(), &hints, &res) == 0) {
+      refused = true;  // unless an address does anything but refuse
+      for (addrinfo* a = res; a; a = a->ai_next) {
+        base::ScopedFd fd(socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+        if (!fd) continue;
+        int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
+        int err = rc == 0 ? 0 : errno;
+        if (err == EINPROGRESS) {
+          pollfd p{fd.get(), POLLOUT, 0};
+          auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(attempt_end - Clock::now());
+          int n = poll(&p, 1, static_cast<int>(std::max<int64_t>(ms.count(), 1)));
+          socklen_t len = sizeof err;
+          if (n == 1) getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+          else err = ETIMEDOUT;
+        }
+        if (err == 0) {
+          freeaddrinfo(res);
+          return true;
+        }
+        if (err != ECONNREFUSED) refused = false;
+      }
+      freeaddrinfo(res);
+    }
+    if (refused) {
+      spdlog::info("the store's host at {} refuses connections: the store is gone", store_addr_);
+      return false;
+    }
+    // Unreachable (no route, dropped): the partition goes on; try again.
+    auto rest = std::chrono::duration_cast<std::chrono::milliseconds>(attempt_end - Clock::now());
+    if (rest.count() > 0) poll(nullptr, 0, static_cast<int>(rest.count()));
+  }
+  return false;
 }
 
 void ElasticRendezvous::linger_after_failed_join() {
@@ -502,8 +562,16 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   // kFailed: stop heartbeating, tell nodes waiting in finish(), then decide.
   keep_alive_.reset();
   if (local_end_ && (!end || end->kind != rdzv::RoundEnd::kScaleUp)) end = local_end_;
-  if (end && end->kind == rdzv::RoundEnd::kStoreLost)
-    return {GroupVerdict::kExit, 1, fail_request(*end).reason};
+  if (end && end->kind == rdzv::RoundEnd::kStoreLost) {
+    // Evicted by a partition (the others re-formed without this node), or
+    // the store is gone. One that can reach the store again rejoins as a
+    // late node, as a paused one does, spending no restart.
+    const std::string why = fail_request(*end).reason;
+    if (host_ || spec_.etcd || !store_reachable_again())
+      return {GroupVerdict::kExit, 1, why};
+    reconnect_ = true;
+    return {GroupVerdict::kRestart, 0, why + "; the store answers again: rejoining as a late node"};
+  }
   record_failed();
   if (end && end->kind == rdzv::RoundEnd::kScaleUp) return {GroupVerdict::kRestart, 0, end->reason};
   return {};  // the restart policy decides, on the job-wide restart count

@@ -98,6 +98,11 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   void forget_finished_job(const std::string& exited);
   // After abandon(): ends the running round for the other nodes (bounded).
   void farewell();
+  // After the store was lost: waits (join_timeout) until its port accepts
+  // a connection again; false at once when the store's host refuses it
+  // (the host is up and nothing listens: the store is gone for good), when
+  // the time passes or when abandoned. Our TCP store only.
+  bool store_reachable_again();
   // Records "ok" and waits for every node's outcome; true when all are ok.
   bool exit_barrier(const std::string& base);
   std::string me() const;
@@ -128,6 +133,7 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   bool round_over_ = false;  // this node already ended or stopped for the round
   std::optional<rendezvous::RoundEnd> local_end_;
   bool drain_ = false;  // every node of the last round recorded its outcome
+  bool reconnect_ = false;  // the store was lost and reached again: fresh connections
 
   std::mutex mu_;  // guards the two below (written by KeepAlive's thread)
   uint64_t generation_ = 0;

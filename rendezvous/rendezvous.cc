@@ -343,6 +343,7 @@ RoundResult Rendezvous::next_round() {
           store_->compare_set(round_key(r, "end"), {},
                               to_bytes("scale-up: node " + me.node_id + " at " + me.addr +
                                        " waits to join"));
+          awaited_ = nodes;  // they come to the next round for us
         }
         continue;
       }
@@ -360,19 +361,20 @@ RoundResult Rendezvous::next_round() {
           // wait for MIN nodes, then give the last call its window.
           const std::string min_key = round_key(r, "node/" + std::to_string(options_.min_nodes));
           store_->wait({min_key}, left(deadline));
-          const auto last_call_end = Clock::now() + options_.last_call_timeout;
-          // After a round that lost members, the live ones are all the
-          // round needs: close as soon as that many have joined.
-          const int64_t live = live_members();
+          const auto now = Clock::now();
+          const auto last_call_end = now + options_.last_call_timeout;
+          // The nodes expected back are all the round needs: close as soon
+          // as every one of them has joined (by name, not by count: a late
+          // node's slot is no member's), and give a slow one more than the
+          // last call before leaving it out, so that none of them comes
+          // back as a late node with another group rank.
+          const auto expected = expected_members();
           bool closed_early = false;
-          if (live >= options_.min_nodes && live < max) {
-            try {
-              store_->wait({round_key(r, "node/" + std::to_string(live))},
-                           std::min(left(last_call_end), left(deadline)));
+          if (!expected.empty()) {
+            const auto patience = std::max(options_.last_call_timeout, options_.close_timeout);
+            if (wait_for_expected(r, expected, std::min(now + patience, deadline))) {
               close_once(r, std::min(store_->add(round_key(r, "joined"), 0), max), left(deadline));
               closed_early = true;
-            } catch (const TimeoutError&) {
-              // a live member is slow to come back: the last call decides
             }
           }
           if (!closed_early) {
@@ -393,6 +395,7 @@ RoundResult Rendezvous::next_round() {
       bool in = std::any_of(nodes.begin(), nodes.end(),
                             [&](const NodeInfo& n) { return n.node_id == me.node_id; });
       if (!in) continue;  // the round filled up without us: wait for the next
+      awaited_.clear();
       current_ = result_from(r, nodes);
       return *current_;
     }
@@ -401,8 +404,7 @@ RoundResult Rendezvous::next_round() {
   }
 }
 
-int64_t Rendezvous::live_members() {
-  if (!current_) return 0;
+std::set<std::string> Rendezvous::dead_members() {
   // Two requests whatever the size of the round (a check per member was
   // O(nodes) per node): the node whose closed connection ended it, and the
   // nodes watchers saw missing heartbeats.
@@ -416,7 +418,55 @@ int64_t Rendezvous::live_members() {
       // nobody died that way
     }
   }
-  return dead.empty() ? 0 : static_cast<int64_t>(current_->nodes.size() - dead.size());
+  return dead;
+}
+
+std::set<std::string> Rendezvous::expected_members() {
+  std::set<std::string> out;
+  if (current_) {
+    const auto dead = dead_members();
+    if (dead.count(options_.node_id)) return {};  // evicted: its view is stale
+    for (const auto& n : current_->nodes)
+      if (!dead.count(n.node_id)) out.insert(n.node_id);
+  }
+  for (const auto& n : awaited_) out.insert(n.node_id);
+  out.erase(options_.node_id);
+  return out;
+}
+
+bool Rendezvous::wait_for_expected(int64_t r, const std::set<std::string>& expected,
+                                   Clock::time_point until) {
+  // Slots fill in join order, so wait for as many as could hold them all,
+  // then look who took them (one multi_get); in slices, to notice a round
+  // closed meanwhile.
+  const std::string closed = round_key(r, "closed");
+  int64_t slots = static_cast<int64_t>(expected.size()) + 1;
+  while (slots <= options_.max_nodes) {
+    if (store_->check({closed})) return false;
+    std::vector<std::string> keys;
+    for (int64_t i = 1; i <= slots; ++i) keys.push_back(round_key(r, "node/" + std::to_string(i)));
+    std::vector<Bytes> records;
+    try {
+      records = store_->multi_get(keys, std::clamp(left(until), Duration(1), Duration(500)));
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= until) return false;
+      continue;
+    }
+    size_t found = 0;
+    for (const auto& b : records)
+      if (auto n = decode_node(to_string(b))) found += expected.count(n->node_id);
+    if (found >= expected.size()) return true;
+    slots += static_cast<int64_t>(expected.size() - found);
+  }
+  return false;
+}
+
+void Rendezvous::reconnect() {
+  try {
+    store_ = factory_();
+  } catch (const StoreError& e) {
+    throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
+  }
 }
 
 void Rendezvous::signal_failure(const std::string& reason) {

@@ -13,8 +13,12 @@
 // noticed at once), a watched peer misses
 // keep_alive_max_attempt heartbeats (silent deaths: power, partition), or a
 // late node waits to be taken in (scale-up, which spends no restart).
-// After a round that lost members, the next closes as soon as every live
-// member is back, without the last call.
+// The next round closes as soon as every node expected back has joined
+// (the members of the last round not found dead, and for a late node the
+// members of the round it asked to re-form), without the last call; and
+// the last call does not close it before they are back, for up to
+// max(last_call_timeout, close_timeout): a member slow to stop its workers
+// is not left out, so the members that stay keep their group ranks.
 //
 // Store keys live under "rdzv/<run_id>/" (see rendezvous.cc for the list).
 // Rendezvous is thread-compatible; KeepAlive runs its own thread on its own
@@ -26,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -117,6 +122,10 @@ class Rendezvous {
              StoreFactory keep_alive_factory = nullptr);
   ~Rendezvous();
 
+  // Replaces this node's store connection with a fresh one (the factory's
+  // deadlines): after the store was lost and reached again, the old one
+  // may be dead. Throws RendezvousError.
+  void reconnect();
   // Joins the next round and blocks until it is formed (join_timeout).
   // Throws RendezvousError naming how many nodes came and from where, or
   // the store failure.
@@ -145,8 +154,17 @@ class Rendezvous {
   // close_round by the one node that claims it first; the others wait.
   void close_once(int64_t round, int64_t n, Duration left_to_join);
   RoundResult result_from(int64_t round, const std::vector<NodeInfo>& nodes);
-  // Members of this node's last round not marked dead; 0 when none was.
-  int64_t live_members();
+  // The nodes this node expects back in the round it joins (itself left
+  // out): the members of its last round not marked dead, and those of a
+  // round it asked to re-form for it (scale-up). None when this node was
+  // itself marked dead (evicted: its view of who is live is stale).
+  std::set<std::string> expected_members();
+  // Members of the last round seen dead (two store reads).
+  std::set<std::string> dead_members();
+  // Waits (until `until`) for every expected node to join round `r`;
+  // true when all have, or false (closed by someone, or the time passed).
+  bool wait_for_expected(int64_t r, const std::set<std::string>& expected,
+                         std::chrono::steady_clock::time_point until);
 
   StoreFactory factory_;
   StoreFactory keep_alive_factory_;
@@ -154,6 +172,9 @@ class Rendezvous {
   std::unique_ptr<Store> store_;
   int64_t seq_ = -1;
   std::optional<RoundResult> current_;
+  // The members of the running round this node asked to re-form (a
+  // scale-up), until it has joined the next.
+  std::vector<NodeInfo> awaited_;
 };
 
 // Heartbeats one round and watches it on a thread with its own store

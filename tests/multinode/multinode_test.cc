@@ -256,12 +256,16 @@ TEST_CASE("multinode.sharedlogs") {
 
 TEST_CASE("multinode.linkcut") {
   Job job("linkcut");
-  for (int n = 1; n <= 3; ++n) job.start(n);
+  for (int n = 1; n <= 2; ++n) job.start(n);
+  // Node 3 waits join_timeout for the store to answer again before it
+  // gives up (a partition may heal: multinode.partition): a short one here.
+  job.start(3, {}, agent_args(",join_timeout=6"));
   const int first = wait_round(job, 6);
   job.net.cut(3);  // ip link set eth0 down inside node 3's namespace
   const int next = wait_round(job, 4, first);
   check_round(in_round(read_records(job.dir.path()), next), 4);
-  // Node 3 cannot reach the store: it fails on its own, naming the store.
+  // Node 3 cannot reach the store: it fails on its own, naming the store,
+  // once join_timeout has passed without an answer.
   {
     INFO("node 3:\n" << job.log(3));
     int status = job.agents[3]->wait(kDeadline);
@@ -510,6 +514,47 @@ TEST_CASE("multinode.pauselong") {
     INFO("node " << n << ":\n" << job.log(n));
     CHECK(job.agents[n]->wait(kDeadline) == 0);
   }
+}
+
+TEST_CASE("multinode.partition") {
+  // Node 3 (group rank 2) is cut off without a local error (its switch
+  // port drops everything) for longer than the keep-alive window (0.5 s x
+  // 3): nodes 1 and 2 find it silent and re-form without it, keeping their
+  // group ranks; node 3 loses the store. After the heal it reaches the store
+  // again and rejoins as a late node, within join_timeout, instead of
+  // exiting 1; the re-formation its return causes keeps every survivor's
+  // group rank, and the job ends 0 on all three.
+  Job job("partition");
+  // Started one after another so that first-join order (group ranks)
+  // is node 1, 2, 3: node 3, rank 2, is not the store's host.
+  for (int n = 1; n <= 3; ++n) {
+    job.start(n);
+    REQUIRE(wait_in_dir(job.dir.path(), [&] {
+      return job.log(n).find("joining rendezvous 'mnjob'") != std::string::npos;
+    }, kDeadline));
+  }
+  const int first = wait_round(job, 6);
+  auto ranks = group_ranks(in_round(read_records(job.dir.path()), first));
+  REQUIRE(ranks == std::map<std::string, int>{{"n1", 0}, {"n2", 1}, {"n3", 2}});
+  job.net.partition(3);
+  const int survivors = wait_round(job, 4, first);
+  auto kept = group_ranks(in_round(read_records(job.dir.path()), survivors));
+  CHECK(kept == std::map<std::string, int>{{"n1", 0}, {"n2", 1}});
+  // Node 3 has found the store gone before the heal: the eviction, not a pause.
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return job.log(3).find("lost the rendezvous store") != std::string::npos;
+  }, kDeadline));
+  job.net.heal(3);
+  const int back = wait_round(job, 6, survivors);
+  auto records = in_round(read_records(job.dir.path()), back);
+  check_round(records, 6);
+  CHECK(group_ranks(records) == std::map<std::string, int>{{"n1", 0}, {"n2", 1}, {"n3", 2}});
+  job.stop_workers();
+  for (int n = 1; n <= 3; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+  }
+  CHECK(job.log(3).find("rejoining as a late node") != std::string::npos);
 }
 
 #ifdef TRAIN_BIN

@@ -137,6 +137,14 @@ void Netns::ip(const std::vector<std::string>& args) {
 
 void Netns::cut(int node) { ip({"-n", ns(node), "link", "set", "eth0", "down"}); }
 
+void Netns::partition(int node) {
+  ip({"-n", tag_ + "-hub", "link", "set", "v" + std::to_string(node), "nomaster"});
+}
+
+void Netns::heal(int node) {
+  ip({"-n", tag_ + "-hub", "link", "set", "v" + std::to_string(node), "master", "br0"});
+}
+
 NodeAgent::NodeAgent(const std::string& netns, const std::vector<std::string>& args,
                      const std::vector<std::string>& extra_env, std::string log,
                      const std::string& program)

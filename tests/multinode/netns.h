@@ -35,6 +35,11 @@ class Netns {
   static std::string addr(int node) { return "10.77.0." + std::to_string(node); }
   // Cuts node's only link (ip link set eth0 down inside its namespace).
   void cut(int node);
+  // Partitions node from the others without any local error: its veth's
+  // hub end leaves the bridge, so every packet it sends or is sent is
+  // dropped silently (a failed switch port). heal() puts it back.
+  void partition(int node);
+  void heal(int node);
 
  private:
   void ip(const std::vector<std::string>& args);
