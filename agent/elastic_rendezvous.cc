@@ -25,6 +25,9 @@ constexpr int kDefaultPort = 29400;  // torchrun's c10d default
 // Carries ddprun's exit status inside a round's end reason, so every agent
 // of the job exits with the failing node's status.
 constexpr const char* kExitTag = " (exit status ";
+// How long a stopping host waits for the other nodes to read its farewell.
+constexpr Duration kFarewellAckWait{3000};
+
 // How a peer's report reads when its agent was stopped by a signal.
 const std::string kAgentGot = "its agent got ";
 
@@ -241,9 +244,18 @@ void ElasticRendezvous::farewell() {
     const std::string reason = "failed: " + me() + ": its agent was stopped by a signal" +
                                kExitTag + std::to_string(128 + stop_signal_) + ")";
     const rdzv::Bytes desired = rdzv::to_bytes(reason);
-    if (store.compare_set(base + "r" + std::to_string(round_->round) + "/end", {}, desired) ==
-        desired)
-      store.add(base + "restarts", 1);
+    const std::string round = base + "r" + std::to_string(round_->round) + "/";
+    if (store.compare_set(round + "end", {}, desired) != desired) return;
+    store.add(base + "restarts", 1);
+    // The store goes with this process: keep it up until the others have
+    // read why (their keep-alives ack an end they read), bounded, or a peer
+    // between two polls finds the store gone and reports that instead of
+    // the signal (multinode.barrierint, 2 in 10 at load 4).
+    if (!host_) return;
+    std::vector<std::string> acks;
+    for (const auto& n : round_->nodes)
+      if (n.node_id != rdzv_->node_id()) acks.push_back(round + "end_seen/" + n.node_id);
+    if (!acks.empty()) store.wait(acks, kFarewellAckWait);
   } catch (const std::exception& e) {
     spdlog::debug("could not tell the other nodes that this one stops: {}", e.what());
   }

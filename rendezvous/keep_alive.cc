@@ -138,6 +138,12 @@ void KeepAlive::run() {
                  why.find(kConnectionClosed) != std::string::npos)
           e.kind = RoundEnd::kPeerDead;
         else e.kind = RoundEnd::kFailed;
+        // Read: a host that stops waits for this before its store goes
+        // (agent/elastic_rendezvous.cc, farewell).
+        try {
+          store_->set(prefix_ + "end_seen/" + options_.node_id, to_bytes("1"));
+        } catch (const StoreError&) {
+        }
         return end(e);
       } catch (const TimeoutError&) {
         // the round goes on

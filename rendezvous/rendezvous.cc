@@ -287,13 +287,17 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
   }
 }
 
+bool Rendezvous::claims_close(int64_t round) {
+  const Bytes me = to_bytes(options_.node_id);
+  return store_->compare_set(round_key(round, "closer"), {}, me) == me;  // ours, now or before
+}
+
 void Rendezvous::close_once(int64_t round, int64_t n, Duration left_to_join) {
   // Every node may close a round, so a dying one cannot stall the others,
   // but one does the work: at 4,096 nodes closing by all was 4,096 x n
   // requests. The others wait for its result, and close the round
   // themselves only when it has not come within close_timeout and a grace.
-  const Bytes me = to_bytes(options_.node_id);
-  if (store_->compare_set(round_key(round, "closer"), {}, me) == me) return close_round(round, n);
+  if (claims_close(round)) return close_round(round, n);
   try {
     store_->wait({round_key(round, "closed")},
                  std::min(options_.close_timeout + kCloserGrace, left_to_join));
@@ -370,12 +374,16 @@ RoundResult Rendezvous::next_round() {
           // back as a late node with another group rank.
           const auto expected = expected_members();
           bool closed_early = false;
-          if (!expected.empty()) {
+          // One node (the close's claimer) looks who came back, reading
+          // the records (O(nodes) bytes, once); the others wait below for
+          // the round it closes. All of them reading was O(nodes^2) bytes.
+          if (!expected.empty() && claims_close(r)) {
             const auto patience = std::max(options_.last_call_timeout, options_.close_timeout);
             if (wait_for_expected(r, expected, std::min(now + patience, deadline))) {
-              close_once(r, std::min(store_->add(round_key(r, "joined"), 0), max), left(deadline));
+              close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
               closed_early = true;
             }
+            // else the last call decides; close_once finds the claim ours
           }
           if (!closed_early) {
             try {

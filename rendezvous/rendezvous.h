@@ -151,6 +151,8 @@ class Rendezvous {
   // Decides the assignment of a round from its first `n` slots and tries to
   // publish it; whoever publishes first wins.
   void close_round(int64_t round, int64_t n);
+  // True when this node holds round's close (it claimed it now or before).
+  bool claims_close(int64_t round);
   // close_round by the one node that claims it first; the others wait.
   void close_once(int64_t round, int64_t n, Duration left_to_join);
   RoundResult result_from(int64_t round, const std::vector<NodeInfo>& nodes);
