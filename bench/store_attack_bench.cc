@@ -53,6 +53,11 @@ struct Attack {
   std::function<tcps::Bytes(tcps::Protocol, size_t, uint64_t)> tcpstore;
   std::string not_applicable;  // why there is no TCPStore row
   bool big_value = false;      // store "hostile/big" (1 MiB) first
+  // Source addresses, `connections` from each (default: 127.0.0.2 alone).
+  std::vector<std::string> sources;
+  // A second attacker from 127.0.0.3: one connection, repeating.
+  std::function<std::shared_ptr<const rdzv::wire::Bytes>(size_t, uint64_t)> ddprun_second;
+  std::function<tcps::Bytes(tcps::Protocol, size_t, uint64_t)> tcpstore_second;
 };
 
 std::vector<Attack> attacks() {
@@ -104,6 +109,28 @@ std::vector<Attack> attacks() {
   a.ddprun = hostile::key_flood;
   a.tcpstore = tcps::key_flood;
   v.push_back(a);
+  // Issue 19's quadratic notify: 16 waits on 8,192 keys while another
+  // connection sets and deletes those keys in a loop.
+  a = {};
+  a.name = "16 waits x 8,192 keys + a set/delete loop";
+  a.connections = 16;
+  a.ddprun = hostile::wait_on_many;
+  a.tcpstore = [](tcps::Protocol p, size_t conn, uint64_t) { return tcps::wait_on_many(p, conn); };
+  a.ddprun_second = hostile::set_delete_loop;
+  a.tcpstore_second = [](tcps::Protocol p, size_t, uint64_t round) {
+    return tcps::set_delete_loop(p, round);
+  };
+  v.push_back(a);
+  // Issue 19's pre-authentication slot flood: 16 addresses in 16 /24s
+  // hold all 1,024 unauthenticated slots, reconnecting whatever is closed.
+  a = {};
+  a.name = "16 addresses x 64 conns hold the pre-auth slots (token set)";
+  a.token = "s3cret";
+  a.connections = rdzv::wire::kMaxUnauthenticatedPerPeer;
+  for (int n = 1; n <= 16; ++n) a.sources.push_back("127.0." + std::to_string(n) + ".2");
+  a.ddprun = [](size_t, uint64_t) { return std::make_shared<const rdzv::wire::Bytes>(); };
+  a.not_applicable = "TCPStore has no authentication, so no pre-auth slots";
+  v.push_back(a);
   return v;
 }
 
@@ -139,16 +166,32 @@ void row(const std::string& attack, const std::string& store, const hostile::Mea
   std::fflush(stdout);
 }
 
-hostile::Attackers start(const Attack& a, uint16_t port,
-                         std::function<std::shared_ptr<const rdzv::wire::Bytes>(size_t, uint64_t)> script) {
-  hostile::AttackOptions o;
-  o.port = port;
-  o.connections = a.connections;
-  o.drain = a.drain;
-  o.repeat = a.repeat;
-  o.script = std::move(script);
+using Script = std::function<std::shared_ptr<const rdzv::wire::Bytes>(size_t, uint64_t)>;
+
+hostile::Attackers start(const Attack& a, uint16_t port, Script script, Script second = {}) {
   hostile::Attackers v;
-  v.push_back(std::make_unique<hostile::Attacker>(std::move(o)));
+  std::vector<const char*> sources;  // read at each connect: `a` outlives the attack
+  for (const auto& src : a.sources) sources.push_back(src.c_str());
+  if (sources.empty()) sources.push_back("127.0.0.2");
+  for (const char* src : sources) {
+    hostile::AttackOptions o;
+    o.port = port;
+    o.source = src;
+    o.connections = a.connections;
+    o.drain = a.drain;
+    o.repeat = a.repeat;
+    o.script = script;
+    v.push_back(std::make_unique<hostile::Attacker>(std::move(o)));
+  }
+  if (second) {
+    hostile::AttackOptions o;
+    o.port = port;
+    o.source = "127.0.0.3";
+    o.connections = 1;
+    o.repeat = true;
+    o.script = std::move(second);
+    v.push_back(std::make_unique<hostile::Attacker>(std::move(o)));
+  }
   return v;
 }
 
@@ -167,7 +210,8 @@ void run_ddprun(const Config& cfg, const Attack& a) {
   if (a.big_value) rdzv::Client(co).set("hostile/big", rdzv::wire::Bytes(1 << 20, 'b'));
   auto m = hostile::measure([&] { return store.rss(); },
                             [&](ms d) { return hostile::good_client(co, d); },
-                            [&] { return start(a, *port, a.ddprun); }, cfg.idle, cfg.attack);
+                            [&] { return start(a, *port, a.ddprun, a.ddprun_second); },
+                            cfg.idle, cfg.attack);
   row(a.name, "ddprun-store", m);
   store.stop();
 }
@@ -188,9 +232,14 @@ void run_tcpstore(const Config& cfg, const Attack& a, const std::string& python)
     if (!c) c = std::make_shared<const rdzv::wire::Bytes>(a.tcpstore(proto, conn, round));
     return c;
   };
+  Script second;
+  if (a.tcpstore_second)
+    second = [&a, proto](size_t conn, uint64_t round) {
+      return std::make_shared<const rdzv::wire::Bytes>(a.tcpstore_second(proto, conn, round));
+    };
   auto m = hostile::measure([&] { return store.rss(); },
                             [&](ms d) { return hostile::good_client_of(connect, d); },
-                            [&] { return start(a, *port, script); }, cfg.idle, cfg.attack);
+                            [&] { return start(a, *port, script, second); }, cfg.idle, cfg.attack);
   row(a.name, "TCPStore " + version, m);
   store.stop();
 }

@@ -182,4 +182,33 @@ inline Bytes key_flood(Protocol p, size_t conn, uint64_t round) {
   return b;
 }
 
+// The quadratic-notify attack (hostile.h's wait_on_many): one WAIT on
+// 8,192 keys, 8,191 shared ("q/0".."q/8190") and one of its own that never
+// appears.
+inline Bytes wait_on_many(Protocol p, size_t conn) {
+  Bytes b = p.hello();
+  b.push_back(p.wait());
+  put_u64(b, 8192);
+  for (int i = 0; i < 8191; ++i) put_str(b, "q/" + std::to_string(i));
+  put_str(b, "q/never/" + std::to_string(conn));
+  return b;
+}
+
+// ...and the loop that sets those shared keys and deletes them again.
+// DELETE_KEY is query 8 in both torch 1.13 (after WATCH_KEY) and 2.x
+// (after VALIDATE; WATCH_KEY gone).
+inline Bytes set_delete_loop(Protocol p, uint64_t round) {
+  Bytes b = round == 0 ? p.hello() : Bytes{};
+  for (int i = 0; i < 8191; ++i) {
+    b.push_back(p.set());
+    put_str(b, "q/" + std::to_string(i));
+    put_bytes(b, Bytes{'s'});
+  }
+  for (int i = 0; i < 8191; ++i) {
+    b.push_back(8);
+    put_str(b, "q/" + std::to_string(i));
+  }
+  return b;
+}
+
 }  // namespace ddprun::bench::tcpstore

@@ -86,8 +86,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void unlisted(Conn& c);
   // With every unauthenticated slot taken: closes the oldest of the
   // address holding the most in the subnet holding the most, when that
-  // address holds more than `addr`; false when none does.
-  bool evict_for(const std::string& addr);
+  // address holds more than `addr`; false when none does. With `subnet`
+  // (its share taken), only addresses of that subnet are candidates, so
+  // that an attacker sharing a good client's /24 cannot lock it out.
+  bool evict_for(const std::string& addr, const std::string& subnet = "");
   RateLimitedLog log;
   Bytes scratch;        // read target of every connection
   size_t buffered = 0;  // sum of Conn::charged
@@ -572,11 +574,12 @@ void Server::Impl::unlisted(Conn& c) {
   if (it->second.conns.empty()) pre_auth.erase(it);
 }
 
-bool Server::Impl::evict_for(const std::string& addr) {
+bool Server::Impl::evict_for(const std::string& addr, const std::string& subnet) {
   // O(addresses holding unauthenticated slots): at most max_unauthenticated.
   const PreAuth* victim = nullptr;
   size_t victim_subnet = 0;
   for (const auto& [a, p] : pre_auth) {
+    if (!subnet.empty() && p.subnet != subnet) continue;
     size_t in_subnet = slots.unauthenticated_in(p.subnet);
     if (!victim || in_subnet > victim_subnet ||
         (in_subnet == victim_subnet && p.conns.size() > victim->conns.size())) {
@@ -587,7 +590,9 @@ bool Server::Impl::evict_for(const std::string& addr) {
   if (!victim || victim->conns.size() <= slots.of(addr).unauthenticated) return false;
   Conn* oldest = victim->conns.front();
   log.warn("store: closing " + oldest->peer + ", not authenticated yet, to make room for " + addr +
-           ": every unauthenticated slot is taken and its address holds " +
+           (subnet.empty() ? ": every unauthenticated slot is taken"
+                           : ": the unauthenticated slots of subnet " + subnet + " are taken") +
+           " and its address holds " +
            std::to_string(victim->conns.size()));
   oldest->close();
   return true;
@@ -608,7 +613,8 @@ void Server::Impl::admit(tcp::socket s) {
   } else if (auth && peer.unauthenticated >= o.max_unauthenticated_per_peer) {
     refusal = std::to_string(o.max_unauthenticated_per_peer) +
               " unauthenticated connections from one address is the limit";
-  } else if (auth && slots.unauthenticated_in(subnet_of(addr)) >= o.max_unauthenticated_per_subnet) {
+  } else if (auth && slots.unauthenticated_in(subnet_of(addr)) >= o.max_unauthenticated_per_subnet &&
+             !evict_for(addr, subnet_of(addr))) {
     refusal = std::to_string(o.max_unauthenticated_per_subnet) +
               " unauthenticated connections from one subnet is the limit";
   } else if (auth && slots.unauthenticated() >= o.max_unauthenticated && !evict_for(addr)) {

@@ -40,7 +40,8 @@ struct ServerOptions {
   size_t max_unauthenticated_per_peer = wire::kMaxUnauthenticatedPerPeer;
   // ... and from one /24 (IPv6: /64). When all max_unauthenticated slots
   // are taken, a newcomer evicts the oldest unauthenticated connection of
-  // the biggest holder instead, if that holds more than its own address.
+  // the biggest holder instead, if that holds more than its own address;
+  // when its subnet's share is taken, the biggest holder of that subnet.
   size_t max_unauthenticated_per_subnet = wire::kMaxUnauthenticatedPerSubnet;
   // Bytes all connections may buffer together (requests being received or
   // blocked, replies not yet sent); past it the biggest holder is closed.

@@ -83,7 +83,9 @@ constexpr size_t kMaxConnectionsPerPeer = 2048;
 // connection of the /24 (IPv6: /64) and then the address holding the most,
 // if that holds more than the newcomer's own address: a few peers cannot
 // keep everyone else out by holding the slots and reconnecting. One /24
-// holds at most kMaxUnauthenticatedPerSubnet.
+// holds at most kMaxUnauthenticatedPerSubnet; with those taken, a newcomer
+// of that /24 evicts the same way among its addresses (an attacker on the
+// agents' own subnet).
 constexpr size_t kMaxUnauthenticated = 1024;
 constexpr size_t kMaxUnauthenticatedPerPeer = 64;
 constexpr size_t kMaxUnauthenticatedPerSubnet = 256;

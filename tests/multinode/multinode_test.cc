@@ -557,6 +557,44 @@ TEST_CASE("multinode.partition") {
   CHECK(job.log(3).find("rejoining as a late node") != std::string::npos);
 }
 
+TEST_CASE("multinode.preauth_flood") {
+  // Without the token, 16 addresses of one attacker namespace, in the
+  // agents' own /24, take every unauthenticated slot that subnet gets
+  // (256; they try 16 x 17) and reconnect within 10 ms whenever the store
+  // closes one. Agents with the right token still join: a newcomer evicts the
+  // oldest unauthenticated connection of the subnet's biggest holder, and
+  // an agent (a few connections at a time) is never the biggest.
+  Job job("preauth", 3);
+  std::vector<std::string> hog = {Netns::addr(1), "29400", "17"};
+  for (int i = 101; i <= 116; ++i) {
+    job.net.add_address(3, "10.77.0." + std::to_string(i));
+    hog.push_back("10.77.0." + std::to_string(i));
+  }
+  job.start(1, {}, agent_args("", "2"));
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return job.log(1).find("joining rendezvous 'mnjob'") != std::string::npos;
+  }, kDeadline));
+  NodeAgent attacker(job.net.ns(3), hog, {}, job.dir.path() + "/hog.log", SLOT_HOG);
+  // The subnet's share is taken: the attacker's surplus is refused, or
+  // evicts the attacker's own oldest, in a steady flood (the store logs
+  // its first lines, then a count a second).
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    const std::string log = job.log(1);
+    return attacker.log().find("slot_hog: holding") != std::string::npos &&
+           (log.find("from one subnet is the limit") != std::string::npos ||
+            log.find("slots of subnet 10.77.0 are taken") != std::string::npos) &&
+           log.find("more warnings like the above in the last second") != std::string::npos;
+  }, kDeadline));
+  job.start(2, {}, agent_args("", "2"));
+  const int round = wait_round(job, 4);
+  check_round(in_round(read_records(job.dir.path()), round), 4);
+  job.stop_workers();
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+  }
+}
+
 #ifdef TRAIN_BIN
 TEST_CASE("multinode.train") {
   // The trainer on two network stacks, one rank each, meeting through the

@@ -141,6 +141,10 @@ void Netns::partition(int node) {
   ip({"-n", tag_ + "-hub", "link", "set", "v" + std::to_string(node), "nomaster"});
 }
 
+void Netns::add_address(int node, const std::string& addr) {
+  ip({"-n", ns(node), "addr", "add", addr + "/24", "dev", "eth0"});
+}
+
 void Netns::heal(int node) {
   ip({"-n", tag_ + "-hub", "link", "set", "v" + std::to_string(node), "master", "br0"});
 }

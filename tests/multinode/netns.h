@@ -40,6 +40,8 @@ class Netns {
   // dropped silently (a failed switch port). heal() puts it back.
   void partition(int node);
   void heal(int node);
+  // Adds another address (A.B.C.D, /24) to node's eth0.
+  void add_address(int node, const std::string& addr);
 
  private:
   void ip(const std::vector<std::string>& args);

@@ -37,6 +37,8 @@ using wire::Bytes;
 struct AttackOptions {
   uint16_t port = 0;
   const char* source = "127.0.0.2";
+  // The store's address (an IPv4 literal).
+  const char* dest = "127.0.0.1";
   size_t connections = 100;
   // What each connection sends after connecting (the greeting is not
   // waited for); empty: it only holds the slot.
@@ -79,7 +81,7 @@ class Attacker {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(o_.port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::inet_pton(AF_INET, o_.dest, &a.sin_addr);
     // Each socket binds its own source port, taken in turn from a range
     // below the ephemeral one: left to the kernel, picking 16,384 ports
     // for one address pair takes it tens of seconds on a busy machine.
