@@ -11,6 +11,7 @@
 #include "tests/common/run_folder.h"
 #include "tests/common/skip.h"
 #include "tests/watchdog/test_util.h"
+#include "tests/common/python_stack_tools.h"
 #include "tests/common/test_python.h"
 
 using ddprun::testing::test_python;
@@ -369,4 +370,32 @@ TEST_CASE("a Python worker, named by script or by interpreter, gets the bootstra
     CHECK(slurp(job.attempt(0) + "/0/stdout.log").find("hook=True") != std::string::npos);
     CHECK(job.console().find(kNativeOff) == std::string::npos);
   }
+}
+
+TEST_CASE("py-spy: a worker started with python -I (no bootstrap, no faulthandler) has its "
+          "Python stack in the hang report") {
+  if (!ddprun::testing::py_spy_available())
+    SKIP_TEST(std::string("no py-spy in ") + PYTOOLS_BIN + " or on PATH (scripts/setup-pytools.sh)");
+  Job job;
+  const std::string script = std::string(WATCHDOG_SCRIPTS) + "/isolated_hang.py";
+  // -I ignores PYTHONPATH and PYTHONFAULTHANDLER: no automatic beats, so the
+  // silence of its output is the hang; SIGABRT would kill it silently.
+  job.run({"--nproc-per-node=1", "--max-restarts=0", "--silence-timeout=2"},
+          {test_python(), "-I", script}, {{"PATH", ddprun::testing::path_with_python_tools()}});
+  CAPTURE(job.console());
+  CHECK(job.exit_code == 124);  // a freeze ended the job (docs/CONTRACTS.md)
+  const auto r = job.report();
+  CAPTURE(r.dump(2));
+  const json* py = nullptr;
+  for (const auto& s : r["stacks"])
+    if (s["method"] == "py-spy") py = &s;
+  REQUIRE(py != nullptr);
+  CHECK((*py)["rank"] == 0);
+  const std::string text = (*py)["text"];
+  // The function and its file:line (the time.sleep line of the script).
+  CHECK(text.find("wait_here_forever (") != std::string::npos);
+  CHECK(text.find("isolated_hang.py:9)") != std::string::npos);
+  // The native stack is still there, after the Python one.
+  CHECK(r["stacks"].size() == 2);
+  CHECK(slurp(job.attempt(0) + "/hang_report.txt").find("wait_here_forever") != std::string::npos);
 }
