@@ -291,6 +291,12 @@ RoundInfo ElasticRendezvous::next_round(int) {
   info.local_world_size = options_.nproc_per_node;
   info.master_addr = round_->master_addr;
   info.master_port = round_->master_port;
+  info.open_agents_store = [spec = spec_](Duration deadline,
+                                          std::shared_ptr<rdzv::Canceller> canceller) {
+    return open_rendezvous_store(spec, deadline, deadline, std::move(canceller));
+  };
+  info.agents_store_prefix = round_->store_prefix;
+  info.agents_store_name = store_addr_;
   if (!spec_.etcd) {  // workers may use our store; etcd is the agents' only
     info.store_addr = store_addr_;
     info.store_prefix = round_->store_prefix;

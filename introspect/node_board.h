@@ -9,7 +9,8 @@
 // round that ended are never shown.
 //
 // The store is reached only from the board's own thread, with its own
-// client (store calls block, the agent's loop never does): publish() and
+// connection through the agents' Store interface, so every backend works,
+// etcd included (store calls block, the agent's loop never does): publish() and
 // fetch() hand work to it and return at once; fetch's callback runs on the
 // board's thread (the caller posts it back to its loop). Every store call
 // has a deadline (kStoreDeadline); a node that has not published yet is
@@ -37,15 +38,18 @@
 #include <thread>
 #include <vector>
 
-namespace ddprun::rendezvous {
-class Canceller;
-}
+#include "rendezvous/canceller.h"
+#include "rendezvous/store.h"
 
 namespace ddprun::introspect {
 
 struct BoardPlace {
-  std::string store_addr;    // "host:port" of the job's store
-  std::string store_token;   // its HMAC token ("" none)
+  // Opens a connection to the agents' store (ddprun's TCP store or etcd:
+  // agent::RoundInfo::open_agents_store), called on the board's thread.
+  using Opener = std::function<std::unique_ptr<rendezvous::Store>(
+      rendezvous::Duration deadline, std::shared_ptr<rendezvous::Canceller> canceller)>;
+  Opener open_store;
+  std::string store_name;    // for errors: "host:port", "etcd at EP"
   std::string store_prefix;  // the round's prefix, "<run_id>/round_<n>/"
   int node = 0;              // this agent's group rank
   int nodes = 1;             // group world size of the round
