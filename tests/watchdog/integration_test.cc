@@ -372,8 +372,10 @@ TEST_CASE("a Python worker, named by script or by interpreter, gets the bootstra
   }
 }
 
-TEST_CASE("py-spy: a worker started with python -I (no bootstrap, no faulthandler) has its "
-          "Python stack in the hang report") {
+// Named without "Python": torch2.watchdog.integration runs *Python* cases,
+// and this one's skip (no py-spy) would skip that whole entry.
+TEST_CASE("py-spy: a worker started with -I (no bootstrap, no faulthandler) has its stack "
+          "in the hang report, read from outside") {
   if (!ddprun::testing::py_spy_available())
     SKIP_TEST(std::string("no py-spy in ") + PYTOOLS_BIN + " or on PATH (scripts/setup-pytools.sh)");
   Job job;
