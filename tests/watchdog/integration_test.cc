@@ -2,6 +2,7 @@
 // or traceback lands in the hang report, the group restarts and the next
 // attempt completes. A worker that beats on time is never killed.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "tests/common/skip.h"
 #include "tests/watchdog/test_util.h"
 #include "tests/common/python_stack_tools.h"
+#include "watchdog/stack_capture.h"
 #include "tests/common/test_python.h"
 
 using ddprun::testing::test_python;
@@ -400,4 +402,29 @@ TEST_CASE("py-spy: a worker started with -I (no bootstrap, no faulthandler) has 
   // The native stack is still there, after the Python one.
   CHECK(r["stacks"].size() == 2);
   CHECK(slurp(job.attempt(0) + "/hang_report.txt").find("wait_here_forever") != std::string::npos);
+}
+
+TEST_CASE("py-spy: where py-spy is missing, pystack reads the frames and the stack says so") {
+  const std::string pystack = std::string(PYTOOLS_BIN) + "/pystack";
+  if (::access(pystack.c_str(), X_OK) != 0)
+    SKIP_TEST("no " + pystack + " (scripts/setup-pytools.sh)");
+  Child child({test_python(), "-c",
+               "import time\n"
+               "def pystack_finds_me():\n"
+               "    print('ready', flush=True)\n"
+               "    time.sleep(60)\n"
+               "pystack_finds_me()\n"},
+              {}, true);
+  REQUIRE(child.wait_for_output("ready"));
+  TempDir dir;
+  ddprun::watchdog::StackCaptureOptions o;
+  o.py_spy.clear();  // as if not installed
+  o.pystack = pystack;
+  const auto c = ddprun::watchdog::capture_python_stack(child.pid(), 3, dir.path(), o);
+  CAPTURE(c.text);
+  CAPTURE(c.note);
+  CHECK(c.method == ddprun::watchdog::StackMethod::kPyStack);
+  CHECK(c.text.find("pystack_finds_me") != std::string::npos);
+  CHECK(c.path == dir.path() + "/stack_rank3_python.txt");
+  CHECK(slurp(c.path) == c.text);
 }
