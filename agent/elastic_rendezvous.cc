@@ -295,7 +295,10 @@ RoundInfo ElasticRendezvous::next_round(int) {
                                           std::shared_ptr<rdzv::Canceller> canceller) {
     return open_rendezvous_store(spec, deadline, deadline, std::move(canceller));
   };
-  info.agents_store_prefix = round_->store_prefix;
+  // Inside the run's keys ("rdzv/<run_id>/", Rendezvous::key), which the
+  // agents delete from etcd when the job ends (forget_finished_job).
+  info.agents_store_prefix =
+      "rdzv/" + options_.run_id + "/introspect/round_" + std::to_string(round_->round) + "/";
   info.agents_store_name = store_addr_;
   if (!spec_.etcd) {  // workers may use our store; etcd is the agents' only
     info.store_addr = store_addr_;

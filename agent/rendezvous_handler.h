@@ -39,7 +39,7 @@ struct RoundInfo {
   using StoreOpener = std::function<std::unique_ptr<rendezvous::Store>(
       rendezvous::Duration deadline, std::shared_ptr<rendezvous::Canceller> canceller)>;
   StoreOpener open_agents_store;
-  // The round's key prefix in that store ("<run_id>/round_<n>/").
+  // The round's introspection prefix there ("rdzv/<run_id>/introspect/round_<n>/").
   std::string agents_store_prefix;
   // How errors name that store ("HOST:PORT", "etcd at EP").
   std::string agents_store_name;

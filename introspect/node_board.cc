@@ -14,7 +14,7 @@ namespace ddprun::introspect {
 namespace rdzv = ddprun::rendezvous;
 
 std::string board_key(const std::string& store_prefix, int node) {
-  return "ddprun-introspect/" + store_prefix + "node/" + std::to_string(node);
+  return store_prefix + "node/" + std::to_string(node);
 }
 
 namespace {
@@ -75,7 +75,7 @@ NodeBoard::~NodeBoard() {
 }
 
 std::string NodeBoard::key(const std::string& name) const {
-  return "ddprun-introspect/" + place_.store_prefix + name;
+  return place_.store_prefix + name;
 }
 
 void NodeBoard::ask_stacks(int rank, Asked done) {

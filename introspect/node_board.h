@@ -2,11 +2,12 @@
 //
 // Each agent of a multi-node round publishes its status reply (the JSON of
 // control_wire.h, plus "node" and "published_unix") under
-//   ddprun-introspect/<round's store prefix>node/<group rank>
-// in the rendezvous store, once per sample (latest wins), and reads the
+//   rdzv/<run_id>/introspect/round_<n>/node/<group rank>
+// in the agents' store, once per sample (latest wins), and reads the
 // other nodes' entries when a status request asks for them. Keys live in the
 // round's prefix, so a new round starts with a clean board and rows of a
-// round that ended are never shown.
+// round that ended are never shown; and inside the run's own folder, which
+// the agents delete from etcd when the job ends (a TCP store ends with it).
 //
 // The store is reached only from the board's own thread, with its own
 // connection through the agents' Store interface, so every backend works,
@@ -50,7 +51,7 @@ struct BoardPlace {
       rendezvous::Duration deadline, std::shared_ptr<rendezvous::Canceller> canceller)>;
   Opener open_store;
   std::string store_name;    // for errors: "host:port", "etcd at EP"
-  std::string store_prefix;  // the round's prefix, "<run_id>/round_<n>/"
+  std::string store_prefix;  // the round's board prefix, "rdzv/<run_id>/introspect/round_<n>/"
   int node = 0;              // this agent's group rank
   int nodes = 1;             // group world size of the round
 };
