@@ -189,7 +189,7 @@ const char* to_string(StackMethod method) {
   switch (method) {
     case StackMethod::kPythonFaulthandler: return "python_faulthandler";
     case StackMethod::kPySpy: return "py-spy";
-    case StackMethod::kPyStack: return "pystack";
+    case StackMethod::kPyStack: return "pystack";  // the tool: not-a-contract-name
     case StackMethod::kEuStack: return "eu-stack";
     case StackMethod::kGdb: return "gdb";
     case StackMethod::kProc: return "proc";

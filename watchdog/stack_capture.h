@@ -61,7 +61,7 @@ struct StackCaptureOptions {
   // py-spy and pystack binaries for Python frames read from outside
   // (capture_python_stack); a bare name is searched on PATH. Empty: never.
   std::string py_spy = "py-spy";
-  std::string pystack = "pystack";
+  std::string pystack = "pystack";  // the tool: not-a-contract-name (kFilePyStackDir)
   // Each tool is killed when it has not finished within this time.
   std::chrono::milliseconds tool_timeout{10000};
   // Let gdb read debug info and unwind tables. Off (--readnever) is ~3x
