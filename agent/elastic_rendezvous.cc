@@ -315,6 +315,15 @@ RoundInfo ElasticRendezvous::next_round(int) {
   info.local_world_size = options_.nproc_per_node;
   info.master_addr = round_->master_addr;
   info.master_port = round_->master_port;
+  info.open_agents_store = [spec = spec_](Duration deadline,
+                                          std::shared_ptr<rdzv::Canceller> canceller) {
+    return open_rendezvous_store(spec, deadline, deadline, std::move(canceller));
+  };
+  // Inside the run's keys ("rdzv/<run_id>/", Rendezvous::key), which the
+  // agents delete from etcd when the job ends (forget_finished_job).
+  info.agents_store_prefix =
+      "rdzv/" + options_.run_id + "/introspect/round_" + std::to_string(round_->round) + "/";
+  info.agents_store_name = store_addr_;
   if (!spec_.etcd) {  // workers may use our store; etcd is the agents' only
     info.store_addr = store_addr_;
     info.store_prefix = round_->store_prefix;

@@ -8,9 +8,13 @@
 // through AttemptControl::fail_attempt.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 
+#include "rendezvous/canceller.h"
 #include "rendezvous/rendezvous_error.h"
+#include "rendezvous/store.h"
 
 namespace ddprun::agent {
 
@@ -27,6 +31,18 @@ struct RoundInfo {
   std::string store_addr;
   std::string store_prefix;
   std::string store_token;
+  // The agents' own store, whatever the backend (ddprun's TCP store or
+  // etcd), for agent-side helpers that talk across nodes (introspect's
+  // NodeBoard): opens a fresh connection, each call's deadline `deadline`,
+  // abandoned when `canceller` fires (may be null); throws StoreError.
+  // Callable from any thread; empty for a single-node job.
+  using StoreOpener = std::function<std::unique_ptr<rendezvous::Store>(
+      rendezvous::Duration deadline, std::shared_ptr<rendezvous::Canceller> canceller)>;
+  StoreOpener open_agents_store;
+  // The round's introspection prefix there ("rdzv/<run_id>/introspect/round_<n>/").
+  std::string agents_store_prefix;
+  // How errors name that store ("HOST:PORT", "etcd at EP").
+  std::string agents_store_name;
   // TORCHELASTIC_RESTART_COUNT when the handler keeps a job-wide count
   // (multi-node); -1: the agent counts its own attempts.
   int restart_count = -1;

@@ -159,7 +159,7 @@ void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::A
   board_.reset();
   const auto& round = attempt.round;
   node_ = round.group_world_size > 1 ? round.group_rank : -1;
-  if (round.group_world_size > 1 && !round.store_addr.empty() && server_) {
+  if (round.group_world_size > 1 && round.open_agents_store && server_) {
     // Another node's `ddprun stacks`: capture here, answer through the store.
     auto on_request = [this, alive = alive_](nlohmann::json request) {
       boost::asio::post(io_, [this, alive, request] {
@@ -173,10 +173,12 @@ void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::A
         });
       });
     };
-    board_ = std::make_unique<NodeBoard>(BoardPlace{round.store_addr, round.store_token,
-                                                    round.store_prefix, round.group_rank,
-                                                    round.group_world_size},
-                                         on_request);
+    // The agents' store, not the workers' (round.store_addr): under etcd
+    // the workers have none, and the board must still see every node.
+    board_ = std::make_unique<NodeBoard>(
+        BoardPlace{round.open_agents_store, round.agents_store_name, round.agents_store_prefix,
+                   round.group_rank, round.group_world_size},
+        on_request);
     board_->publish(status());
   }
   schedule_sample();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "base/proc_stat.h"
 #include "base/safe_file.h"
 #include "base/scoped_fd.h"
+#include "watchdog/hang_report.h"
 #include "watchdog/heartbeat_server.h"
 #include "introspect/proc_usage.h"
 #include "introspect/tool.h"
@@ -182,6 +184,74 @@ struct RankBeat {
   bool reported = false;
 };
 
+// attach's rule names in the agent's vocabulary (watchdog::HangKind), so
+// both reports share one schema (docs/hang_report.schema.json): no CPU and
+// no I/O, and a log that stopped changing, are attach's silence.
+watchdog::HangKind hang_kind(const std::string& kind) {
+  if (kind == "heartbeat_timeout") return watchdog::HangKind::kHeartbeat;
+  if (kind == "process_stopped") return watchdog::HangKind::kStopped;
+  if (kind == "uninterruptible_sleep") return watchdog::HangKind::kUninterruptible;
+  return watchdog::HangKind::kSilence;
+}
+
+watchdog::StackMethod stack_method(const std::string& name) {
+  using M = watchdog::StackMethod;
+  for (M m : {M::kPythonFaulthandler, M::kPySpy, M::kPyStack, M::kEuStack, M::kGdb, M::kProc})
+    if (name == watchdog::to_string(m)) return m;
+  return M::kNone;
+}
+
+// The hang as watchdog/'s HangReport: the same JSON as the agent's report,
+// and its culprit rule (a rank outside every collective while others wait
+// inside one stopped first) applied to the stacks.
+watchdog::HangReport make_report(const Hang& hang, const std::map<pid_t, Watched>& watched,
+                                 const std::map<int, RankBeat>& beats,
+                                 const std::vector<ProcessStacks>& stacks, const char* action) {
+  watchdog::HangReport r;
+  r.event.kind = hang_kind(hang.kind);
+  r.event.global_rank = hang.rank;
+  r.event.pid = hang.pid;
+  r.event.timeout = std::chrono::duration_cast<watchdog::Millis>(hang.timeout);
+  r.event.due = hang.due;
+  r.event.detected = hang.detected;
+  r.event.detail = hang.detail;
+  if (hang.rank >= 0) r.stalled = {hang.rank};
+  r.culprit = hang.rank;
+  r.action = action;
+  for (const auto& [pid, w] : watched) {
+    watchdog::WorkerStatus ws;
+    ws.global_rank = w.rank;
+    ws.local_rank = -1;  // not known from outside
+    ws.pid = pid;
+    ws.last_output = w.last_progress;  // the last CPU or I/O progress
+    ws.proc_state = w.state;
+    if (auto it = beats.find(w.rank); it != beats.end()) {
+      ws.beats = 1;  // heard from (attach counts no beats)
+      ws.last_beat = it->second.last;
+      ws.last_beat_wall = std::chrono::system_clock::now() -
+                          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                              Clock::now() - it->second.last);
+      ws.step = ws.max_step = it->second.step;
+    }
+    r.workers.push_back(ws);
+  }
+  for (const auto& s : stacks) {
+    auto add = [&](const std::string& method, const std::string& text, const std::string& note) {
+      watchdog::StackCapture c;
+      c.global_rank = s.rank;
+      c.pid = s.pid;
+      c.method = stack_method(method);
+      c.text = text;
+      c.note = note;
+      r.stacks.push_back(std::move(c));
+    };
+    if (!s.python.empty() || !s.python_note.empty()) add(s.python_method, s.python, s.python_note);
+    if (!s.native.empty() || !s.native_note.empty()) add(s.native_method, s.native, s.native_note);
+  }
+  r.find_culprit();
+  return r;
+}
+
 }  // namespace
 
 int run_attach(const AttachOptions& o, std::ostream& out) {
@@ -322,18 +392,20 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
       const char* action = o.on_hang == OnHang::kKill      ? "kill"
                             : o.on_hang == OnHang::kCommand ? "command"
                                                             : "nothing";
-      text += fmt::format("  action: {}\n", action);
-      nlohmann::json stacks_json = nlohmann::json::array();
-      for (const auto& s : stacks) {
-        text += to_text(s);
-        stacks_json.push_back(to_json(s));
+      const auto hang_report = make_report(*hang, watched, beats, stacks, action);
+      if (hang_report.stack_culprit >= 0 && hang_report.culprit != hang->rank) {
+        text += fmt::format("  culprit: rank {} (its stack is outside any collective; rank(s) "
+                            "{} wait inside one)\n",
+                            hang_report.culprit, fmt::join(hang_report.in_collective, ","));
       }
-      const nlohmann::json report = {
-          {"time", now_iso()}, {"kind", hang->kind}, {"rank", hang->rank}, {"pid", hang->pid},
-          {"detail", hang->detail}, {"timeout_s", secs(hang->timeout)},
-          {"detected_after_due_ms", secs(hang->detected - hang->due) * 1000},
-          {"report_after_due_ms", secs(Clock::now() - hang->due) * 1000},
-          {"watched", watched_json}, {"stacks", stacks_json}, {"action", action}};
+      text += fmt::format("  action: {}\n", action);
+      for (const auto& s : stacks) text += to_text(s);
+      // The agent's report (watchdog::HangReport) plus what only attach knows.
+      nlohmann::json report = hang_report.to_json();
+      report["source"] = "attach";
+      report["attach_kind"] = hang->kind;
+      report["watched"] = watched_json;
+      report["report_after_due_ms"] = secs(Clock::now() - hang->due) * 1000;
       std::string report_path;
       if (!o.report_dir.empty()) {
         report_path = o.report_dir + "/" + base::kFileHangReportJson;
@@ -341,9 +413,14 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
         try {
           const auto dir = base::SafeDir::open(o.report_dir, true);
           dir.write_atomically(base::kFileHangReportText, text, false);
-          dir.write_atomically(base::kFileHangReportJson, report.dump(2) + "\n", false);
+          dir.write_atomically(base::kFileHangReportJson,
+                               report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                   "\n",
+                               false);
         } catch (const base::FileError& e) {
-          out << "attach: " << e.what() << "\n";
+          out << "ddprun attach: cannot write the hang report in " << o.report_dir << ": "
+              << e.what() << "\n";
+          report_path.clear();  // --on-hang command gets no path to a missing file
         }
       }
       out << text << std::flush;

@@ -278,7 +278,10 @@ int attach_main(int argc, char** argv) {
   app.add_option("--stack-capture", stack_capture, "native stacks: auto, eu-stack, gdb, proc, none")
       ->check(CLI::IsMember({"auto", "eu-stack", "gdb", "proc", "none"}))->capture_default_str();
   app.add_flag("--once", o.once, "exit after the first hang is handled");
-  app.footer("Python stacks need the job started with ddprun's sitecustomize: PYTHONPATH=" +
+  app.footer(std::string("Python stacks: read from outside by py-spy, else pystack, found on PATH (") +
+             watchdog::kPythonStackInstall +
+             "; they need ptrace rights: docs/introspect.md); a job started with ddprun's "
+             "sitecustomize gives the cheaper faulthandler dump instead: PYTHONPATH=" +
              python_dir() + ", DDPRUN_PYSTACK_SIGNAL=" + std::to_string(pystack_signal()) +
              ", DDPRUN_PYSTACK_DIR=<a folder of yours>.\n"
              "Exit status: 0 the processes ended without a hang, 1 a hang was reported, "

@@ -8,16 +8,51 @@
 #include <unistd.h>
 
 #include "rendezvous/canceller.h"
-#include "rendezvous/client.h"
-#include "rendezvous/lazy_client.h"
 
 namespace ddprun::introspect {
 
 namespace rdzv = ddprun::rendezvous;
 
 std::string board_key(const std::string& store_prefix, int node) {
-  return "ddprun-introspect/" + store_prefix + "node/" + std::to_string(node);
+  return store_prefix + "node/" + std::to_string(node);
 }
+
+namespace {
+
+// rendezvous/lazy_client.h's rules on any Store (LazyClient is the TCP
+// client's): connected at the first call, a failed call drops the
+// connection (the next makes a new one) and is logged once until a call
+// succeeds; after the canceller fired, calls fail quietly.
+class LazyStore {
+ public:
+  LazyStore(const BoardPlace& place, std::shared_ptr<rdzv::Canceller> canceller)
+      : place_(place), canceller_(std::move(canceller)) {}
+  const std::string& last_error() const { return last_error_; }
+
+  template <class Call>
+  bool call(const Call& call) {
+    try {
+      if (!store_) store_ = place_.open_store(NodeBoard::kStoreDeadline, canceller_);
+      call(*store_);
+      last_error_.clear();
+      return true;
+    } catch (const std::exception& e) {
+      store_.reset();
+      if (canceller_->cancelled()) return false;
+      if (last_error_ != e.what()) spdlog::debug("status board: {}", e.what());
+      last_error_ = e.what();
+      return false;
+    }
+  }
+
+ private:
+  const BoardPlace& place_;
+  std::shared_ptr<rdzv::Canceller> canceller_;
+  std::unique_ptr<rdzv::Store> store_;
+  std::string last_error_;
+};
+
+}  // namespace
 
 NodeBoard::NodeBoard(BoardPlace place, Requested on_request)
     : place_(std::move(place)),
@@ -40,7 +75,7 @@ NodeBoard::~NodeBoard() {
 }
 
 std::string NodeBoard::key(const std::string& name) const {
-  return "ddprun-introspect/" + place_.store_prefix + name;
+  return place_.store_prefix + name;
 }
 
 void NodeBoard::ask_stacks(int rank, Asked done) {
@@ -80,8 +115,7 @@ void NodeBoard::fetch(Fetched done) {
 }
 
 void NodeBoard::run() {
-  rdzv::LazyClient store(place_.store_addr, place_.store_token, kStoreDeadline, canceller_,
-                         [&](const std::string& error) { spdlog::debug("status board: {}", error); });
+  LazyStore store(place_, canceller_);
   using SteadyClock = std::chrono::steady_clock;
   std::vector<Ask> asks;       // sent, waiting for replies
   int64_t seen_requests = 0;   // this node's requests handed on so far
@@ -117,13 +151,13 @@ void NodeBoard::run() {
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
               .count();
       const std::string text = entry.dump();
-      store.call([&](rdzv::Client& c) {
+      store.call([&](rdzv::Store& c) {
         c.set(board_key(place_.store_prefix, place_.node), rdzv::to_bytes(text));
       });
     }
     for (auto& [id, reply] : answers) {
       const std::string text = reply.dump();
-      store.call([&](rdzv::Client& c) {
+      store.call([&](rdzv::Store& c) {
         c.set(key("stacks/reply/" + id + "/" + std::to_string(place_.node)), rdzv::to_bytes(text));
       });
     }
@@ -134,7 +168,7 @@ void NodeBoard::run() {
       const std::string request = nlohmann::json{{"id", a.id}, {"rank", a.rank}}.dump();
       for (int n = 0; n < place_.nodes; ++n) {
         if (n == place_.node) continue;
-        const bool sent = store.call([&](rdzv::Client& c) {
+        const bool sent = store.call([&](rdzv::Store& c) {
           const int64_t seq = c.add(key("stacks/count/" + std::to_string(n)), 1);
           c.set(key("stacks/req/" + std::to_string(n) + "/" + std::to_string(seq)),
                 rdzv::to_bytes(request));
@@ -148,13 +182,13 @@ void NodeBoard::run() {
       next_poll = SteadyClock::now() + std::chrono::seconds(1);
       const std::string count_key = key("stacks/count/" + std::to_string(place_.node));
       int64_t count = seen_requests;
-      store.call([&](rdzv::Client& c) { count = c.add(count_key, 0); });
+      store.call([&](rdzv::Store& c) { count = c.add(count_key, 0); });
       for (; seen_requests < count; ++seen_requests) {
         rdzv::Bytes value;
         const std::string req_key = key("stacks/req/" + std::to_string(place_.node) + "/" +
                                         std::to_string(seen_requests + 1));
         // The asker counts first and writes the request right after.
-        if (!store.call([&](rdzv::Client& c) { value = c.get(req_key, kStoreDeadline); })) break;
+        if (!store.call([&](rdzv::Store& c) { value = c.get(req_key, kStoreDeadline); })) break;
         try {
           on_request_(nlohmann::json::parse(rdzv::to_string(value)));
         } catch (const std::exception& e) {
@@ -168,7 +202,7 @@ void NodeBoard::run() {
         const std::string reply_key = key("stacks/reply/" + a.id + "/" + std::to_string(*n));
         bool present = false;
         rdzv::Bytes value;
-        store.call([&](rdzv::Client& c) {
+        store.call([&](rdzv::Store& c) {
           present = c.check({reply_key});
           if (present) value = c.get(reply_key, std::chrono::milliseconds(0));
         });
@@ -204,13 +238,13 @@ void NodeBoard::run() {
       const std::string key = board_key(place_.store_prefix, n);
       bool present = false;
       rdzv::Bytes value;
-      const bool ok = store.call([&](rdzv::Client& c) {
+      const bool ok = store.call([&](rdzv::Store& c) {
         // A node that has not published yet is left out, not waited for.
         present = c.check({key});
         if (present) value = c.get(key, std::chrono::milliseconds(0));
       });
       if (!ok) {
-        error = "the job's store at " + place_.store_addr + ": " + store.last_error();
+        error = "the job's store at " + place_.store_name + ": " + store.last_error();
         break;
       }
       if (!present) continue;

@@ -2,14 +2,16 @@
 //
 // Each agent of a multi-node round publishes its status reply (the JSON of
 // control_wire.h, plus "node" and "published_unix") under
-//   ddprun-introspect/<round's store prefix>node/<group rank>
-// in the rendezvous store, once per sample (latest wins), and reads the
+//   rdzv/<run_id>/introspect/round_<n>/node/<group rank>
+// in the agents' store, once per sample (latest wins), and reads the
 // other nodes' entries when a status request asks for them. Keys live in the
 // round's prefix, so a new round starts with a clean board and rows of a
-// round that ended are never shown.
+// round that ended are never shown; and inside the run's own folder, which
+// the agents delete from etcd when the job ends (a TCP store ends with it).
 //
 // The store is reached only from the board's own thread, with its own
-// client (store calls block, the agent's loop never does): publish() and
+// connection through the agents' Store interface, so every backend works,
+// etcd included (store calls block, the agent's loop never does): publish() and
 // fetch() hand work to it and return at once; fetch's callback runs on the
 // board's thread (the caller posts it back to its loop). Every store call
 // has a deadline (kStoreDeadline); a node that has not published yet is
@@ -37,16 +39,19 @@
 #include <thread>
 #include <vector>
 
-namespace ddprun::rendezvous {
-class Canceller;
-}
+#include "rendezvous/canceller.h"
+#include "rendezvous/store.h"
 
 namespace ddprun::introspect {
 
 struct BoardPlace {
-  std::string store_addr;    // "host:port" of the job's store
-  std::string store_token;   // its HMAC token ("" none)
-  std::string store_prefix;  // the round's prefix, "<run_id>/round_<n>/"
+  // Opens a connection to the agents' store (ddprun's TCP store or etcd:
+  // agent::RoundInfo::open_agents_store), called on the board's thread.
+  using Opener = std::function<std::unique_ptr<rendezvous::Store>(
+      rendezvous::Duration deadline, std::shared_ptr<rendezvous::Canceller> canceller)>;
+  Opener open_store;
+  std::string store_name;    // for errors: "host:port", "etcd at EP"
+  std::string store_prefix;  // the round's board prefix, "rdzv/<run_id>/introspect/round_<n>/"
   int node = 0;              // this agent's group rank
   int nodes = 1;             // group world size of the round
 };

@@ -45,13 +45,13 @@ std::string read_from(const std::string& path, uint64_t offset) {
   return s;
 }
 
-void python_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) {
+// faulthandler on ddprun's signal, for a process started with ddprun's
+// sitecustomize: the cheapest (no ptrace, the interpreter prints its own).
+bool faulthandler_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) {
   const auto sig_text = proc_environ_value(pid, base::kEnvPyStackSignal);
   const auto dir = proc_environ_value(pid, base::kEnvPyStackDir);
   if (!sig_text || !dir) {
-    out.python_note = "not started with ddprun's faulthandler signal (no DDPRUN_PYSTACK_* in "
-                      "its environment)";
-    return;
+    return false;
   }
   int sig = 0;
   try {
@@ -61,14 +61,14 @@ void python_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) {
   if (!catches_signal(pid, sig)) {
     out.python_note = fmt::format("no handler for signal {} (not Python, or faulthandler was "
                                   "not registered)", sig);
-    return;
+    return false;
   }
   const std::string path =
       *dir + "/" + base::kFilePyStackPrefix + std::to_string(pid) + ".txt";
   const uint64_t before = file_size(path);
   if (::kill(pid, sig) != 0) {
     out.python_note = fmt::format("kill({}, {}): {}", pid, sig, std::strerror(errno));
-    return;
+    return false;
   }
   // faulthandler writes from the signal handler with a few write(2) calls:
   // done once the file stops growing. Polling is bounded by python_timeout.
@@ -89,9 +89,25 @@ void python_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) {
     out.python_note = fmt::format("no traceback within {} ms (the interpreter may be stuck "
                                   "in a call holding the signal)",
                                   o.python_timeout.count());
-    return;
+    return false;
   }
   out.python = read_from(path, before);
+  out.python_method = watchdog::to_string(watchdog::StackMethod::kPythonFaulthandler);
+  return true;
+}
+
+void python_stack(pid_t pid, int rank, const CollectOptions& o, ProcessStacks& out) {
+  if (faulthandler_stack(pid, o, out)) return;
+  if (!watchdog::runs_python(pid)) {
+    if (out.python_note.empty()) out.python_note = "not a Python process";
+    return;
+  }
+  const auto c = watchdog::capture_python_stack(pid, rank, o.dir, o.native, o.cancel);
+  if (c.method != watchdog::StackMethod::kNone) {
+    out.python = c.text;
+    out.python_method = watchdog::to_string(c.method);
+  }
+  if (!c.note.empty()) out.python_note += (out.python_note.empty() ? "" : "; ") + c.note;
 }
 
 }  // namespace
@@ -104,7 +120,7 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
     ProcessStacks s;
     s.rank = t.rank;
     s.pid = t.pid;
-    python_stack(t.pid, o, s);
+    python_stack(t.pid, t.rank, o, s);
     if (o.want_native) {
       const auto c = watchdog::capture_native_stack(t.pid, t.rank, o.dir, o.native, o.cancel);
       s.native = c.text;
@@ -118,7 +134,8 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
 
 nlohmann::json to_json(const ProcessStacks& s) {
   return {{"rank", s.rank},          {"pid", s.pid},
-          {"python", s.python},      {"python_note", s.python_note},
+          {"python", s.python},      {"python_method", s.python_method},
+          {"python_note", s.python_note},
           {"native", s.native},      {"native_method", s.native_method},
           {"native_note", s.native_note}};
 }
@@ -128,6 +145,7 @@ ProcessStacks stacks_from_json(const nlohmann::json& j) {
   s.rank = j.value("rank", -1);
   s.pid = j.value("pid", 0);
   s.python = j.value("python", "");
+  s.python_method = j.value("python_method", "");
   s.python_note = j.value("python_note", "");
   s.native = j.value("native", "");
   s.native_method = j.value("native_method", "");
@@ -139,7 +157,7 @@ std::string to_text(const ProcessStacks& s, const std::string& host) {
   std::string out = fmt::format("=== rank {} (pid {}{}) ===\n", s.rank, s.pid,
                                 host.empty() ? "" : ", " + host);
   if (!s.python.empty()) {
-    out += "--- Python, every thread (faulthandler) ---\n" + s.python;
+    out += "--- Python, every thread (" + s.python_method + ") ---\n" + s.python;
     if (out.back() != '\n') out += '\n';
   } else if (!s.python_note.empty()) {
     out += "--- Python: " + s.python_note + "\n";

@@ -13,6 +13,10 @@
 // (--signal) and submitit use for preemption and timeouts, and not one
 // whose default action a misdirected send could turn into a crash, since
 // only a process that caught it is ever sent it.
+// Without that instrumentation (a torchrun job, `python -I`, a program
+// embedding Python), the Python frames are read from outside by py-spy,
+// else pystack (watchdog/stack_capture.h, capture_python_stack); where
+// neither is installed, python_note says so with the install command.
 // Native: watchdog/stack_capture.h (eu-stack, else gdb, else /proc), which
 // stops each thread only for the few milliseconds of the unwinding.
 //
@@ -47,8 +51,9 @@ struct StackTarget {
 struct ProcessStacks {
   int rank = -1;
   pid_t pid = 0;
-  std::string python;       // faulthandler's dump of every thread; "" when none
-  std::string python_note;  // why there is none
+  std::string python;         // every thread's Python frames; "" when none
+  std::string python_method;  // python_faulthandler, py-spy, pystack; "" when none
+  std::string python_note;    // why there is none, or why the first method failed
   std::string native;
   std::string native_method;  // eu-stack, gdb, proc, none
   std::string native_note;

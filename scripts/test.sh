@@ -7,6 +7,8 @@ bash scripts/setup.sh
 # The newest PyPI torch in .venv-torch, for the torch2 test label (a fresh
 # machine downloads ~4 GB: about 17 min measured on a loaded 2-core machine).
 bash scripts/setup-torch.sh
+# py-spy and pystack in .venv-pytools: Python stacks of uninstrumented jobs.
+bash scripts/setup-pytools.sh
 # The store's fuzzers are opt-in; CI builds them and runs each for 20 s.
 bash scripts/build.sh build -DDDPRUN_WERROR=ON -DDDPRUN_FUZZ=ON
 # The CUDA variant of `train` against that torch's CUDA LibTorch and NCCL

@@ -419,8 +419,13 @@ void WatchdogHook::on_hang(const HangEvent& event) {
                                  cancel = capture_cancel_, attempt = attempt_,
                                  alive = alive_] {
     std::vector<StackCapture> captured;
-    for (const auto& [pid, rank] : natives)
+    for (const auto& [pid, rank] : natives) {
+      // A Python worker that will not print its own traceback (no
+      // faulthandler: `python -I`, a reset PYTHONPATH; or --on-hang=report,
+      // where SIGABRT would end it): its frames read from outside.
+      if (runs_python(pid)) captured.push_back(capture_python_stack(pid, rank, dir, stacks, cancel.get()));
       captured.push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
+    }
     boost::asio::post(io_, [this, captured = std::move(captured), attempt, cancel, alive] {
       if (!*alive || attempt != attempt_ || cancel != capture_cancel_ || !report_) return;
       report_->stacks.insert(report_->stacks.end(), captured.begin(), captured.end());

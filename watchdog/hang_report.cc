@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <fstream>
+#include <map>
 
 #include "base/contract.h"
 #include "base/safe_file.h"
@@ -64,10 +65,24 @@ void HangReport::find_culprit(bool may_blame) {
   stack_culprit = -1;
   in_collective.clear();
   std::vector<int> outside;
+  // A rank may have two stacks. Its Python one, when there is one, decides:
+  // the native one also shows the communicator's idle threads (every Gloo
+  // rank has ProcessGroupGloo::runLoop waiting), whatever the main thread
+  // does. Otherwise any native thread inside a collective counts.
+  auto is_python = [](StackMethod m) {
+    return m == StackMethod::kPythonFaulthandler || m == StackMethod::kPySpy ||
+           m == StackMethod::kPyStack;
+  };
+  std::map<int, std::pair<bool, bool>> ranks;  // rank: (has a Python stack, inside)
   for (const auto& s : stacks) {
     if (s.text.empty()) continue;  // not captured (yet): says nothing
-    (stack_in_collective(s.text) ? in_collective : outside).push_back(s.global_rank);
+    auto& [python, inside] = ranks[s.global_rank];
+    if (is_python(s.method) && !python) inside = false;  // the Python stack replaces the native verdict
+    if (is_python(s.method) || !python) inside = inside || stack_in_collective(s.text);
+    python = python || is_python(s.method);
   }
+  for (const auto& [rank, verdict] : ranks)
+    (verdict.second ? in_collective : outside).push_back(rank);
   if (in_collective.empty() || outside.empty()) return;
   // Of the ranks outside a collective, the one behind in steps, then the one
   // whose last beat is oldest, stopped first.

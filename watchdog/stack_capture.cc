@@ -126,11 +126,12 @@ std::string reason_line(const std::string& name, const std::string& text) {
 }
 
 // Runs one stack tool with stdout+stderr into `path`, bounded by `timeout`.
-// Returns true when it printed at least one frame ("#0") in time; else
-// `why` says what went wrong. `text` holds what it printed either way.
+// Returns true when it printed `marker` (a frame: "#0" for the native
+// tools) in time; else `why` says what went wrong. `text` holds what it
+// printed either way.
 bool run_tool(const std::string& name, std::vector<std::string> argv_s, const std::string& path,
               std::chrono::milliseconds timeout, CaptureCancel* cancel, std::string& text,
-              std::string& why) {
+              std::string& why, const std::string& marker = "#0") {
   text.clear();
   // Through SafeDir (base/safe_file.h): the agent often runs as root with a
   // log folder that others can write, so neither the path nor the file may
@@ -172,7 +173,7 @@ bool run_tool(const std::string& name, std::vector<std::string> argv_s, const st
   }
   // eu-stack exits non-zero when one thread could not be unwound to its
   // end but still prints the others: frames are what count.
-  if (text.find("#0") != std::string::npos) {
+  if (text.find(marker) != std::string::npos) {
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       why = name + " printed stacks but reported: " + reason_line(name, text);
     }
@@ -187,6 +188,8 @@ bool run_tool(const std::string& name, std::vector<std::string> argv_s, const st
 const char* to_string(StackMethod method) {
   switch (method) {
     case StackMethod::kPythonFaulthandler: return "python_faulthandler";
+    case StackMethod::kPySpy: return "py-spy";
+    case StackMethod::kPyStack: return "pystack";  // the tool: not-a-contract-name
     case StackMethod::kEuStack: return "eu-stack";
     case StackMethod::kGdb: return "gdb";
     case StackMethod::kProc: return "proc";
@@ -195,15 +198,48 @@ const char* to_string(StackMethod method) {
   return "none";
 }
 
+namespace {
+
+// True when the interpreter's options (the arguments before the script,
+// -c or -m) include -I or -E, alone or grouped ("-Iu"): it then ignores
+// every PYTHON* variable of its environment.
+bool ignores_python_env(const std::vector<std::string>& args) {
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 2 || a[0] != '-' || a == "--" || a.rfind("--", 0) == 0) return false;
+    for (std::size_t k = 1; k < a.size(); ++k) {
+      if (a[k] == 'I' || a[k] == 'E') return true;
+      if (a[k] == 'c' || a[k] == 'm') return false;  // the rest is the command
+      if (a[k] == 'X' || a[k] == 'W') {              // takes a value
+        if (k + 1 == a.size()) ++i;
+        break;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool runs_python(pid_t pid) {
+  if (is_python_process(pid)) return true;
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/libpython") != std::string::npos) return true;
+  }
+  return false;
+}
+
 bool python_faulthandler_enabled(pid_t pid) {
   if (!is_python_process(pid)) return false;
   const std::string base = "/proc/" + std::to_string(pid);
-  for (const auto& kv : read_nul_list(base + "/environ")) {
+  const auto args = read_nul_list(base + "/cmdline");
+  for (const auto& kv : ignores_python_env(args) ? std::vector<std::string>{}
+                                                 : read_nul_list(base + "/environ")) {
     // Python enables faulthandler for any non-empty PYTHONFAULTHANDLER.
     const std::string name = std::string(base::kEnvPythonFaultHandler) + "=";
     if (kv.rfind(name, 0) == 0 && kv.size() > name.size()) return true;
   }
-  const auto args = read_nul_list(base + "/cmdline");
   for (std::size_t i = 0; i + 1 < args.size(); ++i) {
     if (args[i] == "-X" && args[i + 1] == "faulthandler") return true;
   }
@@ -297,6 +333,52 @@ StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string&
     c.note += (c.note.empty() ? "" : "; ") + std::string("cannot write stacks: ") + e.what();
   }
   c.method = StackMethod::kProc;
+  return c;
+}
+
+StackCapture capture_python_stack(pid_t pid, int global_rank, const std::string& dir,
+                                  const StackCaptureOptions& options, CaptureCancel* cancel) {
+  StackCapture c;
+  c.pid = pid;
+  c.global_rank = global_rank;
+  c.path = dir + "/" + base::kFileStackPrefix + std::to_string(global_rank) + "_python.txt";
+  const std::string pid_s = std::to_string(pid);
+  struct Tool {
+    const std::string& program;
+    StackMethod method;
+    std::vector<std::string> argv;
+    const char* marker;  // printed once per thread with frames
+  };
+  // py-spy first: one static binary, and it pauses the target only while
+  // it copies the frames. pystack (a Python program) starts slower.
+  const Tool tools[] = {
+      {options.py_spy, StackMethod::kPySpy, {options.py_spy, "dump", "--pid", pid_s}, "Thread "},
+      {options.pystack, StackMethod::kPyStack, {options.pystack, "remote", pid_s},
+       "Traceback for thread"}};
+  std::vector<std::string> notes;
+  int missing = 0;
+  for (const auto& t : tools) {
+    if (t.program.empty() || (cancel && cancel->cancelled())) continue;
+    if (find_program(t.program).empty()) {
+      ++missing;
+      continue;
+    }
+    std::string text, why;
+    const bool ok = run_tool(to_string(t.method), t.argv, c.path, options.tool_timeout, cancel,
+                             text, why, t.marker);
+    if (!why.empty()) notes.push_back(why);
+    if (ok) {
+      c.method = t.method;
+      c.text = std::move(text);
+      break;
+    }
+  }
+  if (c.method == StackMethod::kNone && missing == 2) {
+    notes.push_back(std::string("neither py-spy nor pystack is installed (") +
+                    kPythonStackInstall + ")");
+  }
+  for (const auto& n : notes) c.note += (c.note.empty() ? "" : "; ") + n;
+  if (c.method == StackMethod::kNone) c.path.clear();
   return c;
 }
 

@@ -19,6 +19,14 @@
 // A tool that is missing, refused (ptrace) or printed no frame is skipped;
 // the reason goes into StackCapture::note. The output goes to a file in
 // the attempt's log directory.
+// Python frames without instrumentation (a worker whose bootstrap did not
+// run, `python -I`, a job ddprun did not start): capture_python_stack reads
+// the interpreter's frames from outside with the first of
+//   1. `py-spy dump --pid PID` (PyPI py-spy): pauses the process only
+//      while it copies the frames (docs/introspect.md has the figures);
+//   2. `pystack remote PID` (PyPI pystack, Bloomberg's);
+// each bounded by tool_timeout like the native tools. Neither installed:
+// the note says so with the install command.
 //
 // Blocking: capture_native_stack blocks the caller for at most
 // 2 x tool_timeout (one per tool), so the agent runs it on a thread of its
@@ -36,7 +44,7 @@
 
 namespace ddprun::watchdog {
 
-enum class StackMethod { kPythonFaulthandler, kEuStack, kGdb, kProc, kNone };
+enum class StackMethod { kPythonFaulthandler, kPySpy, kPyStack, kEuStack, kGdb, kProc, kNone };
 const char* to_string(StackMethod method);
 
 struct StackCaptureOptions {
@@ -50,6 +58,10 @@ struct StackCaptureOptions {
   // gdb binary, tried when eu-stack is absent or fails; a bare name is
   // searched on PATH. Empty: never use gdb.
   std::string gdb = "gdb";
+  // py-spy and pystack binaries for Python frames read from outside
+  // (capture_python_stack); a bare name is searched on PATH. Empty: never.
+  std::string py_spy = "py-spy";
+  std::string pystack = "pystack";  // the tool: not-a-contract-name (kFilePyStackDir)
   // Each tool is killed when it has not finished within this time.
   std::chrono::milliseconds tool_timeout{10000};
   // Let gdb read debug info and unwind tables. Off (--readnever) is ~3x
@@ -89,7 +101,24 @@ class CaptureCancel {
 
 // True when `pid` runs Python with faulthandler enabled (reads
 // /proc/PID/environ and cmdline), so SIGABRT will print its tracebacks.
+// PYTHONFAULTHANDLER does not count for an interpreter started with -I or
+// -E, which ignores PYTHON* variables (SIGABRT would kill it silently).
 bool python_faulthandler_enabled(pid_t pid);
+
+// True when `pid` runs a Python interpreter: a python* executable, or a
+// program with libpython mapped (a C++ binary embedding Python).
+bool runs_python(pid_t pid);
+
+// What to install for Python stacks when neither tool is found.
+inline constexpr const char* kPythonStackInstall = "pip install py-spy";
+
+// Python frames of every thread of `pid` through py-spy, else pystack,
+// written to "<dir>/stack_rank<global_rank>_python.txt". Never throws;
+// method kNone with a note (the install command when neither tool exists)
+// when no tool printed a traceback.
+StackCapture capture_python_stack(pid_t pid, int global_rank, const std::string& dir,
+                                  const StackCaptureOptions& options = {},
+                                  CaptureCancel* cancel = nullptr);
 
 // Runs eu-stack, else gdb, else reads /proc for `pid` and writes the result
 // to "<dir>/stack_rank<global_rank>.txt". Never throws. Once `cancel` is

@@ -67,7 +67,8 @@ TEST_CASE("attach --pgid: a process group whose ranks stop is reported and, with
   CHECK(r.status == 1);
   CHECK(r.out.find("group " + std::to_string(group.pid())) != std::string::npos);
   const json report = read_report(dir.path());
-  CHECK(report["kind"] == "no_progress");
+  CHECK(report["kind"] == "silence_timeout");  // attach's no-progress rule
+  CHECK(report["attach_kind"] == "no_progress");
   CHECK(watched_ranks(report) == std::set<int>{0, 1});
   CHECK(report["stacks"].at(0)["rank"] == report["rank"]);
   // The whole group ended: the shell (SIGTERM) and both ranks.

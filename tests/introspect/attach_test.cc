@@ -14,11 +14,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/proc_stat.h"
 #include "introspect/stacks.h"
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/python_stack_tools.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/test_python.h"
 
@@ -108,19 +110,83 @@ TEST_CASE("torchrun: attach on a job whose rank stops progressing reports its st
   REQUIRE(in);
   const json report = json::parse(in);
   CHECK(report["rank"] == 1);
-  CHECK(report["kind"] == "no_progress");
+  CHECK(report["kind"] == "silence_timeout");  // attach's no-progress rule
+  CHECK(report["attach_kind"] == "no_progress");
   CHECK(report["watched"].size() == 2);
   MESSAGE("attach: report written " << report["report_after_due_ms"].get<double>()
                                     << " ms after the silence timeout passed");
   // The stuck rank's stacks come first: Python's from inside stuck(), and native.
-  const json& s = report["stacks"].at(0);
-  CHECK(s["rank"] == 1);
-  CHECK(s["python"].get<std::string>().find("in stuck") != std::string::npos);
-  CHECK(!s["native"].get<std::string>().empty());
+  REQUIRE(report["stacks"].size() >= 2);
+  const json& py = report["stacks"].at(0);
+  CHECK(py["rank"] == 1);
+  CHECK(py["method"] == "python_faulthandler");
+  CHECK(py["text"].get<std::string>().find("in stuck") != std::string::npos);
+  const json& native = report["stacks"].at(1);
+  CHECK(native["rank"] == 1);
+  CHECK(!native["text"].get<std::string>().empty());
   // --on-hang kill ended the whole tree: torchrun and both ranks.
   const auto end = torchrun.finish(std::chrono::seconds(60));
   CHECK(!end.timed_out);
   for (const auto& w : report["watched"]) CHECK(dead(w["pid"].get<pid_t>()));
+}
+
+TEST_CASE("uninstrumented torchrun: attach reads Python stacks from outside: the hung "
+          "rank's function and line, its peer's all_reduce") {
+  if (!ddprun::testing::py_spy_available()) {
+    MESSAGE("SKIP: no py-spy in " << PYTOOLS_BIN << " or on PATH (scripts/setup-pytools.sh)");
+    std::exit(77);
+  }
+  if (!torch_available()) {
+    MESSAGE("SKIP: no torch for " << torch_python() << " -m torch.distributed.run");
+    std::exit(77);
+  }
+  std::printf("torchrun under %s\n", torch_python().c_str());  // in ctest's log
+  TempDir dir;
+  // Plain torchrun: no PYTHONPATH, no DDPRUN_PYSTACK_*, no faulthandler.
+  auto args = torchrun_args();
+  for (const std::string& a :
+       {std::string("--nnodes"), std::string("1"), std::string("--nproc_per_node"), std::string("2"),
+        std::string("--master_port"), std::to_string(free_port()),
+        std::string(INTROSPECT_SCRIPTS) + "/torchrun_collective_hang.py"})
+    args.push_back(a);
+  DdprunProcess torchrun(args, {"OMP_NUM_THREADS=1"}, torch_python());
+  if (!torchrun.wait_for_stdout(
+          [](const std::string& o) {
+            return o.find("rank 1 stuck") != std::string::npos &&
+                   o.find("rank 0 in all_reduce") != std::string::npos;
+          },
+          std::chrono::seconds(180))) {
+    const auto f = torchrun.finish(std::chrono::seconds(30));
+    FAIL("torchrun's ranks did not reach their hang; exit " << f.status << "\nstdout: " << f.out
+                                                            << "\nstderr: " << f.err);
+  }
+  const std::string reports = dir.file("report");
+  ::mkdir(reports.c_str(), 0700);
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(torchrun.pid()), "--silence-timeout", "2", "--on-hang", "kill",
+       "--kill-grace", "10", "--report-dir", reports},
+      {ddprun::testing::python_tools_path_env()}, std::chrono::seconds(120));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  std::ifstream in(reports + "/hang_report.json");
+  REQUIRE(in);
+  const json report = json::parse(in);
+  // Whichever rank's silence was seen first, the stacks blame rank 1: it is
+  // outside any collective while rank 0 waits in all_reduce for it.
+  CHECK(report["culprit_rank"] == 1);
+  CHECK(report["in_collective_ranks"] == json::array({0}));
+  // Each rank's Python stack (HangReport's shape: one entry per method).
+  std::map<int, std::string> python;
+  for (const auto& s : report["stacks"])
+    if (s["method"] == "py-spy") python[s["rank"].get<int>()] = s["text"];
+  REQUIRE(python.size() == 2);
+  CHECK(python[1].find("hang_in_python (") != std::string::npos);
+  CHECK(python[1].find("torchrun_collective_hang.py:13)") != std::string::npos);
+  CHECK(python[0].find("all_reduce (") != std::string::npos);
+  CHECK(python[0].find("distributed_c10d.py:") != std::string::npos);
+  CHECK(r.out.find("--- Python, every thread (py-spy) ---") != std::string::npos);
+  const auto end = torchrun.finish(std::chrono::seconds(60));
+  CHECK(!end.timed_out);
 }
 
 TEST_CASE("attach: a log file that stops growing is a hang; --on-hang command runs with the "

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/python_stack_tools.h"
 #include "tests/common/temp_dir.h"
 
 namespace {
@@ -202,4 +203,31 @@ TEST_CASE("a rank slowed down on purpose is named as the straggler") {
     }
   }
   CHECK(logged);
+}
+
+TEST_CASE("py-spy: stacks reads the Python stack of a worker started with python -I, which "
+          "ddprun's sitecustomize never reached") {
+  if (!ddprun::testing::py_spy_available()) {
+    MESSAGE("SKIP: no py-spy in " << PYTOOLS_BIN << " or on PATH (scripts/setup-pytools.sh)");
+    std::exit(77);
+  }
+  Job job;
+  auto env = job.env();
+  env.push_back(ddprun::testing::python_tools_path_env());  // the agent finds py-spy on PATH
+  DdprunProcess p({"--nproc-per-node", "1", "--rdzv-id", job.run_id, kPython, "-I",
+                   std::string(INTROSPECT_SCRIPTS) + "/isolated_worker.py", job.until},
+                  env);
+  REQUIRE(p.wait_for_stdout([](const std::string& o) { return has_lines(o, {"ready"}); },
+                            std::chrono::seconds(60)));
+  const auto r = job.ask("stacks", {"--json"});
+  INFO("stacks stderr: " << r.err);
+  REQUIRE(r.status == 0);
+  const json stacks = json::parse(r.out)["agents"].at(0)["stacks"];
+  REQUIRE(stacks.size() == 1);
+  INFO("python: " << stacks[0]["python"] << "\nnote: " << stacks[0]["python_note"]);
+  CHECK(stacks[0]["python_method"] == "py-spy");
+  CHECK(stacks[0]["python"].get<std::string>().find("wait_isolated (") != std::string::npos);
+  CHECK(stacks[0]["python"].get<std::string>().find("isolated_worker.py:12)") != std::string::npos);
+  job.release();
+  CHECK(p.finish(std::chrono::seconds(60)).status == 0);
 }

@@ -16,6 +16,7 @@
 
 #include "base/scoped_fd.h"
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/etcd_server.h"
 #include "tests/common/temp_dir.h"
 
 namespace {
@@ -46,16 +47,23 @@ struct TwoNodeJob {
   std::string registry[2] = {dir.file("registry_a"), dir.file("registry_b")};
   std::vector<std::string> args;
   std::optional<DdprunProcess> agent[2];
-  TwoNodeJob() {
+  bool etcd = false;
+  // The rendezvous on ddprun's TCP store, or with `etcd_endpoint` on etcd.
+  explicit TwoNodeJob(const std::string& etcd_endpoint = "") : etcd(!etcd_endpoint.empty()) {
     for (const auto& r : registry) ::mkdir(r.c_str(), 0700);
-    args = {"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
-            "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port()), "--rdzv-id=" + run_id,
-            "--heartbeat-timeout=60", std::string(INTROSPECT_SCRIPTS) + "/beating_worker.py",
-            "--until", until};
+    args = {"--nnodes=2", "--nproc-per-node=2",
+            etcd ? "--rdzv-backend=etcd" : "--rdzv-backend=c10d",
+            "--rdzv-endpoint=" +
+                (etcd ? etcd_endpoint : "127.0.0.1:" + std::to_string(free_port())),
+            "--rdzv-id=" + run_id, "--heartbeat-timeout=60",
+            std::string(INTROSPECT_SCRIPTS) + "/beating_worker.py", "--until", until};
   }
   std::vector<std::string> env(int node) const {
-    return {"DDPRUN_REGISTRY_DIR=" + registry[node], std::string("DDPRUN_PYTHON=") + kPython,
-            "DDPRUN_RDZV_TOKEN=nodes-secret"};
+    std::vector<std::string> e = {"DDPRUN_REGISTRY_DIR=" + registry[node],
+                                  std::string("DDPRUN_PYTHON=") + kPython};
+    // etcd's token is its password, which this etcd has not.
+    if (!etcd) e.push_back("DDPRUN_RDZV_TOKEN=nodes-secret");
+    return e;
   }
   ddprun::testing::Finished status(int node, std::vector<std::string> extra = {}) const {
     std::vector<std::string> a = {"status", run_id};
@@ -194,4 +202,47 @@ TEST_CASE("stacks across nodes: asked on one agent, stacks returns the Python tr
   CHECK(one.err.empty());
 
   job.finish();
+}
+
+TEST_CASE("etcd: status and stacks across nodes show both nodes when the rendezvous is on etcd "
+          "(no ddprun store: the board goes through the agents' etcd store)") {
+  if (!ddprun::testing::etcd_available()) {
+    MESSAGE("SKIP: no /usr/bin/etcd (Debian's etcd-server, scripts/setup.sh)");
+    std::exit(77);
+  }
+  ddprun::testing::EtcdServer etcd;
+  TwoNodeJob job(etcd.endpoint());
+  job.start();
+  // The other node publishes once a second: ask until its rows came.
+  json agents;
+  std::set<int> ranks;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (ranks != std::set<int>{0, 1, 2, 3} && Clock::now() < deadline) {
+    agents = job.agents(0);
+    ranks.clear();
+    for (const auto& ag : agents)
+      for (const auto& w : ag["workers"]) ranks.insert(w["rank"].get<int>());
+  }
+  INFO("last answer: " << agents.dump());
+  REQUIRE(ranks == std::set<int>{0, 1, 2, 3});
+  std::multiset<std::string> via;
+  for (const auto& ag : agents) via.insert(ag["via"].get<std::string>());
+  CHECK(via == std::multiset<std::string>{"socket", "store"});
+
+  const auto all = run_ddprun({"stacks", job.run_id, "--json"}, job.env(1), std::chrono::seconds(120));
+  INFO("stacks stderr: " << all.err);
+  REQUIRE(all.status == 0);
+  const json parsed = json::parse(all.out);  // kept: the loop walks into it
+  std::set<int> stacked;
+  for (const auto& s : parsed["agents"].at(0)["stacks"]) {
+    INFO("rank " << s["rank"] << " python: " << s["python"] << " note: " << s["python_note"]);
+    stacked.insert(s["rank"].get<int>());
+    CHECK(s["python"].get<std::string>().find("in wait_here") != std::string::npos);
+  }
+  CHECK(stacked == std::set<int>{0, 1, 2, 3});
+  job.finish();
+  // etcd outlives the job: the board's keys were inside the run's, which
+  // the agents deleted at the end; nothing of the job is left in it.
+  ddprun::rendezvous::EtcdStore left(etcd.options());
+  CHECK(left.num_keys() == 0);
 }

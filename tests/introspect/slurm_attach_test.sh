@@ -47,8 +47,8 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["rank"] == 3 and r["pid"] == int(sys.argv[2]), (r["rank"], r["pid"])
 assert sorted(w["rank"] for w in r["watched"]) == [0, 1, 2, 3], r["watched"]
-first = r["stacks"][0]
-assert first["rank"] == 3 and "in stuck" in first["python"], first
+first = r["stacks"][0]  # the hung rank's Python stack (faulthandler), then its native one
+assert first["rank"] == 3 and first["method"] == "python_faulthandler" and "in stuck" in first["text"], first
 PY
 # The kill ended the step's tasks: the job ends and nothing is left on the nodes.
 wait_until 60 gone || fail "the job is still listed after attach killed its step"

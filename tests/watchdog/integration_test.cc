@@ -2,6 +2,7 @@
 // or traceback lands in the hang report, the group restarts and the next
 // attempt completes. A worker that beats on time is never killed.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -11,6 +12,8 @@
 #include "tests/common/run_folder.h"
 #include "tests/common/skip.h"
 #include "tests/watchdog/test_util.h"
+#include "tests/common/python_stack_tools.h"
+#include "watchdog/stack_capture.h"
 #include "tests/common/test_python.h"
 
 using ddprun::testing::test_python;
@@ -369,4 +372,59 @@ TEST_CASE("a Python worker, named by script or by interpreter, gets the bootstra
     CHECK(slurp(job.attempt(0) + "/0/stdout.log").find("hook=True") != std::string::npos);
     CHECK(job.console().find(kNativeOff) == std::string::npos);
   }
+}
+
+// Named without "Python": torch2.watchdog.integration runs *Python* cases,
+// and this one's skip (no py-spy) would skip that whole entry.
+TEST_CASE("py-spy: a worker started with -I (no bootstrap, no faulthandler) has its stack "
+          "in the hang report, read from outside") {
+  if (!ddprun::testing::py_spy_available())
+    SKIP_TEST(std::string("no py-spy in ") + PYTOOLS_BIN + " or on PATH (scripts/setup-pytools.sh)");
+  Job job;
+  const std::string script = std::string(WATCHDOG_SCRIPTS) + "/isolated_hang.py";
+  // -I ignores PYTHONPATH and PYTHONFAULTHANDLER: no automatic beats, so the
+  // silence of its output is the hang; SIGABRT would kill it silently.
+  job.run({"--nproc-per-node=1", "--max-restarts=0", "--silence-timeout=2"},
+          {test_python(), "-I", script}, {{"PATH", ddprun::testing::path_with_python_tools()}});
+  CAPTURE(job.console());
+  CHECK(job.exit_code == 124);  // a freeze ended the job (docs/CONTRACTS.md)
+  const auto r = job.report();
+  CAPTURE(r.dump(2));
+  const json* py = nullptr;
+  for (const auto& s : r["stacks"])
+    if (s["method"] == "py-spy") py = &s;
+  REQUIRE(py != nullptr);
+  CHECK((*py)["rank"] == 0);
+  const std::string text = (*py)["text"];
+  // The function and its file:line (the time.sleep line of the script).
+  CHECK(text.find("wait_here_forever (") != std::string::npos);
+  CHECK(text.find("isolated_hang.py:9)") != std::string::npos);
+  // The native stack is still there, after the Python one.
+  CHECK(r["stacks"].size() == 2);
+  CHECK(slurp(job.attempt(0) + "/hang_report.txt").find("wait_here_forever") != std::string::npos);
+}
+
+TEST_CASE("py-spy: where py-spy is missing, pystack reads the frames and the stack says so") {
+  const std::string pystack = std::string(PYTOOLS_BIN) + "/pystack";
+  if (::access(pystack.c_str(), X_OK) != 0)
+    SKIP_TEST("no " + pystack + " (scripts/setup-pytools.sh)");
+  Child child({test_python(), "-c",
+               "import time\n"
+               "def pystack_finds_me():\n"
+               "    print('ready', flush=True)\n"
+               "    time.sleep(60)\n"
+               "pystack_finds_me()\n"},
+              {}, true);
+  REQUIRE(child.wait_for_output("ready"));
+  TempDir dir;
+  ddprun::watchdog::StackCaptureOptions o;
+  o.py_spy.clear();  // as if not installed
+  o.pystack = pystack;
+  const auto c = ddprun::watchdog::capture_python_stack(child.pid(), 3, dir.path(), o);
+  CAPTURE(c.text);
+  CAPTURE(c.note);
+  CHECK(c.method == ddprun::watchdog::StackMethod::kPyStack);
+  CHECK(c.text.find("pystack_finds_me") != std::string::npos);
+  CHECK(c.path == dir.path() + "/stack_rank3_python.txt");
+  CHECK(slurp(c.path) == c.text);
 }

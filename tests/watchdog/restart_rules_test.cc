@@ -216,4 +216,18 @@ TEST_CASE("the rank outside a collective is the culprit, ranks waiting in one ar
   r.find_culprit(false);
   CHECK(r.stack_culprit == 1);
   CHECK(r.culprit == 0);
+  // A rank's Python stack decides over its native one, which shows the
+  // communicator's idle threads on every Gloo rank.
+  auto with = [&](int rank, wd::StackMethod m, const std::string& text) {
+    auto s = stack(rank, text);
+    s.method = m;
+    return s;
+  };
+  r.stacks = {with(0, wd::StackMethod::kPySpy, "    all_reduce (torch/distributed/distributed_c10d.py:1)"),
+              with(0, wd::StackMethod::kEuStack, "#2 c10d::ProcessGroupGloo::runLoop(int)"),
+              with(1, wd::StackMethod::kPySpy, "    hang_in_python (stuck.py:13)"),
+              with(1, wd::StackMethod::kEuStack, "#2 c10d::ProcessGroupGloo::runLoop(int)")};
+  r.find_culprit();
+  CHECK(r.stack_culprit == 1);
+  CHECK(r.in_collective == std::vector<int>{0});
 }

@@ -157,3 +157,36 @@ TEST_CASE("a Python worker without faulthandler is not sent SIGABRT for a traceb
   CHECK(wd::is_python_process(child.pid()));
   CHECK_FALSE(wd::python_faulthandler_enabled(child.pid()));
 }
+
+TEST_CASE("PYTHONFAULTHANDLER does not count for python -I or -E, which ignore it") {
+  for (const char* flag : {"-I", "-E", "-uI"}) {
+    CAPTURE(flag);
+    Child child({test_python(), flag, "-c", "print('ready', flush=True); import time; time.sleep(60)"},
+                {{"PYTHONFAULTHANDLER", "1"}}, true);
+    REQUIRE(child.wait_for_output("ready"));
+    CHECK(wd::runs_python(child.pid()));
+    // SIGABRT would kill it without a traceback: it must go to py-spy.
+    CHECK_FALSE(wd::python_faulthandler_enabled(child.pid()));
+  }
+  // -X faulthandler is an option, not the environment: it still counts.
+  Child child({test_python(), "-I", "-X", "faulthandler", "-c",
+               "print('ready', flush=True); import time; time.sleep(60)"},
+              {}, true);
+  REQUIRE(child.wait_for_output("ready"));
+  CHECK(wd::python_faulthandler_enabled(child.pid()));
+}
+
+TEST_CASE("without py-spy and pystack the Python capture names the install command") {
+  Child child({test_python(), "-c", "print('ready', flush=True); import time; time.sleep(60)"}, {},
+              true);
+  REQUIRE(child.wait_for_output("ready"));
+  TempDir dir;
+  wd::StackCaptureOptions o;
+  o.py_spy = dir.path() + "/no-py-spy";
+  o.pystack = dir.path() + "/no-pystack";
+  const auto c = wd::capture_python_stack(child.pid(), 0, dir.path(), o);
+  CHECK(c.method == wd::StackMethod::kNone);
+  CHECK(c.text.empty());
+  CHECK(c.note.find("neither py-spy nor pystack is installed (pip install py-spy)") !=
+        std::string::npos);
+}
