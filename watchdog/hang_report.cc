@@ -9,6 +9,7 @@
 
 #include "base/contract.h"
 #include "base/safe_file.h"
+#include "base/version.h"
 #include "watchdog/error.h"
 
 namespace ddprun::watchdog {
@@ -148,6 +149,7 @@ nlohmann::json HangReport::to_json() const {
                              std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                  Clock::now() - event.detected);
   json j;
+  j["ddprun_version"] = base::version();
   j["attempt"] = attempt;
   j["kind"] = to_string(event.kind);
   j["rank"] = event.global_rank;
@@ -243,7 +245,7 @@ std::string HangReport::to_text() const {
   }
   t += "\nFlags to change:\n";
   for (const auto& a : advice()) t += "  " + a + "\n";
-  return t;
+  return t + fmt::format("\nReported by ddprun {}.\n", base::version());
 }
 
 std::string HangReport::summary(const std::string& report_dir) const {
