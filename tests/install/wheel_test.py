@@ -103,7 +103,7 @@ def main():
     torch_site = run([torch_python, "-c", "import os, torch; print(os.path.dirname(os.path.dirname("
                       "torch.__file__)))"], 120).stdout.strip()
     env.update({"PYTHONPATH": torch_site, "DDPRUN_PYTHON": py})
-    script = os.path.join(src, "tests", "install", "scripts", "toy_ddp.py")
+    script = os.path.join(src, "examples", "toy_ddp.py")  # docs/GETTING_STARTED.md
     ok = run([ddprun, "--nproc-per-node=2", "--log-dir=" + work + "/logs", "--rdzv-id=ok", script, "ok"],
              300, env=env, cwd=work, check=False)
     print(f"DDP run: exit {ok.returncode} in {ok.seconds:.1f} s")

@@ -1,5 +1,11 @@
 """PyTorch's ToyModel (Linear 10-10, ReLU, Linear 10-5) under DDP on gloo,
-beating through the wheel's `ddprun` package. Modes (argv[1]):
+beating through the wheel's `ddprun` package (docs/GETTING_STARTED.md).
+
+    pip install dist/ddprun-*.whl          # where torch 2.x lives
+    ddprun --nproc-per-node=2 examples/toy_ddp.py ok
+
+CI runs both modes with the wheel's ddprun (tests/install/wheel_test.py).
+Modes (argv[1]):
 
   ok     40 steps, a checkpoint section at step 20 on rank 0, exit 0
   hang   rank 1 stops at step 10 (alive, asleep); rank 0 then waits in
