@@ -13,6 +13,7 @@ runs with --standalone and --monitor_interval=0.1, its modern default.
 
 Usage: /usr/bin/python3 bench/launch_bench.py [--ddprun build/bin/ddprun]
        [--torchrun bench/torchrun-1.13 or .venv-torch/bin/torchrun] [--reps 10]
+       [--also LABEL=PATH ...]   another ddprun binary (the wheel's), same flags
 Prints a Markdown table; medians over --reps repetitions.
 """
 import argparse
@@ -84,6 +85,8 @@ def main():
     ap.add_argument("--ddprun", default=os.path.join(ROOT, "build", "bin", "ddprun"))
     ap.add_argument("--torchrun", default=os.path.join(ROOT, "bench", "torchrun-1.13"))
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=PATH",
+                    help="another ddprun binary run with ddprun's flags, side by side")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="launch_bench_")
     try:
@@ -96,6 +99,9 @@ def main():
                        "--restart-backoff=0"],
             "ddprun (default backoff)": [args.ddprun, "--standalone", "--nproc-per-node=2"],
         }
+        for also in args.also:
+            label, path = also.split("=", 1)
+            launchers[label] = [path, "--standalone", "--nproc-per-node=2", "--restart-backoff=0"]
         res = {name: {"launch": [], "restart": [], "rss": []} for name in launchers}
         for _ in range(args.reps):  # interleaved, so drift hits every launcher alike
             for name, cmd in launchers.items():
@@ -119,6 +125,11 @@ def main():
             r = ratio or ("", "", "")
             print(f"| {n} | {m['launch'] * 1e3:.1f} ms{r[0]} | {m['restart'] * 1e3:.1f} ms{r[1]} "
                   f"| {m['rss'] / 1024:.1f} MiB{r[2]} |")
+        for also in args.also:
+            label, d = also.split("=", 1)[0], med["ddprun"]
+            a = med[label]
+            print(f"\n{label} / ddprun: launch {a['launch'] / d['launch']:.2f}x, "
+                  f"restart {a['restart'] / d['restart']:.2f}x, RSS {a['rss'] / d['rss']:.2f}x")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "base/version.h"
+
 namespace ddprun::introspect {
 
 const char* to_string(Level level) {
@@ -45,7 +47,7 @@ std::string to_text(const std::vector<Finding>& findings) {
       }
     }
   }
-  return out;
+  return out + fmt::format("checked by ddprun {}\n", base::version());
 }
 
 nlohmann::json to_json(const std::vector<Finding>& findings) {
@@ -56,7 +58,9 @@ nlohmann::json to_json(const std::vector<Finding>& findings) {
     if (!f.detail.empty()) j["detail"] = f.detail;
     list.push_back(std::move(j));
   }
-  return {{"findings", list}, {"failed", exit_status(findings) != 0}};
+  // Which build judged the machine: a pasted report names it.
+  return {{"findings", list}, {"failed", exit_status(findings) != 0},
+          {"ddprun_version", base::version()}};
 }
 
 int exit_status(const std::vector<Finding>& findings) {

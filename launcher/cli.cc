@@ -14,6 +14,7 @@
 #include "agent/rendezvous_store.h"
 #include "base/contract.h"
 #include "base/safe_file.h"
+#include "base/version.h"
 #include "rendezvous/rendezvous.h"
 #include "launcher/command.h"
 #include "launcher/flags.h"
@@ -27,6 +28,16 @@ namespace ddprun::launcher {
 namespace {
 
 using agent::StdSpec;
+
+// The subcommands introspect/cli.h dispatches to (each has its own --help).
+// Shown under the usage line, before the flags: the first thing --help says.
+constexpr const char* kSubcommands = R"(
+Subcommands (ddprun SUBCOMMAND --help for their flags):
+  ddprun status [RUN]      one table of every rank of running jobs: state, step, beat age, steps/s
+  ddprun stacks RUN        every rank's Python and native stacks, without stopping the job
+  ddprun attach PID        watch a job ddprun did not start (torchrun, srun) and report its hang
+  ddprun doctor            check this machine for the causes of multi-GPU freezes
+)";
 
 constexpr const char* kFooter = R"(Everything after the program is passed to it untouched.
 An empty value (--log-dir=) means the flag's default; it never takes the next argument.
@@ -371,10 +382,11 @@ void take_from_slurm(const CLI::App& app, agent::Options& o, RawFlags& f,
 }
 
 // CLI11 2.1 cannot set the usage line; it would say "ddprun [OPTIONS]".
+// The subcommands follow it.
 class Formatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App*, std::string) const override {
-    return "Usage: ddprun [flags] program [args...]\n";
+    return std::string("Usage: ddprun [flags] program [args...]\n") + kSubcommands;
   }
 };
 
@@ -385,6 +397,8 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
                "restart the whole group on failure",
                "ddprun");
   app.footer(kFooter);
+  app.set_version_flag("--version", std::string("ddprun ") + base::version(),
+                       "print ddprun's version (release and git commit) and exit");
   app.prefix_command();
   auto formatter = std::make_shared<Formatter>();
   formatter->column_width(44);
@@ -401,6 +415,10 @@ ParseResult parse_command_line(int argc, const char* const* argv) {
   } catch (const CLI::CallForHelp&) {
     result.help = true;
     result.help_text = app.help();
+    return result;
+  } catch (const CLI::CallForVersion& e) {  // printed and exit 0, as --help
+    result.help = true;
+    result.help_text = std::string(e.what()) + "\n";
     return result;
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());

@@ -20,7 +20,7 @@ class UsageError : public std::runtime_error {
 };
 
 struct ParseResult {
-  // True for --help: print `help` and exit 0.
+  // True for --help and --version: print `help_text` and exit 0.
   bool help = false;
   std::string help_text;
   agent::Options options;

@@ -1,27 +1,20 @@
 #!/usr/bin/env bash
-# Installs every Debian package ddprun needs to build, test and benchmark.
+# Installs the Debian packages building ddprun needs (and running `train`):
+# compiler and build tools, the header and library packages CMake finds,
+# LibTorch for trainer/, help2man for the man page, python3-venv for the
+# wheel. Tools only the tests and benches use come from scripts/setup-test.sh.
 # Idempotent: safe to run on every CI run and on a fresh bookworm machine.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config
+  build-essential cmake ninja-build ccache pkg-config git
   libboost-dev
-  libspdlog-dev libfmt-dev libcli11-dev doctest-dev nlohmann-json3-dev
+  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libssl-dev
+  # doctest: the tests are built by default (-DBUILD_TESTING=OFF skips them).
+  doctest-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
-  python3 python3-torch python3-numpy
-  clang libclang-rt-14-dev
-  iproute2 gdb elfutils procps
-  slurmctld slurmd slurm-client munge util-linux etcd-server etcd-client openssl
+  help2man python3 python3-venv
 )
-
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # Recommends included: a fresh machine then matches the one this was tested on.
-  apt-get install -y -qq "${missing[@]}"
-fi
+bash scripts/install-packages.sh "${packages[@]}"

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# What only the tests use (Slurm, etcd, clang, gdb, ...; the wheel's build tools).
+bash scripts/setup-test.sh
 # The newest PyPI torch in .venv-torch, for the torch2 test label (a fresh
 # machine downloads ~4 GB: about 17 min measured on a loaded 2-core machine).
 bash scripts/setup-torch.sh

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -42,6 +43,20 @@ int env_int(const char* name, int fallback) {
   return int(x);
 }
 
+// The embedded digits: installed ones (<prefix>/share/ddprun/data/digits, the
+// .deb's and `cmake --install`'s) beside the program, as ddprun finds its
+// Python helpers; else the source tree's, for the build tree's program.
+std::string default_data_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path installed = exe.parent_path().parent_path() / DDPRUN_DATA_INSTALL_DIR / "digits";
+  if (!ec && fs::exists(installed / "train-images-idx3-ubyte", ec)) {
+    return installed.lexically_normal().string();
+  }
+  return std::string(DDPRUN_SOURCE_DIR) + "/data/digits";
+}
+
 std::string env_str(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && v[0] != '\0' ? std::string(v) : fallback;
@@ -53,7 +68,7 @@ int main(int argc, char** argv) {
   using namespace ddprun::trainer;
   reexec_if_openblas_misdetects(argv);  // first: it may restart the program
   TrainOptions o;
-  o.data_dir = std::string(DDPRUN_SOURCE_DIR) + "/data/digits";
+  o.data_dir = default_data_dir();
   std::string backend = "auto";
   CLI::App app{"train: LibTorch data-parallel trainer (run it under ddprun or torchrun)"};
   app.add_option("--backend", backend,

@@ -12,6 +12,7 @@
 #include <ctime>
 
 #include "base/safe_file.h"
+#include "base/version.h"
 #include "watchdog/error.h"
 
 namespace ddprun::watchdog {
@@ -60,6 +61,8 @@ void EventLog::write(const std::string& event, int attempt, const std::vector<in
       {"attempt", attempt},
       {"ranks", ranks},
       {"reason", reason},
+      // Every line: logs of several nodes or runs, merged, still say which build wrote each.
+      {"ddprun_version", base::version()},
   };
   if (extra.is_object()) j.update(extra);
   std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

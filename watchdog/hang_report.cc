@@ -10,6 +10,7 @@
 
 #include "base/contract.h"
 #include "base/safe_file.h"
+#include "base/version.h"
 #include "watchdog/error.h"
 
 namespace ddprun::watchdog {
@@ -163,6 +164,7 @@ nlohmann::json HangReport::to_json() const {
                              std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                  Clock::now() - event.detected);
   json j;
+  j["ddprun_version"] = base::version();
   j["attempt"] = attempt;
   j["kind"] = to_string(event.kind);
   j["rank"] = event.global_rank;
@@ -258,7 +260,7 @@ std::string HangReport::to_text() const {
   }
   t += "\nFlags to change:\n";
   for (const auto& a : advice()) t += "  " + a + "\n";
-  return t;
+  return t + fmt::format("\nReported by ddprun {}.\n", base::version());
 }
 
 std::string HangReport::summary(const std::string& report_dir) const {

@@ -4,6 +4,7 @@
 // torchrun: tests/torch2/torchrun_parity_test.py).
 #include <doctest/doctest.h>
 
+#include "base/version.h"
 #include "tests/agent/ddprun_process.h"
 
 using ddprun::testing::lines_with;
@@ -31,8 +32,11 @@ TEST_CASE("--event-log-handler=console puts each event line on stderr; null does
   auto console = run_ddprun({"--event-log-handler=console", "/bin/true"});
   INFO(console.err);
   REQUIRE(console.status == 0);
-  CHECK(lines_with(console.err, "ddprun: event: {\"attempt\":0,\"event\":\"start\"").size() == 1);
-  CHECK(lines_with(console.err, "ddprun: event: {\"attempt\":0,\"event\":\"done\"").size() == 1);
+  // Keys in order: every line names the version that wrote it (watchdog/event_log.cc).
+  const std::string head = std::string("ddprun: event: {\"attempt\":0,\"ddprun_version\":\"") +
+                           ddprun::base::version() + "\",";
+  CHECK(lines_with(console.err, head + "\"event\":\"start\"").size() == 1);
+  CHECK(lines_with(console.err, head + "\"event\":\"done\"").size() == 1);
   auto quiet = run_ddprun({"--event-log-handler", "null", "/bin/true"});
   REQUIRE(quiet.status == 0);
   CHECK(lines_with(quiet.err, "ddprun: event:").empty());

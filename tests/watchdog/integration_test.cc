@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/version.h"
 #include "tests/common/run_folder.h"
 #include "tests/common/skip.h"
 #include "tests/watchdog/test_util.h"
@@ -115,6 +116,12 @@ TEST_CASE("a native worker that stops beating while alive: its stack, restart, c
   }
   CHECK(slurp(job.attempt(0) + "/hang_report.txt").find("--heartbeat-timeout=1") !=
         std::string::npos);
+  // Which build wrote them: the report (both forms) and every event line.
+  CHECK(r["ddprun_version"] == ddprun::base::version());
+  CHECK(slurp(job.attempt(0) + "/hang_report.txt")
+            .find(std::string("Reported by ddprun ") + ddprun::base::version() + ".\n") !=
+        std::string::npos);
+  for (const auto& e : job.events()) CHECK(e["ddprun_version"] == ddprun::base::version());
 }
 
 TEST_CASE("a SIGSTOPped worker is caught by its process state and the group restarts") {
