@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "rendezvous/canceller.h"
+#include "rendezvous/lazy_client.h"
 
 namespace ddprun::introspect {
 
@@ -16,43 +17,6 @@ namespace rdzv = ddprun::rendezvous;
 std::string board_key(const std::string& store_prefix, int node) {
   return store_prefix + "node/" + std::to_string(node);
 }
-
-namespace {
-
-// rendezvous/lazy_client.h's rules on any Store (LazyClient is the TCP
-// client's): connected at the first call, a failed call drops the
-// connection (the next makes a new one) and is logged once until a call
-// succeeds; after the canceller fired, calls fail quietly.
-class LazyStore {
- public:
-  LazyStore(const BoardPlace& place, std::shared_ptr<rdzv::Canceller> canceller)
-      : place_(place), canceller_(std::move(canceller)) {}
-  const std::string& last_error() const { return last_error_; }
-
-  template <class Call>
-  bool call(const Call& call) {
-    try {
-      if (!store_) store_ = place_.open_store(NodeBoard::kStoreDeadline, canceller_);
-      call(*store_);
-      last_error_.clear();
-      return true;
-    } catch (const std::exception& e) {
-      store_.reset();
-      if (canceller_->cancelled()) return false;
-      if (last_error_ != e.what()) spdlog::debug("status board: {}", e.what());
-      last_error_ = e.what();
-      return false;
-    }
-  }
-
- private:
-  const BoardPlace& place_;
-  std::shared_ptr<rdzv::Canceller> canceller_;
-  std::unique_ptr<rdzv::Store> store_;
-  std::string last_error_;
-};
-
-}  // namespace
 
 NodeBoard::NodeBoard(BoardPlace place, Requested on_request)
     : place_(std::move(place)),
@@ -115,7 +79,8 @@ void NodeBoard::fetch(Fetched done) {
 }
 
 void NodeBoard::run() {
-  LazyStore store(place_, canceller_);
+  rdzv::LazyStore store([this] { return place_.open_store(kStoreDeadline, canceller_); }, canceller_,
+                        [](const std::string& error) { spdlog::debug("status board: {}", error); });
   using SteadyClock = std::chrono::steady_clock;
   std::vector<Ask> asks;       // sent, waiting for replies
   int64_t seen_requests = 0;   // this node's requests handed on so far

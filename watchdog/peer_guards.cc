@@ -78,11 +78,12 @@ void PeerGuards::publish(std::vector<SharedGuard> guards) {
 }
 
 void PeerGuards::run() {
-  rdzv::LazyClient store(place_.store_addr, place_.store_token, kStoreDeadline, canceller_,
-                         [&](const std::string& error) {
-                           spdlog::warn("cannot share sections with the other nodes through the "
-                                        "store at {} (retrying): {}", place_.store_addr, error);
-                         });
+  auto store = rdzv::LazyStore::tcp(
+      place_.store_addr, place_.store_token, kStoreDeadline, canceller_,
+      [&](const std::string& error) {
+        spdlog::warn("cannot share sections with the other nodes through the store at {} "
+                     "(retrying): {}", place_.store_addr, error);
+      });
   using Steady = std::chrono::steady_clock;
   const std::string changes_key = key_of(place_, "changes");
   uint64_t seq = 0;
@@ -101,7 +102,7 @@ void PeerGuards::run() {
         has_entry_ = false;
       }
     }
-    if (unsent && store.call([&](rdzv::Client& c) {
+    if (unsent && store.call([&](rdzv::Store& c) {
           c.set(key_of(place_, std::to_string(place_.node)), rdzv::to_bytes(*unsent));
         })) {
       unsent.reset();
@@ -109,11 +110,11 @@ void PeerGuards::run() {
     }
     // add() is not retried by the client (a lost reply may have counted):
     // bumped again at the next poll, at worst one needless read for the peers.
-    if (bump_due && store.call([&](rdzv::Client& c) { c.add(changes_key, 1); })) bump_due = false;
+    if (bump_due && store.call([&](rdzv::Store& c) { c.add(changes_key, 1); })) bump_due = false;
     if (Steady::now() < next_poll) continue;
     next_poll = Steady::now() + kPollInterval;
     int64_t changes = seen_changes;
-    if (!store.call([&](rdzv::Client& c) { changes = c.add(changes_key, 0); })) continue;
+    if (!store.call([&](rdzv::Store& c) { changes = c.add(changes_key, 0); })) continue;
     if (changes == seen_changes) continue;
     bool all_read = true;
     std::vector<NodeGuards> fresh;
@@ -122,7 +123,7 @@ void PeerGuards::run() {
       const std::string key = key_of(place_, std::to_string(n));
       bool present = false;
       rdzv::Bytes value;
-      if (!store.call([&](rdzv::Client& c) {
+      if (!store.call([&](rdzv::Store& c) {
             // A node that has not published yet is left out, not waited for.
             present = c.check({key});
             if (present) value = c.get(key, std::chrono::milliseconds(0));
