@@ -24,11 +24,19 @@ py="$venv/bin/python"
 # python-etcd: torchrun 2.x's etcd backends (etcd-v2, etcd) need it
 # (bench/formation_bench.py runs torchrun on etcd).
 etcd_client() { "$py" -c 'import etcd' 2>/dev/null || "$py" -m pip install --quiet python-etcd; }
+# torchvision: examples/resnet18_finetune.py (tests/examples). Pinned to the
+# installed torch so that pip never moves torch to fit it.
+vision() {
+  "$py" -c 'import torchvision' 2>/dev/null ||
+    "$py" -m pip install --quiet torchvision pillow \
+      "torch==$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')"
+}
 if [[ -x $py ]] && "$py" -c 'import torch' 2>/dev/null &&
    [[ -z ${DDPRUN_TORCH_UPGRADE:-} ]] &&
    { [[ -z ${DDPRUN_TORCH_VERSION:-} ]] ||
      "$py" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '${DDPRUN_TORCH_VERSION}')"; }; then
   etcd_client
+  vision
   echo "setup-torch: $(head -1 "$venv/ddprun-torch-version.txt" 2>/dev/null || echo present) in $venv"
   exit 0
 fi
@@ -39,6 +47,7 @@ spec=torch${DDPRUN_TORCH_VERSION:+==$DDPRUN_TORCH_VERSION}
 # numpy: torch warns at import without it, and the reference script's data path uses it.
 "$py" -m pip install --quiet --upgrade "$spec" numpy
 etcd_client
+vision
 "$py" - "$venv/ddprun-torch-version.txt" "$(( $(date +%s) - start ))" <<'PY'
 import sys, platform, torch, datetime
 with open(sys.argv[1], "w") as f:
