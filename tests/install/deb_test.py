@@ -12,13 +12,66 @@ Usage: deb_test.py BUILD_DIR WORK_DIR
 """
 import glob
 import os
+import pty
 import re
+import select
 import shutil
+import signal
 import sys
+import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Failed, finish, run  # noqa: E402
+
+
+def zsh_complete(completion_dir, bin_dir, line, key, want):
+    """Types `line` then `key` into an interactive zsh on a real pty with the
+    staged completion on its fpath; returns (True, screen bytes) once every
+    word of `want` has been drawn, (False, screen bytes) at the deadline."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(shutil.which("zsh"), ["zsh", "-f", "-i"],
+                  {"PATH": bin_dir + ":/usr/bin:/bin", "TERM": "xterm", "HOME": completion_dir})
+    seen = b""
+
+    def until(pattern, seconds=30, strip=None):
+        """Reads until pattern matches what was read (after `strip` and
+        without ANSI sequences, when `strip` is given)."""
+        nonlocal seen
+        seen = b""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    return False
+                if not chunk:
+                    return False
+                seen += chunk
+                text = seen if strip is None else re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", strip + seen)
+                if re.search(pattern, text):
+                    return True
+        return False
+
+    try:
+        os.write(fd, f"PS1='zsh> '; fpath=({completion_dir} $fpath); autoload -U compinit; "
+                     f"compinit -u -D; print RE''ADY\n".encode())
+        ok = until(rb"\nREADY") and until(rb"zsh> ")
+        os.write(fd, line.encode())
+        ok = ok and until(re.escape(line.encode()))
+        typed = seen
+        os.write(fd, key)
+        # A unique match is drawn as the missing suffix after the typed line,
+        # a list below it: search the screen without its escape sequences.
+        words = b"".join(b"(?=[\\s\\S]*" + re.escape(w.encode()) + b"\\b)" for w in want)
+        ok = ok and until(words, strip=typed)
+        return ok, seen
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)
 
 
 def main():
@@ -71,6 +124,17 @@ def main():
     zsh = os.path.join(root, "usr", "share", "zsh", "vendor-completions", "_ddprun")
     if not os.path.isfile(zsh):
         errors.append(f"no zsh completion at {zsh}")
+    elif shutil.which("zsh"):  # scripts/setup-test.sh installs it
+        # Ctrl-D lists the choices; Tab completes a unique one in place
+        # (_gnu_generic reads the staged ddprun's --help).
+        for line, key, want in (("ddprun st", b"\x04", ["stacks", "status"]),
+                                ("ddprun --nproc-per", b"\t", ["--nproc-per-node"]),
+                                ("ddprun doctor --js", b"\t", ["--json"])):
+            ok, screen = zsh_complete(os.path.dirname(zsh), os.path.dirname(ddprun), line, key, want)
+            if not ok:
+                errors.append(f"zsh completion of {line!r}: wanted {want}, screen {screen[-400:]!r}")
+    else:
+        errors.append("no zsh to try the zsh completion with (scripts/setup-test.sh installs it)")
 
     train = os.path.join(root, "usr", "bin", "train")
     data = os.path.join(root, "usr", "share", "ddprun", "data", "digits")
