@@ -7,11 +7,17 @@
 //   - the store's resident memory stays under idle + kRssBound (64 MiB);
 //   - every good call and every fresh good connection succeeds throughout;
 //   - the good client's p99 set+get latency under attack is at most
-//     kP99Factor (200) times its idle p99. A ratio within one run, so a
-//     loaded machine slows both sides; generous, because the store shares
-//     two cores with the attacker, the good client and up to 8 other jobs.
+//     kP99Factor (200) times its idle p99, the idle p99 counted as at least
+//     kIdleFloor (1 ms). A ratio within one run, so a loaded machine slows
+//     both sides; generous, because the store shares two cores with the
+//     attacker, the good client and up to 8 other jobs. The floor: an idle
+//     p99 of 0.1 ms on loopback made one 26 ms scheduling gap on a busy
+//     machine fail the run (x263), while a store the attack stalls answers
+//     in seconds or not at all (the failures above).
 // bench/store_attack_bench.cc reports the same figures next to TCPStore's.
 #include <doctest/doctest.h>
+
+#include <algorithm>
 
 #include "base/fd_limit.h"
 #include "rendezvous/server.h"
@@ -26,6 +32,7 @@ namespace {
 
 constexpr size_t kRssBound = 64u << 20;
 constexpr double kP99Factor = 200;
+constexpr double kIdleFloorMs = 1.0;
 constexpr auto kIdleTime = std::chrono::milliseconds(1000);
 constexpr auto kAttackTime = std::chrono::milliseconds(4000);
 
@@ -84,7 +91,7 @@ void check(const Measurement& m) {
   CHECK(m.attack.failures == 0);
   CHECK(m.attack.fresh_ok > 0);
   CHECK(m.idle.failures == 0);
-  CHECK(m.p99_ratio() <= kP99Factor);
+  CHECK(m.attack.p(0.99) <= kP99Factor * std::max(m.idle.p(0.99), kIdleFloorMs));
 }
 
 Attackers one(AttackOptions o) {
