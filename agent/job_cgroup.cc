@@ -15,6 +15,8 @@
 #include <vector>
 #include <sstream>
 
+#include "agent/fork_into_cgroup.h"
+
 namespace ddprun::agent {
 namespace {
 
@@ -62,13 +64,18 @@ std::string random_suffix() {
 
 // Moves a throwaway child into the cgroup: the one sure test that this
 // process may place its workers there (permissions, delegation, a threaded
-// or domain-invalid cgroup). Returns 0 or the child's errno.
-int probe_join(int procs_fd) {
+// or domain-invalid cgroup). Returns 0 or the child's errno. Tries the way
+// the workers will be placed first (created in the cgroup, when `dir_fd` is
+// given); a child killed at birth there (the kernel's kill-sequence check,
+// job_cgroup.h) clears `*in_place` and the probe moves a child in instead.
+int probe_join(int dir_fd, int procs_fd, bool* in_place) {
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old);
-  pid_t pid = fork();
+  bool placed = false;
+  pid_t pid = fork_into_cgroup(*in_place ? dir_fd : -1, &placed);
   if (pid == 0) {
+    if (placed) _exit(0);
     // Only write and _exit: the agent may already run other threads.
     ssize_t n = write(procs_fd, "0", 1);
     _exit(n == 1 ? 0 : (errno > 0 && errno < 126 ? errno : EIO));
@@ -79,6 +86,8 @@ int probe_join(int procs_fd) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  *in_place = placed && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (placed && !*in_place) return probe_join(dir_fd, procs_fd, in_place);
   return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
 }
 
@@ -168,13 +177,15 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     fd.reset(::open((path + "/" + name).c_str(), flags | O_CLOEXEC));
     return fd.valid();
   };
-  if (!open_file("cgroup.procs", O_WRONLY, cg->procs_))
+  if (!open_file(".", O_RDONLY | O_DIRECTORY, cg->dir_))
+    reason = "cannot open " + path + ": " + strerror(errno);
+  else if (!open_file("cgroup.procs", O_WRONLY, cg->procs_))
     reason = "cannot open " + path + "/cgroup.procs: " + strerror(errno);
   else if (!open_file("cgroup.kill", O_WRONLY, cg->kill_))
     reason = "no " + path + "/cgroup.kill (needs Linux 5.14): " + strerror(errno);
   else if (!open_file("cgroup.events", O_RDONLY, cg->events_))
     reason = "cannot open " + path + "/cgroup.events: " + strerror(errno);
-  else if (int err = probe_join(cg->procs_.get()); err != 0)
+  else if (int err = probe_join(cg->dir_.get(), cg->procs_.get(), &cg->create_in_place_); err != 0)
     reason = "cannot move processes into " + path + ": " + strerror(err);
   if (!reason.empty()) {
     cg.reset();  // the destructor removes the folder
@@ -185,6 +196,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
 
 JobCgroup::~JobCgroup() {
   if (kill_.valid()) kill_and_wait(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  dir_.reset();
   procs_.reset();
   kill_.reset();
   events_.reset();
@@ -194,6 +206,7 @@ JobCgroup::~JobCgroup() {
 }
 
 bool JobCgroup::kill_all() {
+  create_in_place_ = false;  // dir_fd() says why
   ssize_t n;
   do {
     n = pwrite(kill_.get(), "1", 1, 0);

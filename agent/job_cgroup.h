@@ -7,8 +7,9 @@
 // in a hybrid layout it is e.g. /sys/fs/cgroup/unified), below the agent's
 // own cgroup from /proc/self/cgroup, or below <mount>/ddprun/ when the agent
 // sits in the hierarchy's root. Name: job.<agent pid>.<random>. Workers join
-// it between fork and exec (spawn.h writes "0" to cgroup.procs_fd()), so no
-// user code ever runs outside it. The agent stays outside: killing the
+// it between fork and exec (created in it by clone3, fork_into_cgroup.h, or
+// writing "0" to cgroup.procs_fd(): spawn.h), so no user code ever runs
+// outside it. The agent stays outside: killing the
 // cgroup never kills the agent or its guardian.
 //
 // create() proves the cgroup usable (a throwaway child joins it) and needs
@@ -42,6 +43,14 @@ class JobCgroup {
   // cgroup.procs opened for writing (close-on-exec): a forked child writes
   // "0" to it to move itself in before exec.
   int procs_fd() const { return procs_.get(); }
+  // The cgroup's folder (O_DIRECTORY, close-on-exec) for clone3 to create a
+  // child in directly (fork_into_cgroup.h); -1 once the cgroup has been
+  // killed, or when the probe saw that fail. Why not after a kill: on this
+  // kernel (6.18) every child created in a cgroup after its first cgroup.kill
+  // was SIGKILLed at birth (the kill's sequence number is compared against
+  // the parent's cgroup, not the target's), so restarts move workers in by
+  // writing cgroup.procs, as before.
+  int dir_fd() const { return create_in_place_ ? dir_.get() : -1; }
   // SIGKILLs every process in the cgroup (cgroup.kill); false on error.
   bool kill_all();
   // True while any process is in the cgroup (cgroup.events "populated").
@@ -53,9 +62,11 @@ class JobCgroup {
   explicit JobCgroup(std::string path) : path_(std::move(path)) {}
 
   std::string path_;
+  base::ScopedFd dir_;
   base::ScopedFd procs_;
   base::ScopedFd kill_;
   base::ScopedFd events_;
+  bool create_in_place_ = true;  // dir_fd()
 };
 
 // The cgroup2 mount point and the hierarchy path it shows (the mount's

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "agent/fork_into_cgroup.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::agent {
@@ -36,16 +37,17 @@ struct ChildReport {
 // Runs in the forked child: async-signal-safe calls only.
 [[noreturn]] void child_exec(const char* path, char* const* argv, char* const* envp,
                              const SpawnRequest& req, int report_fd, pid_t agent,
-                             const cpu_set_t* cpus) {
+                             const cpu_set_t* cpus, bool in_cgroup) {
   ChildReport report{ChildReport::kSetup, 0};
   // --numa-binding: bound before the program (and its threads) exist.
   if (cpus != nullptr && sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) goto fail;
   // Own process group, so the agent can signal the worker and its children
   // as one, and a terminal's ctrl-c goes to the agent only.
   if (setpgid(0, 0) != 0) goto fail;
-  // Into the job's cgroup before any of the program's code runs: whatever
-  // it starts (setsid daemons too) stays where cgroup.kill reaches it.
-  if (req.cgroup_procs_fd >= 0 && write(req.cgroup_procs_fd, "0", 1) != 1) {
+  // Into the job's cgroup before any of the program's code runs (unless it
+  // was created there): whatever it starts (setsid daemons too) stays where
+  // cgroup.kill reaches it.
+  if (!in_cgroup && req.cgroup_procs_fd >= 0 && write(req.cgroup_procs_fd, "0", 1) != 1) {
     report.step = ChildReport::kCgroup;
     goto fail;
   }
@@ -105,10 +107,11 @@ pid_t spawn_process(const SpawnRequest& request) {
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old);
   pid_t agent = getpid();
-  pid_t pid = fork();
+  bool in_cgroup = false;
+  pid_t pid = fork_into_cgroup(request.cgroup_procs_fd >= 0 ? request.cgroup_dir_fd : -1, &in_cgroup);
   if (pid == 0)
     child_exec(request.path.c_str(), argv.data(), envp.data(), request, report.write.get(),
-               agent, request.cpus.empty() ? nullptr : &cpus);
+               agent, request.cpus.empty() ? nullptr : &cpus, in_cgroup);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
   report.write.reset();

@@ -5,7 +5,9 @@
       workers have started (each records CLOCK_MONOTONIC on entry);
   (b) restart: from rank 1's crash (its timestamp just before exit 1) to the
       moment both workers of the next attempt have started;
-  (c) the agent process's peak RSS (VmHWM from /proc, sampled until exit).
+  (c) the agent process's peak RSS (VmHWM from /proc, sampled until exit);
+  and (a) for bench/bare_launch.c, a bare fork+exec of the two workers: the
+      limit a launcher cannot beat.
 
 The worker is the same compiled C program for both (torchrun gets
 --no_python), so Python start-up of the workers is not measured; torchrun
@@ -29,9 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def build_worker(tmp):
-    exe = os.path.join(tmp, "launch_worker")
-    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "launch_worker.c")], check=True)
+def build(tmp, name):
+    exe = os.path.join(tmp, name)
+    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, name + ".c")], check=True)
     return exe
 
 
@@ -90,7 +92,8 @@ def main():
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="launch_bench_")
     try:
-        worker = build_worker(tmp)
+        worker = build(tmp, "launch_worker")
+        bare = [build(tmp, "bare_launch"), "2"]
         launchers = {
             "torchrun": [args.torchrun, "--standalone", "--nproc_per_node=2",
                          "--monitor_interval=0.1", "--no_python"],
@@ -103,7 +106,9 @@ def main():
             label, path = also.split("=", 1)
             launchers[label] = [path, "--standalone", "--nproc-per-node=2", "--restart-backoff=0"]
         res = {name: {"launch": [], "restart": [], "rss": []} for name in launchers}
+        bare_launch = []
         for _ in range(args.reps):  # interleaved, so drift hits every launcher alike
+            bare_launch.append(run_once(bare, "launch", worker, tmp)[0])
             for name, cmd in launchers.items():
                 launch, _, hwm = run_once(cmd, "launch", worker, tmp)
                 res[name]["launch"].append(launch)
@@ -125,6 +130,10 @@ def main():
             r = ratio or ("", "", "")
             print(f"| {n} | {m['launch'] * 1e3:.1f} ms{r[0]} | {m['restart'] * 1e3:.1f} ms{r[1]} "
                   f"| {m['rss'] / 1024:.1f} MiB{r[2]} |")
+        limit = statistics.median(bare_launch)
+        print(f"| fork+exec (the limit: bench/bare_launch.c) | {limit * 1e3:.1f} ms | | |")
+        print(f"\nddprun / fork+exec launch: {med['ddprun']['launch'] / limit:.2f}x "
+              f"(default backoff: {med['ddprun (default backoff)']['launch'] / limit:.2f}x)")
         for also in args.also:
             label, d = also.split("=", 1)[0], med["ddprun"]
             a = med[label]

@@ -174,6 +174,30 @@ void kill_and_check(Stop how, bool with_cgroup) {
 
 }  // namespace
 
+// Workers are created in the job cgroup (clone3 CLONE_INTO_CGROUP) until its
+// first cgroup.kill, and move themselves in after it (agent/job_cgroup.h
+// says why): both ways, every attempt's workers are in the same job cgroup.
+TEST_CASE("cgroup: a restarted attempt's workers are in the job cgroup too") {
+  auto r = run_ddprun({"--nproc-per-node=2", "--max-restarts=1", "--restart-backoff=0", TEST_WORKER,
+                       "cgroup-crash-first"});
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  std::map<std::string, std::string> where;  // "attempt/rank" -> cgroup
+  for (const auto& line : lines_with(r.out, "[default")) {
+    auto at = line.find(" cgroup=");
+    if (at == std::string::npos) continue;
+    where[std::to_string(field(line, "restart")) + "/" + std::to_string(field(line, "rank"))] =
+        line.substr(at + 8);
+  }
+  REQUIRE(where.size() == 4);
+  if (where["0/0"] == cgroup_of(getpid())) {
+    MESSAGE("skipped: ddprun made no job cgroup here");
+    std::exit(kSkip);
+  }
+  CHECK(where["0/0"].find("/job.") != std::string::npos);
+  for (const auto& [who, cgroup] : where) CHECK_MESSAGE(cgroup == where["0/0"], who);
+}
+
 TEST_CASE("cgroup: kill -9 of ddprun's pid ends setsid grandchildren and daemons") {
   kill_and_check(Stop::kKillPid, /*with_cgroup=*/true);
 }

@@ -150,6 +150,19 @@ int main(int argc, char** argv) {
     if (crasher) return std::atoi(argv[3]);
     block_forever();
   }
+  if (mode == "cgroup-crash-first") {
+    // Its own cgroup v2 path on every attempt; rank 1 of attempt 0 exits 3
+    // once both have started (containment_test: restarted workers' cgroup).
+    std::ifstream in("/proc/self/cgroup");
+    std::string cgroup;
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("0::", 0) == 0) cgroup = line.substr(3);
+    say(start + " cgroup=" + cgroup);
+    if (restart != 0) return 0;
+    started_barrier(env_int("LOCAL_RANK"), rank == 1);
+    if (rank == 1) return 3;
+    block_forever();
+  }
   if (mode == "block" || mode == "ignore-term") {
     if (mode == "ignore-term") signal(SIGTERM, SIG_IGN);
     pid_t child = start_grandchild();
