@@ -79,6 +79,19 @@ void kill_cgroup(const GuardianPaths& p) {
     poll(&pfd, 1, static_cast<int>(left));
   }
   events.reset();
+  // The attempt.<n> child cgroups first (job_cgroup.h): a folder with
+  // children cannot be removed. getdents64 into a static buffer, since the
+  // guardian may not allocate.
+  if (base::ScopedFd dir(open(p.cgroup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)); dir) {
+    alignas(dirent64) static char buf[4096];
+    long n;
+    while ((n = syscall(SYS_getdents64, dir.get(), buf, sizeof buf)) > 0)
+      for (long off = 0; off < n;) {
+        auto* d = reinterpret_cast<dirent64*>(buf + off);
+        off += d->d_reclen;
+        if (d->d_type == DT_DIR && d->d_name[0] != '.') unlinkat(dir.get(), d->d_name, AT_REMOVEDIR);
+      }
+  }
   rmdir(p.cgroup_dir);
 }
 

@@ -91,6 +91,16 @@ int probe_join(int dir_fd, int procs_fd, bool* in_place) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
 }
 
+// rmdir of every empty child cgroup of `path` (a job's attempt.<n>).
+void remove_child_cgroups(const std::string& path) {
+  DIR* dir = opendir(path.c_str());
+  if (!dir) return;
+  while (dirent* e = readdir(dir))
+    if (e->d_type == DT_DIR && e->d_name[0] != '.')
+      (void)unlinkat(dirfd(dir), e->d_name, AT_REMOVEDIR);
+  closedir(dir);
+}
+
 // Removes empty job.<pid>.* cgroups whose agent is gone (one that died
 // before its guardian started). rmdir fails on a populated cgroup, and a
 // live agent's pid exists, so neither is touched.
@@ -104,7 +114,10 @@ void remove_stale_cgroups(const std::string& parent) {
     if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) stale.emplace_back(e->d_name);
   }
   closedir(dir);
-  for (const auto& name : stale) (void)rmdir((parent + "/" + name).c_str());
+  for (const auto& name : stale) {
+    remove_child_cgroups(parent + "/" + name);
+    (void)rmdir((parent + "/" + name).c_str());
+  }
 }
 
 }  // namespace
@@ -196,6 +209,8 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
 
 JobCgroup::~JobCgroup() {
   if (kill_.valid()) kill_and_wait(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  attempt_dir_.reset();
+  for (int n = 1; n <= attempts_; ++n) (void)rmdir(attempt_path(n).c_str());
   dir_.reset();
   procs_.reset();
   kill_.reset();
@@ -205,8 +220,27 @@ JobCgroup::~JobCgroup() {
   (void)rmdir(path_.c_str());
 }
 
+int JobCgroup::spawn_dir_fd() {
+  if (!create_in_place_) return -1;
+  if (killed_) {
+    killed_ = false;
+    // The previous one is empty once the kill is done; rmdir fails (EBUSY)
+    // while a process lingers, and the destructor tries again.
+    if (attempts_ > 0) (void)rmdir(attempt_path(attempts_).c_str());
+    const std::string next = attempt_path(attempts_ + 1);
+    if (mkdir(next.c_str(), 0755) != 0 && errno != EEXIST) {
+      create_in_place_ = false;
+      return -1;
+    }
+    ++attempts_;
+    attempt_dir_.reset(::open(next.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!attempt_dir_) create_in_place_ = false;
+  }
+  return attempts_ > 0 ? attempt_dir_.get() : dir_.get();
+}
+
 bool JobCgroup::kill_all() {
-  create_in_place_ = false;  // dir_fd() says why
+  killed_ = true;  // spawn_dir_fd() says why
   ssize_t n;
   do {
     n = pwrite(kill_.get(), "1", 1, 0);

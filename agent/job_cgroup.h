@@ -43,14 +43,16 @@ class JobCgroup {
   // cgroup.procs opened for writing (close-on-exec): a forked child writes
   // "0" to it to move itself in before exec.
   int procs_fd() const { return procs_.get(); }
-  // The cgroup's folder (O_DIRECTORY, close-on-exec) for clone3 to create a
-  // child in directly (fork_into_cgroup.h); -1 once the cgroup has been
-  // killed, or when the probe saw that fail. Why not after a kill: on this
-  // kernel (6.18) every child created in a cgroup after its first cgroup.kill
-  // was SIGKILLed at birth (the kill's sequence number is compared against
-  // the parent's cgroup, not the target's), so restarts move workers in by
-  // writing cgroup.procs, as before.
-  int dir_fd() const { return create_in_place_ ? dir_.get() : -1; }
+  // The folder (O_DIRECTORY, close-on-exec) clone3 creates the next worker
+  // in (fork_into_cgroup.h): the cgroup itself, and after each kill_all()
+  // a fresh child cgroup of it, attempt.<n>; -1 when the probe saw creating
+  // in place fail (workers then move in through procs_fd()). Why a fresh
+  // one: on this kernel (6.18) every child created in a cgroup after a
+  // cgroup.kill of it (or of an ancestor) was SIGKILLed at birth (the kill's
+  // sequence number is compared with the parent's cgroup, not the target's);
+  // a cgroup made after the kill has not been killed. cgroup.kill,
+  // cgroup.events and the guardian act on this cgroup, so on its children too.
+  int spawn_dir_fd();
   // SIGKILLs every process in the cgroup (cgroup.kill); false on error.
   bool kill_all();
   // True while any process is in the cgroup (cgroup.events "populated").
@@ -60,13 +62,17 @@ class JobCgroup {
 
  private:
   explicit JobCgroup(std::string path) : path_(std::move(path)) {}
+  std::string attempt_path(int n) const { return path_ + "/attempt." + std::to_string(n); }
 
   std::string path_;
-  base::ScopedFd dir_;
+  base::ScopedFd dir_;  // the cgroup's folder
   base::ScopedFd procs_;
   base::ScopedFd kill_;
   base::ScopedFd events_;
-  bool create_in_place_ = true;  // dir_fd()
+  bool create_in_place_ = true;  // spawn_dir_fd()
+  bool killed_ = false;          // since the last spawn_dir_fd()
+  int attempts_ = 0;             // attempt.<1..attempts_> made so far
+  base::ScopedFd attempt_dir_;   // the newest of them
 };
 
 // The cgroup2 mount point and the hierarchy path it shows (the mount's

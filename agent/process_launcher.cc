@@ -21,7 +21,7 @@ constexpr auto kSweepDeadline = std::chrono::seconds(5);
 
 pid_t PosixLauncher::spawn(SpawnRequest request) {
   request.cgroup_procs_fd = cgroup_ ? cgroup_->procs_fd() : -1;
-  request.cgroup_dir_fd = cgroup_ ? cgroup_->dir_fd() : -1;
+  request.cgroup_dir_fd = cgroup_ ? cgroup_->spawn_dir_fd() : -1;
   pid_t pid = spawn_process(request);
   guardian_.add_group(pid);
   return pid;

@@ -53,9 +53,10 @@ struct SpawnRequest {
   int stdin_fd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
-  // A job cgroup's cgroup.procs (JobCgroup::procs_fd) and folder
-  // (JobCgroup::dir_fd): the child is created in the cgroup where the kernel
-  // can (fork_into_cgroup.h), else moves itself in; -1: no cgroup.
+  // A job cgroup's cgroup.procs (JobCgroup::procs_fd) and the folder to
+  // create the child in (JobCgroup::spawn_dir_fd): the child is created
+  // there where the kernel can (fork_into_cgroup.h), else moves itself in
+  // through cgroup.procs; -1: no cgroup.
   int cgroup_procs_fd = -1;
   int cgroup_dir_fd = -1;
   // RLIMIT_NOFILE for the program; unset keeps the agent's. The agent

@@ -150,15 +150,17 @@ int main(int argc, char** argv) {
     if (crasher) return std::atoi(argv[3]);
     block_forever();
   }
-  if (mode == "cgroup-crash-first") {
+  if (mode == "cgroup-crash-first" && argc == 3) {
     // Its own cgroup v2 path on every attempt; rank 1 of attempt 0 exits 3
-    // once both have started (containment_test: restarted workers' cgroup).
+    // once both have started; later attempts exit 0 (argv[2] "exit") or
+    // block (containment_test: restarted workers' cgroup).
     std::ifstream in("/proc/self/cgroup");
     std::string cgroup;
     for (std::string line; std::getline(in, line);)
       if (line.rfind("0::", 0) == 0) cgroup = line.substr(3);
     say(start + " cgroup=" + cgroup);
-    if (restart != 0) return 0;
+    if (restart != 0 && std::string(argv[2]) == "exit") return 0;
+    if (restart != 0) block_forever();
     started_barrier(env_int("LOCAL_RANK"), rank == 1);
     if (rank == 1) return 3;
     block_forever();
