@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -237,4 +238,62 @@ TEST_CASE("attach: a rank whose heartbeats stop while it burns CPU is hung") {
   CHECK(r.out.find("no heartbeat for") != std::string::npos);
   worker.send(SIGKILL);
   worker.finish(std::chrono::seconds(30));
+}
+
+TEST_CASE("attach: a hang_report.json planted as a symlink is replaced, never written through") {
+  TempDir dir;
+  const std::string reports = dir.file("report"), victim = dir.file("victim");
+  ::mkdir(reports.c_str(), 0700);
+  std::ofstream(victim) << "keep\n";
+  REQUIRE(::symlink(victim.c_str(), (reports + "/hang_report.json").c_str()) == 0);
+  DdprunProcess sleeper({"600"}, {}, "/bin/sleep");
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(sleeper.pid()), "--silence-timeout", "1", "--once",
+       "--stack-capture", "none", "--report-dir", reports},
+      {}, std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  std::ifstream kept(victim);
+  std::string line;
+  std::getline(kept, line);
+  CHECK(line == "keep");
+  struct stat st{};
+  REQUIRE(::lstat((reports + "/hang_report.json").c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  std::ifstream in(reports + "/hang_report.json");
+  CHECK(json::parse(in)["source"] == "attach");
+  sleeper.send(SIGKILL);
+  sleeper.finish(std::chrono::seconds(30));
+}
+
+// Its own ctest entry (introspect.attach_planted_dir): it needs root to
+// plant a symlink owned by another user, and exits 77 (skipped) without.
+TEST_CASE("planted report dir: attach refuses a --report-dir symlink another user planted in a "
+          "shared folder, before watching: one line, exit 2") {
+  if (::geteuid() != 0) {
+    MESSAGE("SKIP: needs root to chown a symlink to nobody");
+    std::exit(77);
+  }
+  TempDir dir;
+  const std::string shared = dir.file("tmp"), real = dir.file("real");
+  REQUIRE(::mkdir(shared.c_str(), 0700) == 0);
+  REQUIRE(::chmod(shared.c_str(), 01777) == 0);  // like /tmp
+  REQUIRE(::mkdir(real.c_str(), 0755) == 0);
+  REQUIRE(::symlink(real.c_str(), (shared + "/reports").c_str()) == 0);
+  REQUIRE(::lchown((shared + "/reports").c_str(), 65534, 65534) == 0);  // nobody's
+  DdprunProcess sleeper({"600"}, {}, "/bin/sleep");
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(sleeper.pid()), "--silence-timeout", "1", "--once",
+       "--stack-capture", "none", "--report-dir", shared + "/reports"},
+      {}, std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 2);
+  CHECK(r.out.find("HANG") == std::string::npos);  // refused before watching
+  CHECK(r.err.rfind("ddprun attach: --report-dir: ", 0) == 0);
+  CHECK(r.err.find("symlink owned by uid 65534") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  struct stat st{};
+  CHECK(::stat((real + "/hang_report.json").c_str(), &st) != 0);  // nothing written through it
+  sleeper.send(SIGKILL);
+  sleeper.finish(std::chrono::seconds(30));
 }
