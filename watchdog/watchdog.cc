@@ -603,6 +603,8 @@ void Watchdog::fire(HangEvent event) {
   fired_ = true;
   deadline_timer_->cancel();
   poll_timer_->cancel();
+  // No poll pending any more: rearm_after_report() must be able to start one.
+  polling_ = false;
   armed_for_.reset();
   // The owner prints the one warning, naming the culprit (culprit()).
   spdlog::debug("deadline passed on rank {} (pid {}): {}: {}", event.global_rank, event.pid,
