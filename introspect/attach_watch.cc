@@ -136,21 +136,17 @@ void AttachWatch::on_dog_hang(const watchdog::HangEvent& event, bool from_file) 
   auto& e = h.event;
   if (from_file) {
     // The file's worker: rank -1, the whole job.
-    const auto& w = files_dog_.workers().at(static_cast<std::size_t>(e.local_rank));
+    const auto i = static_cast<std::size_t>(e.local_rank);
     h.attach_kind = "watch_file";
-    e.detail = fmt::format("{} has not changed for {:.1f} s", files_[static_cast<std::size_t>(e.local_rank)].path,
-                           secs(e.detected - w.last_output));
+    e.detail = fmt::format("{} has not changed for {:.1f} s", files_.at(i).path,
+                           secs(e.detected - files_dog_.workers().at(i).last_output));
     e.local_rank = -1;
   } else if (e.kind == watchdog::HangKind::kSilence) {
     // The Watchdog's "output" is attach's CPU and I/O progress.
     h.attach_kind = "no_progress";
-    char state = '?';
-    for (const auto& [pid, r] : ranks_)
-      if (pid == e.pid) state = r.state;
-    for (const auto& w : dog_.workers())
-      if (w.local_rank == e.local_rank)
-        e.detail = fmt::format("no CPU time and no I/O for {:.1f} s (state {})",
-                               secs(e.detected - w.last_output), state);
+    if (const auto it = ranks_.find(e.pid); it != ranks_.end())
+      e.detail = fmt::format("no CPU time and no I/O for {:.1f} s (state {})",
+                             secs(e.detected - last_progress(it->second)), it->second.state);
   } else {
     h.attach_kind = watchdog::to_string(e.kind);
   }
