@@ -22,6 +22,7 @@
 #include "introspect/stacks.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/python_stack_tools.h"
+#include "tests/common/run_folder.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/test_python.h"
 
@@ -296,4 +297,54 @@ TEST_CASE("planted report dir: attach refuses a --report-dir symlink another use
   CHECK(::stat((real + "/hang_report.json").c_str(), &st) != 0);  // nothing written through it
   sleeper.send(SIGKILL);
   sleeper.finish(std::chrono::seconds(30));
+}
+
+TEST_CASE("attach: a missed beat blames the rank the agent's watchdog blames for the same job: "
+          "the one behind in steps, not the first past its deadline") {
+  const std::string script = std::string(INTROSPECT_SCRIPTS) + "/laggard_ranks.py";
+  // Under the agent (/usr/bin/python3 workers, no torch): every rank beats.
+  TempDir agent_dir;
+  const std::string logs = agent_dir.file("logs");
+  ::mkdir(agent_dir.file("handover").c_str(), 0700);
+  const auto job = ddprun::testing::run_ddprun(
+      {"--rdzv-id=laggard", "--log-dir=" + logs, "--nproc-per-node=2", "--max-restarts=0",
+       "--heartbeat-timeout=1", kPython, script, agent_dir.file("handover")},
+      {}, std::chrono::seconds(60));
+  INFO("ddprun stderr: " << job.err);
+  CHECK(job.status == 124);  // a freeze ended the job
+  std::ifstream agent_in(ddprun::testing::run_folder(logs, "laggard") + "/attempt_0/hang_report.json");
+  REQUIRE(agent_in);
+  const json agent = json::parse(agent_in);
+
+  // The same two ranks under a plain shell, watched by attach.
+  TempDir dir;
+  const std::string sock = dir.file("hb.sock"), handover = dir.file("handover");
+  ::mkdir(handover.c_str(), 0700);
+  const std::string rank = std::string(kPython) + " " + script + " " + handover;
+  DdprunProcess shell({"-c", "RANK=0 " + rank + " & RANK=1 " + rank + " & wait"},
+                      {"DDPRUN_HEARTBEAT_SOCKET=" + sock, "PYTHONPATH=" + std::string(WATCHDOG_PYTHON_DIR)},
+                      "/bin/sh", /*own_group=*/true);
+  struct GroupKiller {
+    pid_t pgid;
+    ~GroupKiller() { ::kill(-pgid, SIGKILL); }
+  } kill_group{shell.pid()};
+  const std::string reports = dir.file("report");
+  ::mkdir(reports.c_str(), 0700);
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(shell.pid()), "--heartbeat-socket", sock, "--heartbeat-timeout",
+       "1", "--silence-timeout", "600", "--once", "--stack-capture", "none", "--report-dir",
+       reports},
+      {}, std::chrono::seconds(90));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  std::ifstream in(reports + "/hang_report.json");
+  REQUIRE(in);
+  const json report = json::parse(in);
+  for (const json* j : {&agent, &report}) {
+    CHECK((*j)["kind"] == "heartbeat_timeout");
+    CHECK((*j)["rank"] == 0);          // first past its deadline
+    CHECK((*j)["culprit_rank"] == 1);  // behind in steps: stopped first
+  }
+  CHECK(report["suspect_ranks"] == agent["suspect_ranks"]);
+  CHECK(r.out.find("culprit: rank 1 (behind its peers in steps") != std::string::npos);
 }
