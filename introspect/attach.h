@@ -1,8 +1,10 @@
 // `ddprun attach`: the hang watchdog for processes ddprun did not start (a
-// torchrun, srun or mpirun job). Only what is visible from outside is used:
+// torchrun, srun or mpirun job). Its detectors are the agent's
+// (watchdog::Watchdog on a base::Clock, through AttachWatch:
+// attach_watch.h) fed with what is visible from outside:
 //  - progress: a watched process's CPU time (utime+stime) or I/O byte
 //    counters (rchar+wchar, pipes and sockets included) moved; none for
-//    silence_timeout is a hang;
+//    silence_timeout is a hang (the Watchdog's silence detector);
 //  - state: stopped (T/t) or in uninterruptible sleep (D) continuously for
 //    stuck_timeout;
 //  - --watch-file: a log file that has not grown or been touched for
@@ -17,17 +19,19 @@
 // processes in it with RANK in their environment are the ranks (torchrun's
 // workers); a tree without any is watched through its root. New ranks (a
 // launcher's restart) join, ended ones leave.
-// On a hang: one report (the hung rank, what was seen, every rank's stacks,
-// the hung one first: stacks.h) on stdout and, with report_dir, in
-// hang_report.{txt,json}; then on_hang: nothing (keep watching; a rank is
-// reported again only after it made progress), kill (SIGTERM to every
-// process of the trees, SIGKILL after kill_grace, so the job's own
+// On a hang: one report on stdout and, with report_dir, the agent's
+// hang_report.{json,txt} (watchdog::HangReport: the culprit rule, one
+// schema, docs/hang_report.schema.json), every rank's stacks, the hung one
+// first (stacks.h); then on_hang: nothing (keep watching, from the next
+// progress of any rank, as the agent's --on-hang=report), kill (SIGTERM to
+// every process of the trees, SIGKILL after kill_grace, so the job's own
 // launcher, if it is outside the trees, can restart it), or command (run
 // through /bin/sh with DDPRUN_HANG_RANK, DDPRUN_HANG_PID and
 // DDPRUN_HANG_REPORT set, bounded by command_timeout).
 //
 // Polling /proc is the only way to see processes we are not the parent of;
-// every wait is bounded.
+// every wait is bounded. The stack capture and the actions block the loop
+// (bounded by their tools' limits): attach has nothing else to serve.
 #pragma once
 
 #include <sys/types.h>
@@ -77,10 +81,17 @@ struct AttachOptions {
   bool once = false;
 };
 
+// run_attach's results, `ddprun attach`'s exit status (2 is a usage error).
+inline constexpr int kAttachEnded = 0;  // the processes ended without a hang
+inline constexpr int kAttachHang = 1;   // a hang was reported
+// A hang was reported (stdout) and handled, but its hang_report.{json,txt}
+// could not be written in report_dir (one line said why).
+inline constexpr int kAttachReportUnwritten = 3;
+
 // Watches until every watched process has ended (or, with kill or once, the
-// first hang was handled). Returns 0 when the processes ended without a
-// hang, 1 when a hang was reported; throws std::invalid_argument naming a
-// pid or group that does not exist.
+// first hang was handled). Throws std::invalid_argument naming a pid or
+// group that does not exist, a report_dir attach may not write into
+// (base::SafeDir's rules) or a heartbeat socket it cannot bind.
 int run_attach(const AttachOptions& options, std::ostream& out);
 
 }  // namespace ddprun::introspect

@@ -285,7 +285,8 @@ int attach_main(int argc, char** argv) {
              python_dir() + ", DDPRUN_PYSTACK_SIGNAL=" + std::to_string(pystack_signal()) +
              ", DDPRUN_PYSTACK_DIR=<a folder of yours>.\n"
              "Exit status: 0 the processes ended without a hang, 1 a hang was reported, "
-             "2 wrong flags or no such process.");
+             "2 wrong flags, no such process or a --report-dir attach may not write into, "
+             "3 a hang was reported but its report could not be written.");
   if (int rc = parse(app, argc, argv); rc >= 0) return rc;
   if (on_hang == "command" && o.command.empty()) {
     std::fprintf(stderr, "ddprun attach: --on-hang command needs --hang-command\n");

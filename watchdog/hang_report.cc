@@ -224,6 +224,7 @@ nlohmann::json HangReport::to_json() const {
   j["worker_logs"] = json::object();
   for (const auto& [rank, path] : worker_logs) j["worker_logs"][std::to_string(rank)] = path;
   j["flags_to_change"] = advice();
+  for (const auto& [key, value] : extra.items()) j[key] = value;
   return j;
 }
 
@@ -310,7 +311,14 @@ void HangReport::write(const std::string& dir) const {
   // Whole or not at all, under the folder's descriptor (base/safe_file.h):
   // a planted symlink is replaced, never written through.
   try {
-    const base::SafeDir folder = base::SafeDir::open(dir);
+    write(base::SafeDir::open(dir));
+  } catch (const base::FileError& e) {
+    throw WatchdogError(e.what());
+  }
+}
+
+void HangReport::write(const base::SafeDir& folder) const {
+  try {
     folder.write_atomically(
         base::kFileHangReportJson,
         to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", false);

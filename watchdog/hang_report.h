@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/safe_file.h"
 #include "watchdog/stack_capture.h"
 #include "watchdog/watchdog.h"
 
@@ -43,6 +44,10 @@ struct HangReport {
   std::vector<int> in_collective;
   // Where the worker logs are, by global rank (may be empty).
   std::vector<std::pair<int, std::string>> worker_logs;
+  // Fields a writer adds beside the agent's, merged at the top level of
+  // to_json() (`ddprun attach`: source, attach_kind, watched,
+  // report_after_due_ms; docs/hang_report.schema.json lists them).
+  nlohmann::json extra = nlohmann::json::object();
 
   // Sets stack_culprit and in_collective from stacks and workers; with
   // `may_blame`, a stack verdict also becomes the culprit.
@@ -56,6 +61,9 @@ struct HangReport {
   // Writes <dir>/hang_report.json and <dir>/hang_report.txt; throws
   // WatchdogError naming the file on failure.
   void write(const std::string& dir) const;
+  // The same into a folder already opened (`ddprun attach` opens
+  // --report-dir once, at its start).
+  void write(const base::SafeDir& folder) const;
 };
 
 // True when a stack (native frames or a Python traceback) waits inside a

@@ -382,9 +382,14 @@ std::optional<Clock::time_point> Watchdog::setup_due(const WorkerStatus& w) cons
   return w.spawned + learner_->timeout(TimeoutLearner::kSetup);
 }
 
+bool Watchdog::judged_by_beats(const WorkerStatus& w) const {
+  return !w.exited && (w.beats > 0 || !options_.beats_optional);
+}
+
 std::optional<Clock::time_point> Watchdog::heartbeat_due(const WorkerStatus& w) const {
   if (learning()) return learned_due(w);
-  if (options_.heartbeat_timeout.count() <= 0 || w.exited || waiting_for_beat_) return std::nullopt;
+  if (options_.heartbeat_timeout.count() <= 0 || !judged_by_beats(w) || waiting_for_beat_)
+    return std::nullopt;
   auto due = w.beats == 0 ? w.spawned + options_.effective_grace()
                           : w.last_beat + options_.heartbeat_timeout;
   // After a pause of the agent's, a full timeout from the resume.
@@ -598,6 +603,8 @@ void Watchdog::fire(HangEvent event) {
   fired_ = true;
   deadline_timer_->cancel();
   poll_timer_->cancel();
+  // No poll pending any more: rearm_after_report() must be able to start one.
+  polling_ = false;
   armed_for_.reset();
   // The owner prints the one warning, naming the culprit (culprit()).
   spdlog::debug("deadline passed on rank {} (pid {}): {}: {}", event.global_rank, event.pid,
@@ -625,17 +632,17 @@ int Watchdog::culprit(const HangEvent& event) const {
   if (event.kind != HangKind::kHeartbeat) return event.global_rank;
   int64_t furthest = -1;
   for (const auto& w : workers_)
-    if (!w.exited) furthest = std::max(furthest, w.step);
+    if (judged_by_beats(w)) furthest = std::max(furthest, w.step);
   const WorkerStatus* behind = nullptr;
   for (const auto& w : workers_)
-    if (!w.exited && furthest >= 0 && w.step < furthest && (!behind || w.step < behind->step))
+    if (judged_by_beats(w) && furthest >= 0 && w.step < furthest && (!behind || w.step < behind->step))
       behind = &w;
   if (behind) return behind->global_rank;
   // Same step everywhere: a live rank that never beat held the others up;
   // else the one whose last progress is oldest stopped first.
   const WorkerStatus* oldest = nullptr;
   for (const auto& w : workers_) {
-    if (w.exited) continue;
+    if (!judged_by_beats(w)) continue;
     if (w.beats == 0) return w.global_rank;
     if (!oldest || w.last_beat < oldest->last_beat) oldest = &w;
   }
@@ -645,11 +652,11 @@ int Watchdog::culprit(const HangEvent& event) const {
 std::vector<int> Watchdog::suspects(const HangEvent& event) const {
   int64_t furthest = -1;
   for (const auto& w : workers_) {
-    if (!w.exited) furthest = std::max(furthest, w.step);
+    if (judged_by_beats(w)) furthest = std::max(furthest, w.step);
   }
   std::vector<const WorkerStatus*> behind;
   for (const auto& w : workers_) {
-    if (!w.exited && furthest >= 0 && w.step < furthest) behind.push_back(&w);
+    if (judged_by_beats(w) && furthest >= 0 && w.step < furthest) behind.push_back(&w);
   }
   if (behind.empty()) return stalled_ranks(event);
   std::sort(behind.begin(), behind.end(),

@@ -88,6 +88,10 @@ struct WatchdogOptions {
   // restart from when it resumed. Longer than any scheduling delay of a
   // loaded machine, shorter than any useful timeout.
   Millis pause_threshold{1000};
+  // A worker that never beat is not judged by the heartbeat detector, nor
+  // by the laggard rule of culprit() and suspects(), until its first beat:
+  // `ddprun attach` watches programs it did not start, which may never beat.
+  bool beats_optional = false;
 
   static constexpr Millis kDefaultGrace{60000};
   Millis effective_grace() const;          // first beat
@@ -219,6 +223,8 @@ class Watchdog {
 
  private:
   WorkerStatus* find_local(int local_rank);
+  // Live, and judged by beats (beats_optional leaves out a rank never heard from).
+  bool judged_by_beats(const WorkerStatus& w) const;
   std::optional<Clock::time_point> heartbeat_due(const WorkerStatus& w) const;
   std::optional<Clock::time_point> silence_due(const WorkerStatus& w) const;
   // Learned mode.

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "introspect/stacks.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/python_stack_tools.h"
+#include "tests/common/run_folder.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/test_python.h"
 
@@ -237,4 +239,112 @@ TEST_CASE("attach: a rank whose heartbeats stop while it burns CPU is hung") {
   CHECK(r.out.find("no heartbeat for") != std::string::npos);
   worker.send(SIGKILL);
   worker.finish(std::chrono::seconds(30));
+}
+
+TEST_CASE("attach: a hang_report.json planted as a symlink is replaced, never written through") {
+  TempDir dir;
+  const std::string reports = dir.file("report"), victim = dir.file("victim");
+  ::mkdir(reports.c_str(), 0700);
+  std::ofstream(victim) << "keep\n";
+  REQUIRE(::symlink(victim.c_str(), (reports + "/hang_report.json").c_str()) == 0);
+  DdprunProcess sleeper({"600"}, {}, "/bin/sleep");
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(sleeper.pid()), "--silence-timeout", "1", "--once",
+       "--stack-capture", "none", "--report-dir", reports},
+      {}, std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  std::ifstream kept(victim);
+  std::string line;
+  std::getline(kept, line);
+  CHECK(line == "keep");
+  struct stat st{};
+  REQUIRE(::lstat((reports + "/hang_report.json").c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  std::ifstream in(reports + "/hang_report.json");
+  CHECK(json::parse(in)["source"] == "attach");
+  sleeper.send(SIGKILL);
+  sleeper.finish(std::chrono::seconds(30));
+}
+
+// Its own ctest entry (introspect.attach_planted_dir): it needs root to
+// plant a symlink owned by another user, and exits 77 (skipped) without.
+TEST_CASE("planted report dir: attach refuses a --report-dir symlink another user planted in a "
+          "shared folder, before watching: one line, exit 2") {
+  if (::geteuid() != 0) {
+    MESSAGE("SKIP: needs root to chown a symlink to nobody");
+    std::exit(77);
+  }
+  TempDir dir;
+  const std::string shared = dir.file("tmp"), real = dir.file("real");
+  REQUIRE(::mkdir(shared.c_str(), 0700) == 0);
+  REQUIRE(::chmod(shared.c_str(), 01777) == 0);  // like /tmp
+  REQUIRE(::mkdir(real.c_str(), 0755) == 0);
+  REQUIRE(::symlink(real.c_str(), (shared + "/reports").c_str()) == 0);
+  REQUIRE(::lchown((shared + "/reports").c_str(), 65534, 65534) == 0);  // nobody's
+  DdprunProcess sleeper({"600"}, {}, "/bin/sleep");
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(sleeper.pid()), "--silence-timeout", "1", "--once",
+       "--stack-capture", "none", "--report-dir", shared + "/reports"},
+      {}, std::chrono::seconds(60));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 2);
+  CHECK(r.out.find("HANG") == std::string::npos);  // refused before watching
+  CHECK(r.err.rfind("ddprun attach: --report-dir: ", 0) == 0);
+  CHECK(r.err.find("symlink owned by uid 65534") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  struct stat st{};
+  CHECK(::stat((real + "/hang_report.json").c_str(), &st) != 0);  // nothing written through it
+  sleeper.send(SIGKILL);
+  sleeper.finish(std::chrono::seconds(30));
+}
+
+TEST_CASE("attach: a missed beat blames the rank the agent's watchdog blames for the same job: "
+          "the one behind in steps, not the first past its deadline") {
+  const std::string script = std::string(INTROSPECT_SCRIPTS) + "/laggard_ranks.py";
+  // Under the agent (/usr/bin/python3 workers, no torch): every rank beats.
+  TempDir agent_dir;
+  const std::string logs = agent_dir.file("logs");
+  ::mkdir(agent_dir.file("handover").c_str(), 0700);
+  const auto job = ddprun::testing::run_ddprun(
+      {"--rdzv-id=laggard", "--log-dir=" + logs, "--nproc-per-node=2", "--max-restarts=0",
+       "--heartbeat-timeout=1", kPython, script, agent_dir.file("handover")},
+      {}, std::chrono::seconds(60));
+  INFO("ddprun stderr: " << job.err);
+  CHECK(job.status == 124);  // a freeze ended the job
+  std::ifstream agent_in(ddprun::testing::run_folder(logs, "laggard") + "/attempt_0/hang_report.json");
+  REQUIRE(agent_in);
+  const json agent = json::parse(agent_in);
+
+  // The same two ranks under a plain shell, watched by attach.
+  TempDir dir;
+  const std::string sock = dir.file("hb.sock"), handover = dir.file("handover");
+  ::mkdir(handover.c_str(), 0700);
+  const std::string rank = std::string(kPython) + " " + script + " " + handover;
+  DdprunProcess shell({"-c", "RANK=0 " + rank + " & RANK=1 " + rank + " & wait"},
+                      {"DDPRUN_HEARTBEAT_SOCKET=" + sock, "PYTHONPATH=" + std::string(WATCHDOG_PYTHON_DIR)},
+                      "/bin/sh", /*own_group=*/true);
+  struct GroupKiller {
+    pid_t pgid;
+    ~GroupKiller() { ::kill(-pgid, SIGKILL); }
+  } kill_group{shell.pid()};
+  const std::string reports = dir.file("report");
+  ::mkdir(reports.c_str(), 0700);
+  const auto r = ddprun::testing::run_ddprun(
+      {"attach", std::to_string(shell.pid()), "--heartbeat-socket", sock, "--heartbeat-timeout",
+       "1", "--silence-timeout", "600", "--once", "--stack-capture", "none", "--report-dir",
+       reports},
+      {}, std::chrono::seconds(90));
+  INFO("attach stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 1);
+  std::ifstream in(reports + "/hang_report.json");
+  REQUIRE(in);
+  const json report = json::parse(in);
+  for (const json* j : {&agent, &report}) {
+    CHECK((*j)["kind"] == "heartbeat_timeout");
+    CHECK((*j)["rank"] == 0);          // first past its deadline
+    CHECK((*j)["culprit_rank"] == 1);  // behind in steps: stopped first
+  }
+  CHECK(report["suspect_ranks"] == agent["suspect_ranks"]);
+  CHECK(r.out.find("culprit: rank 1 (behind its peers in steps") != std::string::npos);
 }

@@ -243,6 +243,31 @@ TEST_CASE("a SIGSTOPped worker is detected from its process state at the first p
   CHECK(dog.workers()[0].proc_state == 'T');
 }
 
+TEST_CASE("after a reported silence the process-state detector watches on: a worker stopped "
+          "later is caught") {
+  wd::WatchdogOptions opt;
+  opt.silence_timeout = 1000ms;
+  opt.heartbeat_grace = 1000ms;
+  opt.stuck_timeout = 200ms;
+  opt.proc_poll_interval = 100ms;
+  Watched watched(opt);
+  auto& [clock, hang, dog] = watched;
+  Child child({WATCHDOG_TEST_WORKER, "hang"}, {}, true);
+  REQUIRE(child.wait_for_output("ready"));
+  dog.add_worker(0, 1, child.pid());
+  clock.advance(1000ms);  // asleep (S), silent: the silence fires while a poll is pending
+  REQUIRE(hang);
+  CHECK(hang->kind == wd::HangKind::kSilence);
+  hang.reset();
+  dog.rearm_after_report();  // --on-hang=report, ddprun attach --on-hang nothing
+  dog.on_output(0);          // it makes progress again, then is stopped
+  REQUIRE(::kill(child.pid(), SIGSTOP) == 0);
+  wait_stopped(child);
+  clock.advance(300ms);  // polls at 100 ms (stuck from here), 200, 300 ms
+  REQUIRE(hang);
+  CHECK(hang->kind == wd::HangKind::kStopped);
+}
+
 // ThreadSanitizer's vfork interceptor turns the worker's vfork() into a
 // fork(), so under TSan its parent never enters state D: the case cannot run
 // there and is reported skipped (the plain and ASan builds run it).
