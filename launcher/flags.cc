@@ -65,7 +65,8 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF", R,
       "Extra rendezvous settings, <key>=<value>,...: join_timeout, last_call_timeout, "
       "close_timeout, keep_alive_interval (seconds), keep_alive_max_attempt, is_host, "
-      "token (else $DDPRUN_RDZV_TOKEN; never logged)");
+      "token (else $DDPRUN_RDZV_TOKEN; never logged); torch's store_type=tcp, "
+      "heartbeat_timeout, cas_backoff_max_seconds, read_timeout accepted");
   opt("--master-addr,--master_addr", o.master_addr, "PET_MASTER_ADDR", R,
       "MASTER_ADDR: address of rank 0's node [127.0.0.1]");
   opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT", R,

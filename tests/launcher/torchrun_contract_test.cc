@@ -105,3 +105,28 @@ TEST_CASE("an empty --nproc-per-node= is refused naming the flag (exit 2), as to
     CHECK(r.err.rfind("ddprun: --nproc-per-node is empty", 0) == 0);
   }
 }
+
+TEST_CASE("--rdzv-conf takes torch 2.x's c10d keys (store_type=tcp ...); others exit 2 naming the key") {
+  // The keys torch 2.x's c10d rendezvous reads (c10d_rendezvous_backend.py,
+  // dynamic_rendezvous.py), on a real --standalone c10d job of 2 workers.
+  auto r = run_ddprun({"--standalone", "--nproc-per-node=2",
+                       "--rdzv-conf=store_type=tcp,is_host=true,read_timeout=60,join_timeout=60,"
+                       "last_call_timeout=1,close_timeout=30,heartbeat_timeout=5,"
+                       "keep_alive_interval=5,keep_alive_max_attempt=3,cas_backoff_max_seconds=0.5",
+                       "--no-python", "/bin/echo", "joined"});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(count_of(r.out, "]:joined\n") == 2);
+  for (auto [conf, says] :
+       {std::pair{"store_type=file", "--rdzv-conf store_type=file: ddprun's rendezvous runs over"},
+        std::pair{"store_type=etcd", "--rdzv-conf store_type=etcd: expected tcp"},
+        std::pair{"heartbeat_timeout=0", "--rdzv-conf heartbeat_timeout=0: expected seconds"},
+        std::pair{"cas_backoff_max_seconds=-1", "--rdzv-conf cas_backoff_max_seconds=-1"},
+        std::pair{"store_typ=tcp", "--rdzv-conf: unknown key 'store_typ' (known: "}}) {
+    r = run_ddprun({"--standalone", std::string("--rdzv-conf=") + conf, "/bin/true"});
+    INFO(conf, " ", r.err);
+    CHECK(r.status == 2);
+    CHECK(count_of(r.err, "\n") == 1);
+    CHECK(r.err.rfind(std::string("ddprun: ") + says, 0) == 0);
+  }
+}
