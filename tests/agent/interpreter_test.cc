@@ -4,12 +4,15 @@
 // /usr/bin/python3.11 (the same interpreter under two names, so the worker's
 // sys.executable shows which one ran); no torch needed.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
 
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/skip.h"
+#include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
 
@@ -66,4 +69,22 @@ TEST_CASE("a Python worker that failed after printing gets no interpreter line")
   CHECK(r.out == std::string("[default0]:python ") + kPy311 + "\n");
   CHECK(r.err.find("ModuleNotFoundError") != std::string::npos);
   CHECK(r.err.find("python: the worker failed") == std::string::npos);
+}
+
+TEST_CASE("the user's sitecustomize on PYTHONPATH is the one `import sitecustomize` returns") {
+  if (access(kPy, X_OK) != 0) SKIP_TEST(std::string(kPy) + " is missing");
+  TempDir dir;
+  REQUIRE(::mkdir(dir.file("site").c_str(), 0755) == 0);
+  std::ofstream(dir.file("site/sitecustomize.py")) << "import os\nMARK = 'user ' + str(os.getpid())\n";
+  // ddprun's bootstrap ran too: its automatic heartbeats are installed
+  // (ddprun_autobeat.install() records the worker's pid).
+  std::ofstream(dir.file("w.py")) << "import os, sys, sitecustomize, ddprun_autobeat\n"
+                                     "assert sitecustomize.MARK == 'user %d' % os.getpid()\n"
+                                     "assert ddprun_autobeat._main_pid == os.getpid()\n"
+                                     "print('ok', sitecustomize.__file__)\n";
+  auto r = run_ddprun({"--nproc-per-node=2", dir.file("w.py")},
+                      {std::string("DDPRUN_PYTHON=") + kPy, "PYTHONPATH=" + dir.file("site")});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(count_of(r.out, "]:ok " + dir.file("site/sitecustomize.py") + "\n") == 2);
 }
