@@ -96,6 +96,11 @@ class Agent {
   RoundInfo next_round(int restart);
   GroupVerdict group_ended(GroupOutcome outcome);
   std::string make_run_dir(const EnvMap& env, bool keep);
+  // `result` for the failure summary, its root cause's error file copied
+  // out of the private folder first when that folder holds it (no --log-dir).
+  AttemptResult keep_error_file(const AttemptResult& result);
+  // The failure summary with the interpreter hint, on ddprun's log.
+  void print_failure(const AttemptResult& result, const std::string& verdict);
 
   Options options_;
   boost::asio::io_context io_;
@@ -121,6 +126,8 @@ class Agent {
   std::optional<rlimit> worker_nofile_limit_;
   // This agent's private folder (runtime_dir.h); removed at exit.
   std::unique_ptr<RuntimeDir> runtime_;
+  // Where kept folders go ($TMPDIR, /tmp: runtime_dir.h's temp_bases).
+  std::vector<std::string> temp_bases_;
 };
 
 }  // namespace ddprun::agent

@@ -50,6 +50,8 @@ std::string failure_summary(const AttemptResult& r, const std::string& host,
     }
     if (f.local_rank) {
       if (const WorkerEnd* end = end_of(r, *f.local_rank)) {
+        // torchrun's summary names it too: the whole record, beyond the lines above.
+        if (f.error) out << "  error file: " << end->worker.error_file << '\n';
         if (!end->worker.stdout_log.empty()) out << "  stdout: " << end->worker.stdout_log << '\n';
         if (!end->worker.stderr_log.empty()) out << "  stderr: " << end->worker.stderr_log << '\n';
       }

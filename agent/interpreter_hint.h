@@ -2,11 +2,16 @@
 // interpreter (`ModuleNotFoundError: No module named 'torch'` from a python3
 // without torch). InterpreterHint watches for that and gives the failure
 // summary one line naming the interpreter the worker ran and how to choose
-// another.
+// another -- only on that evidence: no output on stdout, and either exit
+// status 126/127 (the interpreter could not run) or exit status 1 with an
+// ImportError, ModuleNotFoundError or SyntaxError as the last line of its
+// stderr. A signal (SIGSEGV, SIGKILL), another exit status (sys.exit(3)) or
+// another exception (a failure after init_process_group) gets no hint.
 //
 // Thread safety: the agent's event-loop thread only, like every hook.
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -25,7 +30,8 @@ class InterpreterHint : public AgentHooks {
   void output(int local_rank, Stream stream, std::string_view data) override;
 
   // "" unless the root cause of `result` is a Python worker that failed
-  // before its first output on stdout; else one line ending in '\n'.
+  // before its first output on stdout, as a wrong interpreter does (above);
+  // else one line ending in '\n'.
   std::string line(const AttemptResult& result) const;
 
  private:
@@ -34,6 +40,8 @@ class InterpreterHint : public AgentHooks {
   std::string source_;       // "$PYTHON_EXEC", ...
   int attempt_ = -1;
   std::set<int> printed_;    // local ranks that wrote to stdout this attempt
+  std::map<int, std::string> stderr_tail_;  // each rank's last kTailBytes of stderr
+  static constexpr size_t kTailBytes = 512;
 };
 
 // `program` as exec would find it: itself when it has a '/', else the first

@@ -51,6 +51,7 @@ std::optional<int> Agent::prepare_job(AttemptSetup& setup, EnvMap env) {
     for (const auto& base : runtime_bases(setup.base_env)) remove_stale_runtime_dirs(base);
     runtime_ = std::make_unique<RuntimeDir>(runtime_bases(setup.base_env));
     setup.runtime_dir = runtime_->path();
+    temp_bases_ = temp_bases(setup.base_env);
     setup.run_dir = make_run_dir(setup.base_env, options_.log_dir.empty() && redirected);
     auto path = setup.base_env.find("PATH");
     setup.program_path = resolve_program(options_.command.at(0),
@@ -141,8 +142,7 @@ Agent::NextStep Agent::after_attempt(const AttemptResult& result, bool spawned, 
   if (verdict.action == GroupVerdict::kExit) {
     if (verdict.exit_code != 0) {
       if (result.outcome == Outcome::kFailed)
-        print(failure_summary(result, options_.hostname, verdict.why) +
-              interpreter_hint_.line(result));
+        print_failure(result, verdict.why);
       else
         spdlog::error("{}", verdict.why);
     }
@@ -157,7 +157,7 @@ Agent::NextStep Agent::after_attempt(const AttemptResult& result, bool spawned, 
 
   RestartDecision d = policy_->decide(result, options_.max_restarts);
   if (!d.restart) {
-    print(failure_summary(result, options_.hostname, d.why) + interpreter_hint_.line(result));
+    print_failure(result, d.why);
     return {result.root ? result.root->exit_code : 1};
   }
   spdlog::warn("{}; restarting the group (restart {} of {})", root_cause_line(result),
@@ -172,6 +172,43 @@ void Agent::back_off(std::chrono::milliseconds delay) {
   bool waited = false;
   timer->arm(clock_.now() + delay, [&] { waited = true; });
   run_until([&] { return waited || pending_signal_ != 0; });
+}
+
+AttemptResult Agent::keep_error_file(const AttemptResult& result) {
+  AttemptResult shown = result;
+  if (!options_.log_dir.empty() || !runtime_ || !result.root || !result.root->error ||
+      !result.root->local_rank)
+    return shown;
+  // Without --log-dir (and without redirects) the run folder lies in the
+  // private folder removed at exit; torchrun prints the @record file's path
+  // and keeps it, so the root cause's copy goes to a kept folder, laid out
+  // as under --log-dir: ddprun_logs.<random>/<run>/attempt_<n>/<rank>/error.json.
+  const std::string logs = runtime_->path() + "/logs";
+  for (auto& end : shown.ends) {
+    std::string& file = end.worker.error_file;
+    if (end.worker.local_rank != *result.root->local_rank || file.rfind(logs + "/", 0) != 0)
+      continue;
+    try {
+      const std::string rel = file.substr(logs.size() + 1);
+      const size_t slash = rel.rfind('/');
+      const std::string folder = rel.substr(0, slash), name = rel.substr(slash + 1);
+      const std::string bytes =
+          base::SafeDir::open(logs).subdir(folder, false).read_file(name, size_t(16) << 20);
+      const std::string kept = make_temp_dir(temp_bases_, "ddprun_logs.");
+      // Below the fresh 0700 folder nothing is followed (SafeDir).
+      base::SafeDir::open(kept).subdir(folder, true, 0700).write_atomically(name, bytes, false,
+                                                                             0600);
+      file = kept + "/" + rel;
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot keep the error file {}: {}", file, e.what());
+    }
+  }
+  return shown;
+}
+
+void Agent::print_failure(const AttemptResult& result, const std::string& verdict) {
+  print(failure_summary(keep_error_file(result), options_.hostname, verdict) +
+        interpreter_hint_.line(result));
 }
 
 }  // namespace ddprun::agent

@@ -47,8 +47,10 @@ int doctor_main(int argc, char** argv) {
   app.add_option("--root", o.root,
                  "read /sys and /proc below this folder (default $DDPRUN_DOCTOR_ROOT or /)");
   app.add_flag("--json", json, "one JSON object instead of text");
-  app.add_option("--port", o.port, "rendezvous port that must be free here (0: skip)")
-      ->capture_default_str();
+  app.add_option("--port", o.port,
+                 "a port this job would bind here (--master-port, or --rdzv-endpoint's port "
+                 "on the host that serves it): check it is free [none: ddprun picks a free "
+                 "MASTER_PORT]");
   app.add_option("--rdzv-endpoint", o.endpoint,
                  "host[:port] of the rendezvous: measure clock skew with it (SNTP)");
   app.add_option("--nvidia-smi", o.nvidia_smi, "nvidia-smi program ('' to skip)")

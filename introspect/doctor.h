@@ -11,7 +11,10 @@
 //   memlock   locked-memory limit (RDMA/InfiniBand needs unlimited)
 //   nofile    open-file limit
 //   ifname    NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME name existing interfaces
-//   port      the rendezvous port is free to bind
+//   hostname  the host name mapped to a loopback address in /etc/hosts (the
+//             multi-node Gloo pitfall)
+//   port      a port this job would use (--port; none by default: ddprun
+//             picks a free MASTER_PORT) is free to bind
 //   clock     local clock synchronized; skew with the rendezvous host (SNTP)
 //
 // Everything is read below `root` (/sys, /proc), so tests point it at a
@@ -50,8 +53,9 @@ struct DoctorOptions {
   std::string nvidia_smi = "nvidia-smi";
   // Limit for nvidia-smi; a slow driver answer is reported, not waited for.
   std::chrono::milliseconds tool_timeout{800};
-  // The rendezvous port to check locally (0: skip).
-  int port = 29500;
+  // A port this job would bind here, checked to be free (0: none). Not
+  // 29500 by default: ddprun reserves a free MASTER_PORT itself.
+  int port = 0;
   // host:port of the rendezvous (MASTER_ADDR); empty: no skew check.
   std::string endpoint;
   // Port of the SNTP query to the endpoint's host (123; tests use their own).
@@ -65,7 +69,7 @@ std::vector<Finding> run_doctor(const DoctorOptions& options);
 // The parts, for tests and for run_doctor.
 std::vector<Finding> check_pci(const DoctorOptions& options);      // iommu, acs, gpus
 std::vector<Finding> check_system(const DoctorOptions& options);   // shm, memlock, nofile
-std::vector<Finding> check_network(const DoctorOptions& options);  // ifname, port, clock
+std::vector<Finding> check_network(const DoctorOptions& options);  // ifname, hostname, port, clock
 
 // "[FAIL] acs: ...\n       fix: ..." lines, worst first.
 std::string to_text(const std::vector<Finding>& findings);

@@ -55,6 +55,19 @@ std::vector<std::string> matching(const std::string& spec, bool nccl,
   return out;
 }
 
+// "eth0 (up)": an interface and its operstate (lo says "unknown").
+std::string with_state(const DoctorOptions& o, const std::string& iface) {
+  return iface + " (" +
+         read_text(o.root, "/sys/class/net/" + iface + "/operstate").value_or("state unknown") +
+         ")";
+}
+
+std::vector<std::string> with_states(const DoctorOptions& o, const std::vector<std::string>& v) {
+  std::vector<std::string> out;
+  for (const auto& i : v) out.push_back(with_state(o, i));
+  return out;
+}
+
 Finding ifname_finding(const DoctorOptions& o, const std::string& var, bool nccl) {
   Finding f{"ifname", Level::kOk, "", "", ""};
   const auto ifaces = list_dir(o.root, "/sys/class/net");
@@ -62,14 +75,14 @@ Finding ifname_finding(const DoctorOptions& o, const std::string& var, bool nccl
   if (it == o.env.end() || it->second.empty()) {
     f.level = Level::kInfo;
     f.finding = fmt::format("{} unset: {} picks an interface itself (interfaces: {})", var,
-                            nccl ? "NCCL" : "Gloo", join(ifaces));
+                            nccl ? "NCCL" : "Gloo", join(with_states(o, ifaces)));
     return f;
   }
   const auto hits = matching(it->second, nccl, ifaces);
   if (hits.empty()) {
     f.level = Level::kFail;
     f.finding = fmt::format("{}={} matches no interface (have: {}): {} cannot connect", var,
-                            it->second, join(ifaces), nccl ? "NCCL init" : "gloo");
+                            it->second, join(with_states(o, ifaces)), nccl ? "NCCL init" : "gloo");
     f.fix = fmt::format("set {} to one of: {}", var, join(ifaces));
     return f;
   }
@@ -78,12 +91,57 @@ Finding ifname_finding(const DoctorOptions& o, const std::string& var, bool nccl
     if (read_text(o.root, "/sys/class/net/" + h + "/operstate").value_or("up") == "down")
       down.push_back(h);
   }
-  f.finding = fmt::format("{}={} selects {}", var, it->second, join(hits));
+  f.finding = fmt::format("{}={} selects {}", var, it->second, join(with_states(o, hits)));
   if (down.size() == hits.size()) {
     f.level = Level::kFail;
     f.finding += " (down)";
     f.fix = "bring the interface up or name another";
   }
+  return f;
+}
+
+// The multi-node pitfall: the host name mapped to a loopback address in
+// /etc/hosts (Debian's "127.0.1.1 <host>"). Gloo without
+// GLOO_SOCKET_IFNAME binds and advertises the address the host name
+// resolves to, so the other nodes are told to connect to 127.0.x.x. Read
+// from files below the root (no resolver: its wait cannot be bounded).
+Finding hostname_finding(const DoctorOptions& o) {
+  Finding f{"hostname", Level::kOk, "", "", ""};
+  const std::string host = read_text(o.root, "/proc/sys/kernel/hostname").value_or("");
+  if (host.empty()) {
+    f.level = Level::kInfo;
+    f.finding = "host name unknown: not checked";
+    return f;
+  }
+  std::istringstream hosts(read_bytes(o.root, "/etc/hosts", 1 << 20));
+  std::string line;
+  while (std::getline(hosts, line)) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream fields(line);
+    std::string addr, name;
+    fields >> addr;
+    while (fields >> name) {
+      if (name != host && name != host.substr(0, host.find('.'))) continue;
+      const bool loopback = addr.rfind("127.", 0) == 0 || addr == "::1";
+      f.finding = fmt::format("host name {} maps to {} in /etc/hosts", host, addr);
+      if (!loopback) return f;
+      const auto gloo = o.env.find("GLOO_SOCKET_IFNAME");
+      if (gloo != o.env.end() && !gloo->second.empty()) {
+        f.level = Level::kInfo;
+        f.finding += " (loopback; GLOO_SOCKET_IFNAME=" + gloo->second + " decides for Gloo)";
+        return f;
+      }
+      f.level = Level::kWarn;
+      f.finding += ": a loopback address, which Gloo advertises to the other nodes in a "
+                   "multi-node job (they then connect to themselves and hang or time out)";
+      f.fix = fmt::format("map {} to this node's network address in /etc/hosts, or set "
+                          "GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to its interface, e.g. "
+                          "GLOO_SOCKET_IFNAME=eth0; single-node jobs are not affected",
+                          host);
+      return f;
+    }
+  }
+  f.finding = fmt::format("host name {} is not in /etc/hosts (DNS resolves it; not checked)", host);
   return f;
 }
 
@@ -231,7 +289,15 @@ Finding skew_finding(const DoctorOptions& o) {
 std::vector<Finding> check_network(const DoctorOptions& o) {
   std::vector<Finding> out{ifname_finding(o, "NCCL_SOCKET_IFNAME", true),
                            ifname_finding(o, "GLOO_SOCKET_IFNAME", false)};
-  if (o.port > 0) out.push_back(port_finding(o));
+  out.push_back(hostname_finding(o));
+  if (o.port > 0) {
+    out.push_back(port_finding(o));
+  } else {
+    out.push_back({"port", Level::kInfo,
+                   "no port checked: ddprun reserves a free MASTER_PORT itself; --port P checks "
+                   "one this job would use (--master-port, --rdzv-endpoint's port on its host)",
+                   "", ""});
+  }
   out.push_back(local_clock_finding());
   if (!o.endpoint.empty()) out.push_back(skew_finding(o));
   return out;

@@ -41,8 +41,8 @@ Subcommands (ddprun SUBCOMMAND --help for their flags):
 
 constexpr const char* kFooter = R"(Everything after the program is passed to it untouched.
 An empty value (--log-dir=) means the flag's default; it never takes the next argument.
-A program ending in .py runs as `<python> -u program`: $PYTHON_EXEC, else $DDPRUN_PYTHON,
-else python3 from PATH.
+A program ending in .py, or a file exec cannot run (no execute bit or no #!), runs as
+`<python> -u program` (as torchrun): $PYTHON_EXEC, else $DDPRUN_PYTHON, else python3 from PATH.
 
 Exit status:
   0        every worker exited 0
@@ -147,6 +147,9 @@ void interpret_nodes(const RawFlags& f, agent::Options& o) {
   o.max_nodes = nn.size() == 2 ? to_int("--nnodes", nn[1], 1) : o.min_nodes;
   if (o.min_nodes > o.max_nodes)
     throw UsageError("--nnodes=" + f.nnodes + ": MIN is larger than MAX");
+  if (f.nproc.empty())
+    throw UsageError("--nproc-per-node is empty: expected an integer, auto, cpu or gpu "
+                     "(an unset variable in --nproc-per-node=$N?)");
   o.nproc_per_node = resolve_nproc(f.nproc, std::getenv(base::kEnvCudaVisibleDevices),
                                    static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   if (o.standalone) {
@@ -292,6 +295,9 @@ void interpret_program(const RawFlags& f, const std::vector<std::string>& rest,
   CommandSpec spec = f.program;
   spec.program = rest[0];
   spec.args.assign(rest.begin() + 1, rest.end());
+  const char* path = std::getenv("PATH");
+  spec.python_file = !spec.no_python && !spec.module && !spec.run_path &&
+                     runs_with_python(spec.program, path ? path : "");
   // torchrun's PYTHON_EXEC first, so scripts written for torchrun pick the
   // same interpreter; then ddprun's own variable; then python3 from PATH.
   o.python_source = "the default: python3 from PATH";

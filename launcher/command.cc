@@ -1,6 +1,12 @@
 #include "launcher/command.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <stdexcept>
+
+#include "agent/interpreter_hint.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -18,7 +24,33 @@ bool is_python_interpreter(const std::string& program) {
   return name.find_first_not_of("0123456789.", 6) == std::string::npos;
 }
 
+// execve would run it: executable by us and starting with "#!" or ELF's
+// magic; else execve fails with EACCES or ENOEXEC ("Exec format error").
+bool exec_can_run(const std::string& file) {
+  if (::access(file.c_str(), X_OK) != 0) return false;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return true;  // let exec report what is wrong
+  char head[4] = {0};
+  const ssize_t n = ::read(fd, head, sizeof head);
+  ::close(fd);
+  if (n >= 2 && head[0] == '#' && head[1] == '!') return true;
+  return n == 4 && head[0] == 0x7f && head[1] == 'E' && head[2] == 'L' && head[3] == 'F';
+}
+
+bool is_regular_file(const std::string& file) {
+  struct stat st{};
+  return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 }  // namespace
+
+bool runs_with_python(const std::string& program, const std::string& path) {
+  if (program.empty() || ends_with(program, ".py") || is_python_interpreter(program)) return false;
+  if (program.find('/') != std::string::npos)
+    return is_regular_file(program) && !exec_can_run(program);
+  // torchrun runs `python -u name`: python opens ./name, exec searches PATH.
+  return agent::resolve_in_path(program, path).empty() && is_regular_file(program);
+}
 
 Command build_command(const CommandSpec& spec) {
   if (spec.module && spec.no_python)
@@ -37,7 +69,7 @@ Command build_command(const CommandSpec& spec) {
   } else if (spec.module) {
     cmd.argv = {spec.python, "-u", "-m", spec.program};
     cmd.is_python = true;
-  } else if (!spec.no_python && ends_with(spec.program, ".py")) {
+  } else if (!spec.no_python && (ends_with(spec.program, ".py") || spec.python_file)) {
     cmd.argv = {spec.python, "-u", spec.program};
     cmd.is_python = true;
   } else {

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "base/contract.h"
+#include "launcher/cli.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -41,8 +42,12 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
     return option;
   };
   const char* W = "Workers";
-  opt("--nproc-per-node,--nproc_per_node", f.nproc, "PET_NPROC_PER_NODE", W,
-      "Workers on this node: an integer, auto (GPUs, else CPUs), cpu or gpu [1]");
+  // Not opt(): an empty value is refused (interpret_nodes), as torchrun
+  // does; `--nproc-per-node=$UNSET` silently running 1 worker hides a bug.
+  app.add_option("--nproc-per-node,--nproc_per_node", f.nproc,
+                 "Workers on this node: an integer, auto (GPUs, else CPUs), cpu or gpu [1]")
+      ->group(W)
+      ->envname("PET_NPROC_PER_NODE");
   opt("--nnodes", f.nnodes, "PET_NNODES", W, "Nodes, N or MIN:MAX [1:1]");
   opt("--node-rank,--node_rank", o.node_rank, "PET_NODE_RANK", W,
       "This node's rank with the static backend [0]");
@@ -60,7 +65,8 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF", R,
       "Extra rendezvous settings, <key>=<value>,...: join_timeout, last_call_timeout, "
       "close_timeout, keep_alive_interval (seconds), keep_alive_max_attempt, is_host, "
-      "token (else $DDPRUN_RDZV_TOKEN; never logged)");
+      "token (else $DDPRUN_RDZV_TOKEN; never logged); torch's store_type=tcp, "
+      "heartbeat_timeout, cas_backoff_max_seconds, read_timeout accepted");
   opt("--master-addr,--master_addr", o.master_addr, "PET_MASTER_ADDR", R,
       "MASTER_ADDR: address of rank 0's node [127.0.0.1]");
   opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT", R,
@@ -166,12 +172,39 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   opt("--print-completion,--print_completion", f.print_completion, nullptr, X, "Refused");
 }
 
+std::string expand_prefix(const CLI::App& app, const std::string& name) {
+  if (name.size() < 3 || name.rfind("--", 0) != 0 || app.get_option_no_throw(name)) return name;
+  const std::string stem = name.substr(2);
+  const CLI::Option* match = nullptr;
+  std::string first;     // the match's first long name, as --help shows it
+  std::string listed;    // every matching option, for the ambiguity error
+  bool ambiguous = false;
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& long_name : option->get_lnames()) {
+      if (long_name.rfind(stem, 0) != 0) continue;
+      // Both spellings of one flag (--max-r matching only --max-restarts,
+      // --nproc matching --nproc-per-node and --nproc_per_node) are one match.
+      if (match != option) {
+        ambiguous = ambiguous || match != nullptr;
+        match = option;
+        first = "--" + option->get_lnames().front();
+        listed += (listed.empty() ? "" : ", ") + first;
+      }
+      break;
+    }
+  }
+  if (ambiguous) throw UsageError(name + ": ambiguous flag, could be " + listed);
+  return match ? first : name;
+}
+
 std::vector<std::string> split_empty_values(const CLI::App& app, int argc,
                                             const char* const* argv) {
   std::vector<std::string> out(argv, argv + argc);
   for (size_t i = 1; i < out.size(); ++i) {
-    const std::string& arg = out[i];
+    std::string& arg = out[i];
     if (arg == "--" || arg.size() < 2 || arg[0] != '-') break;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0)
+      arg = expand_prefix(app, arg.substr(0, eq)) + (eq == std::string::npos ? "" : arg.substr(eq));
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(0, eq);
     const CLI::Option* option = app.get_option_no_throw(name);

@@ -46,7 +46,14 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f);
 // `--flag=` becomes `--flag ""` for an option that takes a value, and is
 // dropped for an on/off flag (its default). Scanning stops at the program
 // (the first argument that is neither a flag nor a flag's value) or "--".
+// Each flag's name goes through expand_prefix first.
 std::vector<std::string> split_empty_values(const CLI::App& app, int argc,
                                             const char* const* argv);
+
+// argparse-style prefixes, as torchrun accepts them: `--nproc-per-nod` is
+// --nproc-per-node, `--max-r` --max-restarts; a name that is a flag, or no
+// flag's prefix, comes back as given. A prefix of two flags throws
+// UsageError naming them.
+std::string expand_prefix(const CLI::App& app, const std::string& name);
 
 }  // namespace ddprun::launcher

@@ -120,6 +120,22 @@ void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousO
       if (value == "1" || value == "true" || value == "True") o.is_host = true;
       else if (value == "0" || value == "false" || value == "False") o.is_host = false;
       else throw RendezvousError("--rdzv-conf is_host=" + value + ": expected true or false");
+    } else if (key == "store_type") {
+      // torch's c10d backend: tcp (its default) or file. ddprun's rendezvous
+      // always runs over its own TCP store.
+      if (value == "file")
+        throw RendezvousError("--rdzv-conf store_type=file: ddprun's rendezvous runs over its "
+                              "own TCP store at --rdzv-endpoint; use store_type=tcp (the default)");
+      if (value != "tcp" && value != "TCP")
+        throw RendezvousError("--rdzv-conf store_type=" + value + ": expected tcp");
+    } else if (key == "heartbeat_timeout") {
+      // torch's deadline for one keep-alive write; ddprun's keep-alive is
+      // one store request under the store's own deadline. Checked, no effect.
+      seconds(key, value, true);
+    } else if (key == "cas_backoff_max_seconds") {
+      // torch backs off after a lost compare-and-set of the rendezvous
+      // state; ddprun's store serialises joins itself, nothing loses a race.
+      seconds(key, value, false);
     } else if (key == "token" || key == "read_timeout" || key == "timeout" ||
                key == "use_agent_store" || key == "cacert" || key == "cert" || key == "key" ||
                key == "user") {
@@ -129,7 +145,8 @@ void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousO
       throw RendezvousError("--rdzv-conf: unknown key '" + key +
                             "' (known: join_timeout, last_call_timeout, close_timeout, "
                             "keep_alive_interval, keep_alive_max_attempt, is_host, token, "
-                            "read_timeout; for etcd: cacert, cert, key, user)");
+                            "read_timeout, store_type, heartbeat_timeout, "
+                            "cas_backoff_max_seconds; for etcd: cacert, cert, key, user)");
     }
   }
 }

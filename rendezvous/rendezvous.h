@@ -74,7 +74,9 @@ constexpr double kMaxConfSeconds = 1e6;
 // keep_alive_interval in seconds > 0, last_call_timeout and close_timeout
 // in seconds >= 0, all finite and <= kMaxConfSeconds;
 // keep_alive_max_attempt 1..1000000; is_host; token and read_timeout are
-// accepted and left to the caller). Throws RendezvousError naming a bad key
+// accepted and left to the caller; torch 2.x's store_type=tcp,
+// heartbeat_timeout and cas_backoff_max_seconds are checked and have no
+// effect, docs/TORCHRUN_2.md). Throws RendezvousError naming a bad key
 // and the allowed range.
 void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousOptions& options);
 

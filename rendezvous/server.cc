@@ -94,6 +94,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Bytes scratch;        // read target of every connection
   size_t buffered = 0;  // sum of Conn::charged
   bool closed = false;
+  // A TCPStore client retries its connection several times a second: the
+  // line that says why they are closed is logged once per server.
+  bool tcpstore_noted = false;
 };
 
 struct Conn : std::enable_shared_from_this<Conn> {
@@ -140,6 +143,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool closing = false;  // close once the output is flushed
   bool closed = false;
   bool authed = false;
+  bool framed = false;  // a first frame header has arrived (is_tcpstore_hello)
   Bytes nonce;
   // kOnClose writes to run when the client goes away (wire.h).
   std::unique_ptr<wire::Request> on_close;
@@ -249,6 +253,17 @@ void Conn::process() {
     const uint8_t* front = in.data() + in_pos;
     size_t avail = in.size() - in_pos;
     auto len = wire::frame_length(front, avail);
+    if (!framed && wire::is_tcpstore_hello(front, avail)) {
+      // torchrun's agent pointed at a ddprun rendezvous: say so, once.
+      if (!srv->tcpstore_noted)
+        srv->log.warn("store: closing " + peer + ": " + wire::kNotTcpStore +
+                      " (later TCPStore connections are closed without a line)");
+      srv->tcpstore_noted = true;
+      write_error(out, wire::kNotTcpStore);
+      closing = true;
+      break;
+    }
+    framed = framed || len.has_value();
     if (!authed && len && *len > wire::kMaxPreAuthFrameSize) {
       srv->log.warn("store: closing " + peer + ": frame of " + std::to_string(*len) +
                     " bytes before authentication");

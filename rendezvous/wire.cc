@@ -1,5 +1,6 @@
 #include "rendezvous/wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ddprun::rendezvous::wire {
@@ -80,6 +81,11 @@ bool Reader::bytes(Bytes& b, size_t max_len) {
   b.assign(p_, p_ + n);
   p_ += n;
   return true;
+}
+
+bool is_tcpstore_hello(const uint8_t* data, size_t size) {
+  return size >= sizeof kTcpStoreHello &&
+         std::equal(kTcpStoreHello, kTcpStoreHello + sizeof kTcpStoreHello, data);
 }
 
 std::optional<uint32_t> frame_length(const uint8_t* data, size_t size) {

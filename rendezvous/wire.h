@@ -225,4 +225,16 @@ std::optional<Greeting> parse_greeting(const uint8_t* data, size_t size);
 // Length of the frame at the front of `data` when its header is complete.
 std::optional<uint32_t> frame_length(const uint8_t* data, size_t size);
 
+// A c10d TCPStore client (torch >= 2: torchrun's agent, torch.distributed's
+// TCPStore) opens with VALIDATE (u8 0) and the u32 magic 0x3C85F7CE, which
+// as a frame header would announce 2.25 GB. True when the first bytes of a
+// connection (at least 4) are those; the server then says in one line what
+// it is instead of "bad frame".
+constexpr uint8_t kTcpStoreHello[4] = {0x00, 0xCE, 0xF7, 0x85};
+bool is_tcpstore_hello(const uint8_t* data, size_t size);
+constexpr char kNotTcpStore[] =
+    "this is a ddprun store: a c10d TCPStore client (torchrun's agent, or "
+    "torch.distributed.TCPStore) connected; it speaks ddprun's own protocol, so start "
+    "every node with ddprun (or give torchrun its own --rdzv-endpoint)";
+
 }  // namespace ddprun::rendezvous::wire

@@ -9,8 +9,9 @@ threads, appending to $DDPRUN_PYSTACK_DIR/pystack_<pid>.txt), so
 stopping it. When DDPRUN_HEARTBEAT_SOCKET is set, ddprun_autobeat's import
 hook is installed: optimizer steps, forward passes and checkpoints of an
 unmodified PyTorch program are heartbeats (it never imports torch itself).
-Otherwise nothing happens. Then the sitecustomize this file shadows (Debian
-ships one) is run, so nothing is lost. The names are base/contract.h's (test
+Otherwise nothing happens. Then the sitecustomize this file shadows (the
+user's on PYTHONPATH, or Debian's) is run and becomes the module
+`import sitecustomize` returns, so nothing is lost or shadowed. The names are base/contract.h's (test
 base.contract checks them).
 """
 import os
@@ -43,20 +44,27 @@ def _ddprun_autobeat():
 
 
 def _ddprun_chain():
+    # The next sitecustomize on sys.path (the user's on PYTHONPATH, else
+    # Debian's) runs under its own name and replaces this module in
+    # sys.modules, so `import sitecustomize` returns it as without ddprun
+    # (importlib keeps what a module put in sys.modules while loading). Its
+    # errors propagate to site.py, which reports them as it would have.
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
         if not entry or os.path.abspath(entry) == here:
             continue
         candidate = os.path.join(entry, "sitecustomize.py")
         if os.path.isfile(candidate):
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("sitecustomize", candidate)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["_ddprun_sitecustomize"] = sys.modules[__name__]
+            sys.modules["sitecustomize"] = module
             try:
-                import importlib.util
-                spec = importlib.util.spec_from_file_location("_ddprun_shadowed_sitecustomize",
-                                                              candidate)
-                module = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(module)
-            except Exception:
-                pass
+            except BaseException:
+                sys.modules["sitecustomize"] = sys.modules["_ddprun_sitecustomize"]
+                raise
             return
 
 

@@ -4,12 +4,15 @@
 // /usr/bin/python3.11 (the same interpreter under two names, so the worker's
 // sys.executable shows which one ran); no torch needed.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
 
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/skip.h"
+#include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
 
@@ -66,4 +69,62 @@ TEST_CASE("a Python worker that failed after printing gets no interpreter line")
   CHECK(r.out == std::string("[default0]:python ") + kPy311 + "\n");
   CHECK(r.err.find("ModuleNotFoundError") != std::string::npos);
   CHECK(r.err.find("python: the worker failed") == std::string::npos);
+}
+
+TEST_CASE("the user's sitecustomize on PYTHONPATH is the one `import sitecustomize` returns") {
+  if (access(kPy, X_OK) != 0) SKIP_TEST(std::string(kPy) + " is missing");
+  TempDir dir;
+  REQUIRE(::mkdir(dir.file("site").c_str(), 0755) == 0);
+  std::ofstream(dir.file("site/sitecustomize.py")) << "import os\nMARK = 'user ' + str(os.getpid())\n";
+  // ddprun's bootstrap ran too: its automatic heartbeats are installed
+  // (ddprun_autobeat.install() records the worker's pid).
+  std::ofstream(dir.file("w.py")) << "import os, sys, sitecustomize, ddprun_autobeat\n"
+                                     "assert sitecustomize.MARK == 'user %d' % os.getpid()\n"
+                                     "assert ddprun_autobeat._main_pid == os.getpid()\n"
+                                     "print('ok', sitecustomize.__file__)\n";
+  auto r = run_ddprun({"--nproc-per-node=2", dir.file("w.py")},
+                      {std::string("DDPRUN_PYTHON=") + kPy, "PYTHONPATH=" + dir.file("site")});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(count_of(r.out, "]:ok " + dir.file("site/sitecustomize.py") + "\n") == 2);
+}
+
+TEST_CASE("no interpreter line without its evidence: after init_process_group, sys.exit(3), "
+          "SIGSEGV, SIGKILL") {
+  if (access(kPy, X_OK) != 0) SKIP_TEST(std::string(kPy) + " is missing");
+  TempDir dir;
+  // None prints to stdout, so "before its first output" alone would hint.
+  // The first needs torch (Debian's python3-torch 1.13 under /usr/bin/python3).
+  const std::pair<const char*, int> cases[] = {
+      {"import torch.distributed as dist\n"
+       "dist.init_process_group('gloo')\n"
+       "raise RuntimeError('failed after init_process_group')\n", 1},
+      {"import sys\nsys.exit(3)\n", 3},
+      {"import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", 128 + 11},
+      {"import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 128 + 9},
+  };
+  std::vector<std::string> env = sanitizers_leave_segv();
+  env.push_back(std::string("DDPRUN_PYTHON=") + kPy);
+  for (const auto& [code, status] : cases) {
+    std::ofstream(dir.file("w.py"), std::ios::trunc) << code;
+    auto r = run_ddprun({"--nproc-per-node=2", dir.file("w.py")}, env, Seconds(120));
+    INFO(code, r.err);
+    CHECK(r.status == status);
+    CHECK(r.err.find("root cause: rank") != std::string::npos);
+    CHECK(r.err.find("python: the worker failed") == std::string::npos);
+  }
+}
+
+TEST_CASE("an interpreter that cannot run (exit 127 at once) gets the interpreter line") {
+  TempDir dir;
+  // A wrapper whose python is gone, as a stale venv's bin/python is.
+  std::ofstream(dir.file("python")) << "#!/bin/sh\necho 'python: /opt/gone/bin/python3: not found' >&2\n"
+                                       "exit 127\n";
+  REQUIRE(::chmod(dir.file("python").c_str(), 0755) == 0);
+  std::ofstream(dir.file("w.py")) << "print('never')\n";
+  auto r = run_ddprun({dir.file("w.py")}, {"PYTHON_EXEC=" + dir.file("python")});
+  INFO(r.err);
+  CHECK(r.status == 127);
+  CHECK(r.err.find("  python: the worker failed before its first output, running " +
+                   dir.file("python") + " ($PYTHON_EXEC)") != std::string::npos);
 }

@@ -2,10 +2,13 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/skip.h"
+#include "tests/common/temp_dir.h"
 #include "tests/common/test_python.h"
 
 using namespace ddprun::testing;
@@ -75,6 +78,30 @@ TEST_CASE("a Python worker's @record error file reaches the failure summary") {
   CHECK(r.status == 1);
   CHECK(r.err.find("  error: RuntimeError: loss is NaN at step 7") != std::string::npos);
   CHECK(r.err.find("  traceback:\n    Traceback (most recent call last):\n") != std::string::npos);
+}
+
+TEST_CASE("without --log-dir the summary names the @record error file, kept after the exit") {
+  std::string script = std::string(WORKERS_DIR) + "/record_error.py";
+  if (!missing(kPython).empty()) SKIP_TEST(missing(kPython));
+  MESSAGE("python: " << kPython);
+  TempDir tmp;  // TMPDIR: the kept folder goes there, removed with the test's
+  auto r = run_ddprun({"--nproc-per-node=2", script},
+                      {"DDPRUN_PYTHON=" + kPython, "TMPDIR=" + tmp.path()}, Seconds(120));
+  REQUIRE_FALSE(r.timed_out);
+  INFO(r.err);
+  CHECK(r.status == 1);
+  const auto lines = lines_with(r.err, "  error file: ");
+  REQUIRE(lines.size() == 1);
+  const std::string path = lines[0].substr(std::string("  error file: ").size());
+  CHECK(path.rfind(tmp.path() + "/ddprun_logs.", 0) == 0);
+  CHECK(path.find("/attempt_0/") != std::string::npos);
+  CHECK(path.substr(path.size() - 11) == "/error.json");
+  // Kept after ddprun's exit: torch's record of the exception, whole.
+  std::ifstream kept(path);
+  std::stringstream text;
+  text << kept.rdbuf();
+  CHECK(text.str().find("loss is NaN at step 7") != std::string::npos);
+  CHECK(text.str().find("py_callstack") != std::string::npos);  // torch 1.13 and 2.x
 }
 
 TEST_CASE("workers that open a c10d TCPStore themselves run under ddprun") {

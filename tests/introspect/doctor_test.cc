@@ -4,9 +4,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
 
 namespace {
 
@@ -173,4 +176,72 @@ TEST_CASE("doctor: clock skew with the rendezvous host is measured over SNTP") {
   REQUIRE(!skew.is_null());
   CHECK(skew["level"] == "fail");
   CHECK(skew["finding"].get<std::string>().find("+") != std::string::npos);
+}
+
+// A copy of the healthy fixture tree with `hosts` as /etc/hosts, host name
+// "node7", and a down interface beside eth0 (up) and lo (unknown).
+struct HostsFixture {
+  ddprun::testing::TempDir dir;
+  explicit HostsFixture(const std::string& hosts) {
+    namespace fs = std::filesystem;
+    fs::copy(std::string(FIXTURES) + "/healthy", dir.path(), fs::copy_options::recursive);
+    fs::create_directories(dir.file("etc"));
+    fs::create_directories(dir.file("proc/sys/kernel"));
+    fs::create_directories(dir.file("sys/class/net/docker0"));
+    std::ofstream(dir.file("etc/hosts")) << hosts;
+    std::ofstream(dir.file("proc/sys/kernel/hostname")) << "node7\n";
+    std::ofstream(dir.file("sys/class/net/docker0/operstate")) << "down\n";
+  }
+};
+
+Doctor doctor_at(const std::string& root, std::vector<std::string> env = {},
+                 std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"doctor", "--json", "--root", root, "--nvidia-smi", ""};
+  args.insert(args.end(), extra.begin(), extra.end());
+  env.insert(env.begin(), {"NCCL_SOCKET_IFNAME=", "GLOO_SOCKET_IFNAME="});
+  const auto r = run_ddprun(args, env, std::chrono::seconds(30));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(!r.timed_out);
+  Doctor d;
+  d.status = r.status;
+  d.findings = json::parse(r.out)["findings"];
+  return d;
+}
+
+TEST_CASE("doctor: a host name on a loopback address is flagged with the fix; states shown") {
+  HostsFixture tree("127.0.0.1 localhost\n127.0.1.1 node7.cluster node7  # Debian's default\n");
+  Doctor d = doctor_at(tree.dir.path());
+  CHECK(d.level("hostname") == "warn");
+  CHECK(d.get("hostname")["finding"].get<std::string>().find("node7 maps to 127.0.1.1") !=
+        std::string::npos);
+  CHECK(d.get("hostname")["fix"].get<std::string>().find("GLOO_SOCKET_IFNAME") !=
+        std::string::npos);
+  // Every interface with its state, the down one saying so.
+  const std::string ifname = d.get("ifname")["finding"].get<std::string>();
+  CHECK(ifname.find("docker0 (down), eth0 (up), lo (unknown)") != std::string::npos);
+  CHECK(d.status == 0);  // a warning: single-node jobs are fine
+  // GLOO_SOCKET_IFNAME decides instead: only a note.
+  d = doctor_at(tree.dir.path(), {"GLOO_SOCKET_IFNAME=eth0"});
+  CHECK(d.level("hostname") == "info");
+  CHECK(d.get("ifname")["finding"].get<std::string>().find("eth0 (up)") != std::string::npos);
+}
+
+TEST_CASE("doctor: a host name on its network address passes; no port is checked unless given") {
+  HostsFixture tree("127.0.0.1 localhost\n10.1.2.7 node7\n");
+  // 29500 taken (by us) is no failure: ddprun does not use it unless told to.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(29500);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool held = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 1) == 0;
+  const Doctor d = doctor_at(tree.dir.path());
+  ::close(fd);
+  CHECK(d.level("hostname") == "ok");
+  CHECK(d.get("hostname")["finding"] == "host name node7 maps to 10.1.2.7 in /etc/hosts");
+  CHECK(d.level("port") == "info");
+  CHECK(d.get("port")["finding"].get<std::string>().find("no port checked") == 0);
+  MESSAGE("29500 held during the run: " << held);
+  CHECK(d.status == 0);
 }

@@ -198,3 +198,14 @@ TEST_CASE("replies are decoded by the op they answer; malformed ones are named")
   CHECK(reply(Op::kMultiGet, {0, 2, 0, 0, 0}, 1).error == "malformed reply to multi_get");
   CHECK(reply(Op::kAuth, {0, 1, 0, 0, 0, 9}).error == "malformed reply to auth");  // short mac
 }
+
+TEST_CASE("a c10d TCPStore client's opening bytes are recognised, a ddprun frame's are not") {
+  namespace w = ddprun::rendezvous::wire;
+  // torch >= 2: VALIDATE (0), then the u32 magic 0x3C85F7CE little-endian.
+  const uint8_t validate[] = {0x00, 0xCE, 0xF7, 0x85, 0x3C};
+  CHECK(w::is_tcpstore_hello(validate, sizeof validate));
+  CHECK(w::is_tcpstore_hello(validate, 4));
+  CHECK_FALSE(w::is_tcpstore_hello(validate, 3));  // not yet known
+  const uint8_t ddprun_frame[] = {0x05, 0x00, 0x00, 0x00, 0x0B};
+  CHECK_FALSE(w::is_tcpstore_hello(ddprun_frame, sizeof ddprun_frame));
+}
