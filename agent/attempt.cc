@@ -97,7 +97,7 @@ bool Attempt::on_exit(pid_t pid, int wait_status) {
     f.exit_code = end.status.shell_code();
     f.when = end.when;
     record_failure(std::move(f));
-    begin_teardown(SIGTERM);
+    begin_failure_drain();
   } else if (phase_ == Phase::kPreSignal) {
     bool waiting = false;
     for (int lr : pre_signal_targets_)
@@ -106,6 +106,17 @@ bool Attempt::on_exit(pid_t pid, int wait_status) {
   }
   check_progress();
   return true;
+}
+
+void Attempt::begin_failure_drain() {
+  // All ranks often fail together (an import error, a bad flag): the slower
+  // one is still printing its traceback when the first exits. A stop signal
+  // now would cut it off, so the others get kFailureDrain to end on their
+  // own first; their output flows meanwhile. Ends early once all are reaped.
+  phase_ = Phase::kFailureDrain;
+  timer_->arm(clock_.now() + kFailureDrain, [this] {
+    if (phase_ == Phase::kFailureDrain) begin_teardown(SIGTERM);
+  });
 }
 
 void Attempt::record_failure(Failure failure) {
@@ -122,7 +133,8 @@ void Attempt::interrupt(int sig) {
     result_.signal = sig;
     for (auto* h : hooks_) h->attempt_interrupted(sig);
   }
-  if (phase_ == Phase::kRunning || phase_ == Phase::kPreSignal) {
+  if (phase_ == Phase::kRunning || phase_ == Phase::kPreSignal ||
+      phase_ == Phase::kFailureDrain) {
     begin_teardown(sig);
   } else {
     kill_now();  // a second signal while tearing down: no more grace
