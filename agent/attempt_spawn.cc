@@ -138,6 +138,7 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
   const int lr = w.local_rank;
   PumpConfig c;
   c.prefix = prefix;
+  c.raw = prefix_off(options_.log_line_prefix_template);
   c.console = stream == Stream::kStdout ? setup_.consoles.out : setup_.consoles.err;
   c.shown = shown;
   c.log_path = stream == Stream::kStdout ? w.stdout_log : w.stderr_log;

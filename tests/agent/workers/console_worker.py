@@ -9,10 +9,22 @@
 #   input          input("name? "), then print "got <name>"
 #   pdb            breakpoint(), then print "after breakpoint"
 #   sleep          print "ready pid=<pid>", then sleep until killed
+#   emit           write emit_bytes() to stdout in pieces that split lines
+#   import-error D every rank fails importing no_such_module_<rank>; rank 0
+#                  first, the others once rank 0 has marked folder D
 import os
 import signal
 import sys
 import time
+
+
+
+def emit_bytes():
+    """JSON lines and what a line handler would touch: an empty line, a '\\r',
+    tabs, bytes that are not UTF-8, a long line, no newline at the end."""
+    lines = [b'{"rank": %d, "i": %d, "s": "a\tb"}\n' % (int(rank), i) for i in range(50)]
+    return b"".join(lines) + b"\n\r{\"bar\": 1}\r\n\xff\xfe\n" + b"x" * 70000 + b"\n{\"end\": true}"
+
 
 mode = sys.argv[1]
 rank = os.environ.get("RANK", "?")
@@ -45,6 +57,19 @@ elif mode == "input":
 elif mode == "pdb":
     breakpoint()
     print("after breakpoint", flush=True)
+elif mode == "emit":
+    data = emit_bytes()
+    for i in range(0, len(data), 997):  # pieces end mid-line
+        os.write(1, data[i:i + 997])
+elif mode == "import-error":
+    import importlib
+    mark = os.path.join(sys.argv[2], "rank0-failing")
+    if rank == "0":
+        open(mark, "w").close()
+    else:
+        while not os.path.exists(mark):  # the slower rank: after rank 0
+            time.sleep(0.005)
+    importlib.import_module(f"no_such_module_{rank}")
 elif mode == "sleep":
     print(f"ready pid={os.getpid()}", flush=True)
     while True:
