@@ -62,7 +62,7 @@ void OutputPump::handle(const char* data, size_t size) {
   } else if (config_.console && config_.shown) {
     batch_.clear();
     if (config_.console->take_typed_over(this)) splitter_.new_line();
-    splitter_.feed(data, size, config_.console->open_line() == this, batch_);
+    splitter_.feed(data, size, config_.console->holds_line(this), batch_);
     to_console(batch_);
     // Only a terminal shows partial lines: there a person waits for a prompt
     // or a bar, while a pipe's reader is better served by whole lines (a
@@ -82,8 +82,10 @@ void OutputPump::to_console_raw(const char* data, size_t size) {
   // or changed either way. The console never ends a raw line for another
   // source (leaves_line_open stays false).
   if (config_.console->terminal()) {
-    batch_.assign(data, size);
-    to_console(batch_, false);
+    if (lossy_ && config_.console->full())
+      config_.console->drop(size);
+    else
+      config_.console->write_untouched(std::string_view(data, size));
     return;
   }
   const char* p = data + size;
@@ -127,7 +129,7 @@ void OutputPump::arm_quiet_timer() {
     }
     batch_.clear();
     if (config_.console->take_typed_over(this)) splitter_.new_line();
-    splitter_.show_pending(config_.console->open_line() == this, batch_);
+    splitter_.show_pending(config_.console->holds_line(this), batch_);
     to_console(batch_);
   });
 }
@@ -143,7 +145,7 @@ void OutputPump::finish() {
   } else if (config_.console && config_.shown) {
     batch_.clear();
     if (config_.console->take_typed_over(this)) splitter_.new_line();
-    splitter_.flush(config_.console->open_line() == this, batch_);
+    splitter_.flush(config_.console->holds_line(this), batch_);
     to_console(batch_);
   }
   boost::system::error_code ignored;

@@ -9,6 +9,9 @@
 #   input          input("name? "), then print "got <name>"
 #   pdb            breakpoint(), then print "after breakpoint"
 #   sleep          print "ready pid=<pid>", then sleep until killed
+#   bars N         a '\r' progress bar 0..N on stderr (tqdm's way), its tail
+#                  long and short in turn (stale characters would show);
+#                  rank 0 also logs a line on stdout every third update
 #   emit           write emit_bytes() to stdout in pieces that split lines
 #   import-error D every rank fails importing no_such_module_<rank>; rank 0
 #                  first, the others once rank 0 has marked folder D
@@ -70,6 +73,16 @@ elif mode == "import-error":
         while not os.path.exists(mark):  # the slower rank: after rank 0
             time.sleep(0.005)
     importlib.import_module(f"no_such_module_{rank}")
+elif mode == "bars":
+    n = int(sys.argv[2])
+    for i in range(n + 1):
+        tail = "x" * (30 if i % 2 else 5)
+        sys.stderr.write(f"\rbar rank={rank} {i}/{n} |{'#' * i}{'.' * (n - i)}| {tail}")
+        sys.stderr.flush()
+        if rank == "0" and i % 3 == 0:
+            print(f"log rank=0 step={i}", flush=True)
+        time.sleep(0.005)
+    sys.stderr.write("\n")
 elif mode == "sleep":
     print(f"ready pid={os.getpid()}", flush=True)
     while True:

@@ -1,0 +1,71 @@
+// LiveRegion's bytes: bars redrawn in place with the line cleared to its
+// end, other lines printed above them, widths counted without escapes.
+// (agent.progress_bars checks the same on a real terminal emulator.)
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "agent/live_region.h"
+
+namespace ag = ddprun::agent;
+
+namespace {
+int a, b;  // two sources
+}  // namespace
+
+TEST_CASE("a bar's update rewrites its line and clears what the longer one left") {
+  ag::LiveRegion r;
+  r.set_width(40);
+  std::string out;
+  CHECK_FALSE(r.write(&a, "\r[0]:bar 1 long tail", true, out));
+  CHECK(out == "\r[0]:bar 1 long tail\x1b[K");
+  CHECK(r.holds(&a));
+  out.clear();
+  r.write(&a, "\r[0]:bar 2", true, out);
+  CHECK(out == "\r[0]:bar 2\x1b[K");
+}
+
+TEST_CASE("two sources' bars get a line each; a log line goes above them") {
+  ag::LiveRegion r;
+  r.set_width(40);
+  std::string out;
+  r.write(&a, "\r[0]:a 1", true, out);
+  r.write(&b, "\r[1]:b 1", true, out);
+  out.clear();
+  r.write(&a, "\r[0]:a 2", true, out);
+  // Up to the region's first line, both redrawn.
+  CHECK(out == "\x1b[1A\r[0]:a 2\x1b[K\n\r[1]:b 1\x1b[K");
+  out.clear();
+  r.write(nullptr, "log\n", true, out);
+  CHECK(out == "\r\x1b[1A\x1b[Jlog\n\r[0]:a 2\x1b[K\n\r[1]:b 1\x1b[K");
+  // Rank 0's bar ends: its last text stays above, the region shrinks.
+  out.clear();
+  r.write(&a, "\r[0]:a done\n", true, out);
+  CHECK(out == "\r\x1b[1A\x1b[J[0]:a done\n\r[1]:b 1\x1b[K");
+  CHECK_FALSE(r.holds(&a));
+}
+
+TEST_CASE("bars are cut to the width less one column; escapes and UTF-8 take none") {
+  CHECK(ag::LiveRegion::columns("\x1b[32mab\x1b[0m\xe2\x96\x88") == 3);
+  CHECK(ag::LiveRegion::cut("abcdef", 3) == "abc");
+  CHECK(ag::LiveRegion::cut("\x1b[1mabcdef", 2) == "\x1b[1mab\x1b[0m");
+  CHECK(ag::LiveRegion::cut("\xe2\x96\x88\xe2\x96\x88x", 2) == "\xe2\x96\x88\xe2\x96\x88");
+  ag::LiveRegion r;
+  r.set_width(6);
+  std::string out;
+  r.write(&a, "\r123456789", true, out);
+  CHECK(out == "\r12345\x1b[K");
+}
+
+TEST_CASE("a prompt hides the region until a line completes; its own bar replaces it") {
+  ag::LiveRegion r;
+  r.set_width(40);
+  std::string out;
+  r.write(&a, "\rbar", true, out);
+  out.clear();
+  CHECK(r.write(&b, "name? ", true, out));  // a prompt: left open
+  CHECK(out == "\r\x1b[Jname? ");
+  out.clear();
+  r.write(&b, "\rb bar", false, out);  // the prompt's line becomes b's bar
+  CHECK(out == "\r\x1b[K\rbar\x1b[K\n\rb bar\x1b[K");
+}
