@@ -28,13 +28,25 @@ bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x
 
 }  // namespace
 
-void apply_carriage_returns(std::string& line, std::string_view segment) {
-  size_t cr = segment.rfind('\r');
-  if (cr == std::string_view::npos) {
-    line.append(segment);
-  } else {
-    line.assign(segment.substr(cr + 1));
+void apply_carriage_returns(std::string& line, bool& after_cr, std::string_view segment) {
+  // A '\r' at the end rewrites nothing yet: the text of the next segment does.
+  bool trailing = false;
+  while (!segment.empty() && segment.back() == '\r') {
+    segment.remove_suffix(1);
+    trailing = true;
   }
+  if (segment.empty()) {
+    after_cr = after_cr || trailing;
+    return;
+  }
+  size_t cr = segment.rfind('\r');
+  if (cr != std::string_view::npos)
+    line.assign(segment.substr(cr + 1));
+  else if (after_cr)
+    line.assign(segment);
+  else
+    line.append(segment);
+  after_cr = trailing;
 }
 
 size_t LiveRegion::columns(std::string_view text) {
@@ -71,6 +83,12 @@ std::string LiveRegion::cut(std::string_view text, size_t max) {
     out += text[i++];
   }
   return out;
+}
+
+const std::string* LiveRegion::text_of(const void* source) const {
+  for (const auto& l : lines_)
+    if (l.source == source) return &l.text;
+  return nullptr;
 }
 
 bool LiveRegion::holds(const void* source) const {
@@ -129,21 +147,24 @@ bool LiveRegion::write(const void* source, std::string_view bytes, bool line_sta
       auto it = std::find_if(lines_.begin(), lines_.end(),
                              [&](const Line& l) { return l.source == source; });
       text = std::move(it->text);
+      bool after_cr = it->after_cr;
       lines_.erase(it);
-      apply_carriage_returns(text, body);
+      apply_carriage_returns(text, after_cr, body);
       text = cut(text, max_columns());
     } else if (from == 0 && !line_start) {
       // Ends the source's own prompt line, on the screen now (the region is
       // hidden while one is open): rewritten in place when it has a '\r'.
       if (body.find('\r') != std::string_view::npos) out += '\r';
-      apply_carriage_returns(text, body);
+      bool after_cr = false;
+      apply_carriage_returns(text, after_cr, body);
       out += text;
       out += body.find('\r') != std::string_view::npos ? "\x1b[K\n" : "\n";
       line_start = true;
       from = nl + 1;
       continue;
     } else {
-      apply_carriage_returns(text, body);
+      bool after_cr = false;
+      apply_carriage_returns(text, after_cr, body);
     }
     normal += text;
     normal += '\n';
@@ -158,10 +179,10 @@ bool LiveRegion::write(const void* source, std::string_view bytes, bool line_sta
     Line* line = find(source);
     if (!line) {
       if (!line_start) out += "\r\x1b[K";  // its prompt-like start becomes the bar
-      lines_.push_back({source, {}});
+      lines_.push_back({source, {}, false});
       line = &lines_.back();
     }
-    apply_carriage_returns(line->text, tail);
+    apply_carriage_returns(line->text, line->after_cr, tail);
     draw(out);
     return false;
   }

@@ -36,6 +36,8 @@ class LiveRegion {
   // True while `source` has a line in the region.
   bool holds(const void* source) const;
   bool empty() const { return lines_.empty(); }
+  // The text of `source`'s line in the region (nullptr: none).
+  const std::string* text_of(const void* source) const;
   // `bytes`: what `source` wrote; `line_start`: the cursor is at the start
   // of a line (else it is at the end of `source`'s own open line). Appends
   // to `out`; true when it leaves a normal line (a prompt) open.
@@ -50,6 +52,7 @@ class LiveRegion {
   struct Line {
     const void* source;
     std::string text;
+    bool after_cr;  // its last segment ended with '\r': the next replaces it
   };
   size_t max_columns() const;
   void erase(std::string& out);
@@ -61,8 +64,10 @@ class LiveRegion {
   int drawn_ = 0;  // region lines on the screen now (0: hidden)
 };
 
-// What a terminal shows of a line rewritten with '\r': the text after its
-// last '\r' replaces what was there; text without one is appended.
-void apply_carriage_returns(std::string& line, std::string_view segment);
+// What a terminal shows of a line rewritten with '\r', without the stale
+// characters: the text after the last '\r' of `segment` replaces `line`;
+// text without one is appended, or replaces it when the previous segment
+// ended with '\r' (`after_cr`, updated).
+void apply_carriage_returns(std::string& line, bool& after_cr, std::string_view segment);
 
 }  // namespace ddprun::agent

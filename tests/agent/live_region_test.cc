@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "agent/line_splitter.h"
 #include "agent/live_region.h"
 
 namespace ag = ddprun::agent;
@@ -68,4 +69,35 @@ TEST_CASE("a prompt hides the region until a line completes; its own bar replace
   out.clear();
   r.write(&b, "\rb bar", false, out);  // the prompt's line becomes b's bar
   CHECK(out == "\r\x1b[K\rbar\x1b[K\n\rb bar\x1b[K");
+}
+
+TEST_CASE("tqdm's writes through the line splitter: the bar shows each update, whole") {
+  // tqdm writes "\r<bar>"; the splitter holds the text after the last '\r'
+  // until the next write or the quiet timer, so the region gets "...\r" and
+  // the next text in separate writes.
+  ag::LineSplitter splitter("[0]:");
+  ag::LiveRegion r;
+  r.set_width(80);
+  std::string out;
+  for (int i = 0; i < 5; ++i) {
+    std::string chunk, written = "\rbar " + std::to_string(i);
+    splitter.feed(written.data(), written.size(), r.holds(&a), chunk);
+    r.write(&a, chunk, true, out);
+    if (i > 0) {
+      REQUIRE(r.text_of(&a));
+      CHECK(*r.text_of(&a) == "[0]:bar " + std::to_string(i - 1));
+    }
+    chunk.clear();
+    if (i % 2 == 1) {  // the quiet timer shows the held text
+      splitter.show_pending(r.holds(&a), chunk);
+      r.write(&a, chunk, true, out);
+      CHECK(*r.text_of(&a) == "[0]:bar " + std::to_string(i));
+    }
+  }
+  std::string end;
+  splitter.flush(r.holds(&a), end);
+  out.clear();
+  r.write(&a, end, true, out);
+  CHECK(out == "\r\x1b[J[0]:bar 4\n");
+  CHECK(r.empty());
 }
