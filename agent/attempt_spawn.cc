@@ -9,6 +9,7 @@
 #include "agent/attempt.h"
 #include "agent/line_splitter.h"
 #include "agent/spawn.h"
+#include "agent/stdin_hint.h"
 #include "agent/worker_streams.h"
 #include "base/contract.h"
 #include "base/safe_file.h"
@@ -147,6 +148,14 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
     c.on_data = [this, lr, stream](std::string_view data) {
       for (auto* h : hooks_) h->output(lr, stream, data);
     };
+  if (stream == Stream::kStderr && options_.stdin_rank != w.rank) {
+    // This rank reads /dev/null: say why its input() or pdb found nothing.
+    c.on_data = [hint = std::make_shared<StdinHint>(), next = std::move(c.on_data),
+                 rank = w.rank, stdin_rank = options_.stdin_rank](std::string_view data) {
+      if (hint->feed(data)) spdlog::warn("{}", StdinHint::message(rank, stdin_rank));
+      if (next) next(data);
+    };
+  }
   // Pumps are closed in finish(), but a callback may already be queued on
   // the loop when the attempt is destroyed: `alive` tells.
   c.on_eof = [this, alive = alive_] {

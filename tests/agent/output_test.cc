@@ -139,3 +139,22 @@ TEST_CASE("every rank's traceback reaches the console when all fail at import") 
     }
   }
 }
+
+// Rank 1 reads /dev/null (only rank 0 gets ddprun's stdin): its input()
+// raises EOFError, its breakpoint() quits; ddprun says why, naming the flag.
+// console_worker.py with plain python3.
+TEST_CASE("a rank whose input() or pdb finds no input is told about --stdin-rank") {
+  const std::string worker = std::string(WORKERS_DIR) + "/console_worker.py";
+  for (const char* mode : {"input-rank1", "pdb-rank1"}) {
+    CAPTURE(mode);
+    auto r = run_ddprun({"--nproc-per-node=2", worker, mode});
+    REQUIRE_FALSE(r.timed_out);
+    CAPTURE(r.err);
+    CHECK(r.status == 1);
+    CHECK(count_of(r.err, "rank 1 read standard input, but only rank 0 gets it (the others read "
+                          "/dev/null); --stdin-rank=1 gives it to rank 1") == 1);
+  }
+  auto r = run_ddprun({"--nproc-per-node=2", "--stdin-rank=none", worker, "input-rank1"});
+  CHECK(count_of(r.err, "rank 1 read standard input, but no rank gets it (--stdin-rank=none); "
+                        "--stdin-rank=1 gives it to rank 1") == 1);
+}

@@ -8,6 +8,8 @@
 #                  the CLOCK_MONOTONIC ns of its write; then a newline
 #   input          input("name? "), then print "got <name>"
 #   pdb            breakpoint(), then print "after breakpoint"
+#   input-rank1    rank 1 only: input("name? "); the others exit 0
+#   pdb-rank1      rank 1 only: breakpoint(); the others exit 0
 #   sleep          print "ready pid=<pid>", then sleep until killed
 #   bars N         a '\r' progress bar 0..N on stderr (tqdm's way), its tail
 #                  long and short in turn (stale characters would show);
@@ -83,6 +85,13 @@ elif mode == "bars":
             print(f"log rank=0 step={i}", flush=True)
         time.sleep(0.005)
     sys.stderr.write("\n")
+elif mode in ("input-rank1", "pdb-rank1"):
+    if rank == "1":
+        if mode == "input-rank1":
+            input("name? ")
+        else:
+            breakpoint()
+        print("after read", flush=True)
 elif mode == "sleep":
     print(f"ready pid={os.getpid()}", flush=True)
     while True:
