@@ -181,6 +181,7 @@ void Console::line_typed() {
   std::lock_guard<std::mutex> lk(q_->mu);
   if (q_->open) q_->typed_over = q_->open;
   q_->open = nullptr;
+  q_->live.cursor_moved();
 }
 
 bool Console::take_typed_over(const void* source) {

@@ -36,6 +36,9 @@ class LiveRegion {
   // True while `source` has a line in the region.
   bool holds(const void* source) const;
   bool empty() const { return lines_.empty(); }
+  // Something else moved the cursor (a typed line's echo): the region on
+  // the screen is left as it is and drawn anew below on its next update.
+  void cursor_moved() { drawn_ = 0; }
   // The text of `source`'s line in the region (nullptr: none).
   const std::string* text_of(const void* source) const;
   // `bytes`: what `source` wrote; `line_start`: the cursor is at the start

@@ -101,3 +101,15 @@ TEST_CASE("tqdm's writes through the line splitter: the bar shows each update, w
   CHECK(out == "\r\x1b[J[0]:bar 4\n");
   CHECK(r.empty());
 }
+
+TEST_CASE("after a typed line moved the cursor the region is drawn anew, not over it") {
+  ag::LiveRegion r;
+  r.set_width(40);
+  std::string out;
+  r.write(&a, "\rx", true, out);
+  r.write(&b, "\ry", true, out);
+  r.cursor_moved();
+  out.clear();
+  r.write(&a, "\rx2", true, out);
+  CHECK(out == "\rx2\x1b[K\n\ry\x1b[K");  // no move up into the typed line
+}
