@@ -87,6 +87,7 @@ bool Attempt::on_exit(pid_t pid, int wait_status) {
   Worker* w = find(pid);
   if (!w || !w->alive) return false;
   w->alive = false;
+  if (setup_.stdin_forwarder) setup_.stdin_forwarder->remove_target(pid);
   WorkerEnd end{w->info, ExitStatus::from_wait(wait_status), clock_.now()};
   result_.ends.push_back(end);
   for (auto* h : hooks_) h->worker_exited(end);

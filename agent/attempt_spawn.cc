@@ -55,7 +55,12 @@ void Attempt::spawn_worker(int lr) {
   StreamPlan plan;
   plan.pty = ptys_;
   if (plan.pty) console_window(setup_.consoles.out->fd(), prefix.size(), plan.size);
-  if (options_.stdin_rank == w.rank)
+  // On a terminal every rank's stdin is its pty, and typed input follows
+  // the rank that waits for it (stdin_forwarder.h); elsewhere only the
+  // stdin rank reads ddprun's stdin.
+  if (setup_.stdin_forwarder && plan.pty)
+    plan.stdin_mode = StdinMode::kForward;
+  else if (options_.stdin_rank == w.rank)
     plan.stdin_mode = setup_.stdin_forwarder ? StdinMode::kForward : StdinMode::kInherit;
   WorkerStreams streams = open_worker_streams(plan);
   SpawnRequest req;
@@ -79,7 +84,8 @@ void Attempt::spawn_worker(int lr) {
   worker.out->start();
   worker.err->start();
   if (streams.input.get() >= 0)
-    setup_.stdin_forwarder->set_target(std::move(streams.input), streams.input_is_pty);
+    setup_.stdin_forwarder->add_target(w.rank, w.pid, std::move(streams.input),
+                                       streams.input_is_pty, options_.stdin_rank == w.rank);
   info_.workers.push_back(w);
   workers_.push_back(std::move(worker));
 }

@@ -148,7 +148,8 @@ bool Console::write_line(std::string_view line) {
     else
       (void)q_->live.write(nullptr, line, true, q_->pending);  // above the bars
     q_->open = nullptr;
-    q_->typed_over = nullptr;
+    // typed_over stays: the typed line ended its owner's line, and ddprun's
+    // own line after it (the input's new rank) continues nothing of it.
   }
   if (was_empty) q_->wake.notify_one();
   return true;

@@ -8,8 +8,9 @@
 #                  the CLOCK_MONOTONIC ns of its write; then a newline
 #   input          input("name? "), then print "got <name>"
 #   pdb            breakpoint(), then print "after breakpoint"
-#   input-rank1    rank 1 only: input("name? "); the others exit 0
-#   pdb-rank1      rank 1 only: breakpoint(); the others exit 0
+#   input-rank1 [D]  rank 1 only: input("name? "), print "got <name>"
+#   pdb-rank1 [D]    rank 1 only: breakpoint(); then "after read" (both);
+#                    the others exit 0, with D once rank 1 is done
 #   sleep          print "ready pid=<pid>", then sleep until killed
 #   bars N         a '\r' progress bar 0..N on stderr (tqdm's way), its tail
 #                  long and short in turn (stale characters would show);
@@ -86,12 +87,19 @@ elif mode == "bars":
         time.sleep(0.005)
     sys.stderr.write("\n")
 elif mode in ("input-rank1", "pdb-rank1"):
+    # With a folder D: rank 0 stays until rank 1 has read (D/rank1-done).
+    done = os.path.join(sys.argv[2], "rank1-done") if len(sys.argv) > 2 else None
     if rank == "1":
         if mode == "input-rank1":
-            input("name? ")
+            print(f"got {input('name? ')}", flush=True)
         else:
             breakpoint()
         print("after read", flush=True)
+        if done:
+            open(done, "w").close()
+    elif done:
+        while not os.path.exists(done):
+            time.sleep(0.01)
 elif mode == "sleep":
     print(f"ready pid={os.getpid()}", flush=True)
     while True:
