@@ -87,6 +87,7 @@ bool Attempt::on_exit(pid_t pid, int wait_status) {
   Worker* w = find(pid);
   if (!w || !w->alive) return false;
   w->alive = false;
+  if (setup_.stdin_forwarder) setup_.stdin_forwarder->remove_target(pid);
   WorkerEnd end{w->info, ExitStatus::from_wait(wait_status), clock_.now()};
   result_.ends.push_back(end);
   for (auto* h : hooks_) h->worker_exited(end);
@@ -97,7 +98,7 @@ bool Attempt::on_exit(pid_t pid, int wait_status) {
     f.exit_code = end.status.shell_code();
     f.when = end.when;
     record_failure(std::move(f));
-    begin_teardown(SIGTERM);
+    begin_failure_drain();
   } else if (phase_ == Phase::kPreSignal) {
     bool waiting = false;
     for (int lr : pre_signal_targets_)
@@ -106,6 +107,17 @@ bool Attempt::on_exit(pid_t pid, int wait_status) {
   }
   check_progress();
   return true;
+}
+
+void Attempt::begin_failure_drain() {
+  // All ranks often fail together (an import error, a bad flag): the slower
+  // one is still printing its traceback when the first exits. A stop signal
+  // now would cut it off, so the others get kFailureDrain to end on their
+  // own first; their output flows meanwhile. Ends early once all are reaped.
+  phase_ = Phase::kFailureDrain;
+  timer_->arm(clock_.now() + kFailureDrain, [this] {
+    if (phase_ == Phase::kFailureDrain) begin_teardown(SIGTERM);
+  });
 }
 
 void Attempt::record_failure(Failure failure) {
@@ -122,7 +134,8 @@ void Attempt::interrupt(int sig) {
     result_.signal = sig;
     for (auto* h : hooks_) h->attempt_interrupted(sig);
   }
-  if (phase_ == Phase::kRunning || phase_ == Phase::kPreSignal) {
+  if (phase_ == Phase::kRunning || phase_ == Phase::kPreSignal ||
+      phase_ == Phase::kFailureDrain) {
     begin_teardown(sig);
   } else {
     kill_now();  // a second signal while tearing down: no more grace

@@ -2,7 +2,8 @@
 // event loop.
 //
 // Life cycle: start() spawns every worker; exits arrive through on_exit()
-// (the agent's SIGCHLD reaper dispatches them). The first failure, a signal
+// (the agent's SIGCHLD reaper dispatches them). A worker's failure first
+// leaves the others kFailureDrain to end on their own. Then the failure, a signal
 // to the agent (interrupt) or a hook (fail_attempt) starts the teardown:
 // the signal to every worker's process group, a grace period
 // (--term-timeout), then SIGKILL (to the groups and the job cgroup). When
@@ -20,6 +21,7 @@
 #include <sys/resource.h>
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,13 +94,26 @@ class Attempt : public AttemptControl {
   void resize_terminals();
   boost::asio::io_context& io() override { return io_; }
 
+  // After a worker fails, how long the others may take to end on their own
+  // (printing their tracebacks) before the stop signal: bounded, short, and
+  // cut short by the last exit or a signal to the agent.
+  static constexpr std::chrono::milliseconds kFailureDrain{500};
+
   bool done() const { return phase_ == Phase::kDone; }
   const AttemptInfo& info() const { return info_; }
   // Valid once done().
   const AttemptResult& result() const { return result_; }
 
  private:
-  enum class Phase { kRunning, kPreSignal, kTerminating, kKilled, kDraining, kDone };
+  enum class Phase {
+    kRunning,
+    kPreSignal,
+    kFailureDrain,  // a worker failed: the others may still end on their own
+    kTerminating,
+    kKilled,
+    kDraining,
+    kDone
+  };
 
   struct Worker {
     WorkerInfo info;
@@ -117,6 +132,7 @@ class Attempt : public AttemptControl {
                                         Stream stream, int shown, base::ScopedFd read,
                                         base::ScopedFd log);
   void record_failure(Failure failure);
+  void begin_failure_drain();
   void begin_teardown(int sig);
   void signal_groups(int sig);
   void pumps_lossy();

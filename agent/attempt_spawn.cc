@@ -9,6 +9,7 @@
 #include "agent/attempt.h"
 #include "agent/line_splitter.h"
 #include "agent/spawn.h"
+#include "agent/stdin_hint.h"
 #include "agent/worker_streams.h"
 #include "base/contract.h"
 #include "base/safe_file.h"
@@ -54,7 +55,12 @@ void Attempt::spawn_worker(int lr) {
   StreamPlan plan;
   plan.pty = ptys_;
   if (plan.pty) console_window(setup_.consoles.out->fd(), prefix.size(), plan.size);
-  if (options_.stdin_rank == w.rank)
+  // On a terminal every rank's stdin is its pty, and typed input follows
+  // the rank that waits for it (stdin_forwarder.h); elsewhere only the
+  // stdin rank reads ddprun's stdin.
+  if (setup_.stdin_forwarder && plan.pty)
+    plan.stdin_mode = StdinMode::kForward;
+  else if (options_.stdin_rank == w.rank)
     plan.stdin_mode = setup_.stdin_forwarder ? StdinMode::kForward : StdinMode::kInherit;
   WorkerStreams streams = open_worker_streams(plan);
   SpawnRequest req;
@@ -78,7 +84,8 @@ void Attempt::spawn_worker(int lr) {
   worker.out->start();
   worker.err->start();
   if (streams.input.get() >= 0)
-    setup_.stdin_forwarder->set_target(std::move(streams.input), streams.input_is_pty);
+    setup_.stdin_forwarder->add_target(w.rank, w.pid, std::move(streams.input),
+                                       streams.input_is_pty, options_.stdin_rank == w.rank);
   info_.workers.push_back(w);
   workers_.push_back(std::move(worker));
 }
@@ -138,6 +145,7 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
   const int lr = w.local_rank;
   PumpConfig c;
   c.prefix = prefix;
+  c.raw = prefix_off(options_.log_line_prefix_template);
   c.console = stream == Stream::kStdout ? setup_.consoles.out : setup_.consoles.err;
   c.shown = shown;
   c.log_path = stream == Stream::kStdout ? w.stdout_log : w.stderr_log;
@@ -146,6 +154,14 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
     c.on_data = [this, lr, stream](std::string_view data) {
       for (auto* h : hooks_) h->output(lr, stream, data);
     };
+  if (stream == Stream::kStderr && options_.stdin_rank != w.rank) {
+    // This rank reads /dev/null: say why its input() or pdb found nothing.
+    c.on_data = [hint = std::make_shared<StdinHint>(), next = std::move(c.on_data),
+                 rank = w.rank, stdin_rank = options_.stdin_rank](std::string_view data) {
+      if (hint->feed(data)) spdlog::warn("{}", StdinHint::message(rank, stdin_rank));
+      if (next) next(data);
+    };
+  }
   // Pumps are closed in finish(), but a callback may already be queued on
   // the loop when the attempt is destroyed: `alive` tells.
   c.on_eof = [this, alive = alive_] {

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,8 @@
 #include <mutex>
 
 #include <boost/asio/post.hpp>
+
+#include "agent/live_region.h"
 
 namespace ddprun::agent {
 
@@ -28,6 +31,7 @@ struct Console::Queue {
   const void* open = nullptr;
   const void* typed_over = nullptr;
   std::vector<std::function<void()>> waiting;  // resumes, run on the loop
+  LiveRegion live;  // terminal only: the progress bars' lines
 };
 
 namespace {
@@ -117,8 +121,15 @@ void Console::write(const void* source, std::string_view bytes, bool leaves_line
     was_empty = q_->pending.empty();
     // Another source's line is open: end it, so lines never mix.
     if (q_->open && q_->open != source) q_->pending += '\n';
-    q_->pending.append(bytes.data(), bytes.size());
-    q_->open = leaves_line_open ? source : nullptr;
+    if (terminal_ && (!q_->live.empty() || bytes.find('\r') != std::string_view::npos)) {
+      winsize size{};
+      if (ioctl(fd_, TIOCGWINSZ, &size) == 0) q_->live.set_width(size.ws_col);
+      bool open = q_->live.write(source, bytes, q_->open != source, q_->pending);
+      q_->open = open && leaves_line_open ? source : nullptr;
+    } else {
+      q_->pending.append(bytes.data(), bytes.size());
+      q_->open = leaves_line_open ? source : nullptr;
+    }
     if (source != q_->typed_over) q_->typed_over = nullptr;
   }
   if (was_empty) q_->wake.notify_one();
@@ -132,9 +143,13 @@ bool Console::write_line(std::string_view line) {
     if (q_->pending.size() + q_->in_flight + line.size() > kHighWater + kLogRoom) return false;
     was_empty = q_->pending.empty();
     if (q_->open) q_->pending += '\n';
-    q_->pending.append(line.data(), line.size());
+    if (q_->live.empty())
+      q_->pending.append(line.data(), line.size());
+    else
+      (void)q_->live.write(nullptr, line, true, q_->pending);  // above the bars
     q_->open = nullptr;
-    q_->typed_over = nullptr;
+    // typed_over stays: the typed line ended its owner's line, and ddprun's
+    // own line after it (the input's new rank) continues nothing of it.
   }
   if (was_empty) q_->wake.notify_one();
   return true;
@@ -145,10 +160,29 @@ const void* Console::open_line() const {
   return q_->open;
 }
 
+bool Console::holds_line(const void* source) const {
+  std::lock_guard<std::mutex> lk(q_->mu);
+  return q_->open == source || q_->live.holds(source);
+}
+
+void Console::write_untouched(std::string_view bytes) {
+  if (bytes.empty()) return;
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lk(q_->mu);
+    if (q_->failed) return;
+    was_empty = q_->pending.empty();
+    q_->pending.append(bytes.data(), bytes.size());
+    q_->open = nullptr;
+  }
+  if (was_empty) q_->wake.notify_one();
+}
+
 void Console::line_typed() {
   std::lock_guard<std::mutex> lk(q_->mu);
   if (q_->open) q_->typed_over = q_->open;
   q_->open = nullptr;
+  q_->live.cursor_moved();
 }
 
 bool Console::take_typed_over(const void* source) {

@@ -16,6 +16,11 @@
 // mix; the interrupted source learns it from open_line() and marks its
 // continuation (line_splitter.h).
 //
+// On a terminal, lines rewritten with '\r' (progress bars) live in a
+// region pinned below the other output, one line per source, updated in
+// place and cut to the width (live_region.h); other sources' lines and
+// ddprun's own scroll above it.
+//
 // ddprun's own log lines (log_sink.h) come from any thread through
 // write_line(), which never waits for the console either: past kHighWater
 // plus kLogRoom queued bytes a line is not queued, only counted.
@@ -60,6 +65,12 @@ class Console {
   bool write_line(std::string_view line);
   // The source whose line is open on the console (nullptr: none).
   const void* open_line() const;
+  // `source`'s line is still its own: open on the console, or its progress
+  // bar in the live region (a terminal's bars, live_region.h).
+  bool holds_line(const void* source) const;
+  // Queues `bytes` as they are: no line of another source is ended, no bar
+  // handling (--log-line-prefix-template=none).
+  void write_untouched(std::string_view bytes);
   // A line was typed at this terminal: its echoed newline ended the open
   // line (a prompt's). Its owner then starts a new line, unmarked.
   void line_typed();

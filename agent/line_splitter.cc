@@ -112,6 +112,7 @@ void LineSplitter::flush(bool open, std::string& out) {
 
 std::string make_line_prefix(const std::string& tmpl, const std::string& role, int rank,
                              int local_rank, const std::string& host) {
+  if (prefix_off(tmpl)) return "";
   if (tmpl.empty()) return "[" + role + std::to_string(local_rank) + "]:";
   const std::pair<const char*, std::string> vars[] = {
       {"${role_name}", role},

@@ -61,8 +61,14 @@ class LineSplitter {
   bool continued_ = false;   // the next text continues a cut or interrupted line
 };
 
+// The template that turns the prefix off: each worker's bytes reach the
+// console untouched (no prefix, no line handling), as torchrun's output when
+// it does not capture it, so `ddprun ... | jq` reads the program's bytes.
+inline constexpr std::string_view kPrefixOff = "none";
+inline bool prefix_off(const std::string& tmpl) { return tmpl == kPrefixOff; }
+
 // Expands ${role_name} ${rank} ${local_rank} ${host} in `tmpl`; an empty
-// template gives torchrun's "[<role><local_rank>]:".
+// template gives torchrun's "[<role><local_rank>]:", kPrefixOff "".
 std::string make_line_prefix(const std::string& tmpl, const std::string& role, int rank,
                              int local_rank, const std::string& host);
 

@@ -154,7 +154,8 @@ struct Options {
   // empty means all. Filtered streams still reach their log files.
   std::set<int> local_ranks_filter;
   // --log-line-prefix-template with ${role_name} ${rank} ${local_rank}
-  // ${host}. Empty: torchrun's "[<role><local_rank>]:".
+  // ${host}. Empty: torchrun's "[<role><local_rank>]:". "none": no prefix,
+  // the workers' bytes reach the console untouched (line_splitter.h).
   std::string log_line_prefix_template;
   // This node's host name, for ${host} and the failure summary.
   std::string hostname;

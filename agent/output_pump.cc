@@ -57,10 +57,12 @@ void OutputPump::handle(const char* data, size_t size) {
       if (config_.on_log_error) config_.on_log_error(config_.log_path, err);
     }
   }
-  if (config_.console && config_.shown) {
+  if (config_.console && config_.shown && config_.raw) {
+    to_console_raw(data, size);
+  } else if (config_.console && config_.shown) {
     batch_.clear();
     if (config_.console->take_typed_over(this)) splitter_.new_line();
-    splitter_.feed(data, size, config_.console->open_line() == this, batch_);
+    splitter_.feed(data, size, config_.console->holds_line(this), batch_);
     to_console(batch_);
     // Only a terminal shows partial lines: there a person waits for a prompt
     // or a bar, while a pipe's reader is better served by whole lines (a
@@ -73,13 +75,44 @@ void OutputPump::handle(const char* data, size_t size) {
   if (config_.on_data) config_.on_data(std::string_view(data, size));
 }
 
-void OutputPump::to_console(std::string& bytes) {
+void OutputPump::to_console_raw(const char* data, size_t size) {
+  // On a terminal every byte goes at once (a prompt, a bar). On a pipe the
+  // bytes up to the last newline go and the rest waits for its newline (or
+  // the end), so two ranks' lines never mix inside a line; nothing is added
+  // or changed either way. The console never ends a raw line for another
+  // source (leaves_line_open stays false).
+  if (config_.console->terminal()) {
+    if (lossy_ && config_.console->full())
+      config_.console->drop(size);
+    else
+      config_.console->write_untouched(std::string_view(data, size));
+    return;
+  }
+  const char* p = data + size;
+  while (p > data && p[-1] != '\n') --p;
+  if (p > data) {
+    batch_.swap(raw_pending_);
+    batch_.append(data, static_cast<size_t>(p - data));
+    raw_pending_.clear();
+    to_console(batch_, false);
+  }
+  raw_pending_.append(p, static_cast<size_t>(data + size - p));
+  if (raw_pending_.size() > LineSplitter::kDefaultMaxLine) {
+    batch_.swap(raw_pending_);
+    raw_pending_.clear();
+    to_console(batch_, false);
+  }
+}
+
+void OutputPump::to_console(std::string& bytes) { to_console(bytes, splitter_.line_open()); }
+
+void OutputPump::to_console(std::string& bytes, bool leaves_line_open) {
   if (bytes.empty()) return;
   if (lossy_ && config_.console->full()) {
     config_.console->drop(bytes.size());
     return;
   }
-  config_.console->write(this, bytes, splitter_.line_open());
+  config_.console->write(this, bytes, leaves_line_open);
 }
 
 void OutputPump::arm_quiet_timer() {
@@ -96,7 +129,7 @@ void OutputPump::arm_quiet_timer() {
     }
     batch_.clear();
     if (config_.console->take_typed_over(this)) splitter_.new_line();
-    splitter_.show_pending(config_.console->open_line() == this, batch_);
+    splitter_.show_pending(config_.console->holds_line(this), batch_);
     to_console(batch_);
   });
 }
@@ -105,10 +138,14 @@ void OutputPump::finish() {
   if (!open_) return;
   open_ = false;
   quiet_.cancel();
-  if (config_.console && config_.shown) {
+  if (config_.console && config_.shown && config_.raw) {
+    batch_.swap(raw_pending_);
+    raw_pending_.clear();
+    to_console(batch_, false);
+  } else if (config_.console && config_.shown) {
     batch_.clear();
     if (config_.console->take_typed_over(this)) splitter_.new_line();
-    splitter_.flush(config_.console->open_line() == this, batch_);
+    splitter_.flush(config_.console->holds_line(this), batch_);
     to_console(batch_);
   }
   boost::system::error_code ignored;

@@ -36,6 +36,9 @@ namespace ddprun::agent {
 
 struct PumpConfig {
   std::string prefix;                // console line prefix
+  // --log-line-prefix-template=none: bytes go to the console untouched, not
+  // through the LineSplitter (on a pipe still in whole lines, see handle()).
+  bool raw = false;
   std::shared_ptr<Console> console;  // null: never on the console
   bool shown = true;                 // false: console only if the log file fails
   base::ScopedFd log;                // none: no log file
@@ -71,6 +74,8 @@ class OutputPump {
   void read_more();
   void handle(const char* data, size_t size);
   void to_console(std::string& bytes);
+  void to_console(std::string& bytes, bool leaves_line_open);
+  void to_console_raw(const char* data, size_t size);
   void arm_quiet_timer();
   void finish();
 
@@ -84,6 +89,7 @@ class OutputPump {
   bool lossy_ = false;
   std::array<char, 64 * 1024> buf_;
   std::string batch_;
+  std::string raw_pending_;  // raw mode on a pipe: the bytes after the last newline
   bool open_ = true;
   // Handlers may run after this object is gone (aborted operations are
   // still delivered); they check this flag first.

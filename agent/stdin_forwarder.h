@@ -1,5 +1,9 @@
-// Forwards what is typed at ddprun's terminal to the one worker that reads
-// standard input (--stdin-rank), so input(), pdb and breakpoint() work there.
+// Forwards what is typed at ddprun's terminal to a worker, so input(), pdb
+// and breakpoint() work there. Input follows the rank that waits for it:
+// each typed line goes to a worker whose terminal readline holds (not in
+// line mode: pdb, input() after `import readline`) or that is blocked
+// reading its stdin (/proc/<pid>/syscall: read(0, ...)); with none waiting,
+// to --stdin-rank's. A change of rank is told in one line.
 //
 // The worker cannot read the terminal itself: it is in a process group of
 // its own, and reading would stop it with SIGTTIN (a silent hang). ddprun,
@@ -14,8 +18,11 @@
 // while no worker is there (between restarts) is dropped. Loop thread only.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <functional>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -33,21 +40,35 @@ class StdinForwarder {
   ~StdinForwarder();
 
   void start();
-  // The stdin rank's end (WorkerStreams::input); replaces any previous one.
-  void set_target(base::ScopedFd fd, bool is_pty);
-  // The attempt ended: input goes nowhere until the next set_target.
-  void clear_target() { target_.reset(); }
+  // A worker's input end (WorkerStreams::input), rank `rank`, process `pid`.
+  // `preferred`: the --stdin-rank worker, which gets input when no other
+  // waits for it; replaces any previous target of that rank.
+  void add_target(int rank, pid_t pid, base::ScopedFd fd, bool is_pty, bool preferred);
+  // The worker exited: it gets no more input.
+  void remove_target(pid_t pid);
+  // The attempt ended: input goes nowhere until the next add_target.
+  void clear_target() { targets_.clear(); }
   // After SIGCONT: read again if the background stopped us.
   void resume();
 
  private:
+  struct Target {
+    int rank;
+    pid_t pid;
+    base::ScopedFd fd;
+    bool is_pty;
+    bool preferred;
+  };
   void read_more();
-  void forward(const char* data, size_t size);
+  // Where typed input goes now: a worker waiting for it, else the
+  // preferred one, else the first still there (nullptr: none).
+  Target* pick();
+  void forward(Target* t, const char* data, size_t size);
 
   boost::asio::posix::stream_descriptor in_;
   std::function<void()> on_line_;
-  base::ScopedFd target_;
-  bool target_is_pty_ = false;
+  std::vector<Target> targets_;
+  int last_rank_ = -1;  // the rank the last input went to (told on a change)
   bool reading_ = false;
   bool warned_ = false;
   std::array<char, 4096> buf_;

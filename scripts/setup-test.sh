@@ -2,7 +2,8 @@
 # Installs what only the tests and benches use, on top of scripts/setup.sh:
 # Debian's torch (the torch 1.13 tests), clang/libFuzzer (the store's
 # fuzzers), gdb and elfutils (stacks), Slurm, munge and etcd (multi-node),
-# iproute2 (network namespaces), man-db and zsh (the .deb test), and the wheel's
+# iproute2 (network namespaces), man-db and zsh (the .deb test), tmux (a
+# terminal emulator for agent.progress_bars), and the wheel's
 # build tools in .venv-wheel (scripts/build-wheel.sh; install.wheel).
 # scripts/test.sh runs it. Idempotent.
 set -euo pipefail
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 packages=(
   python3-torch python3-numpy
   clang libclang-rt-14-dev
-  iproute2 gdb elfutils procps man-db zsh
+  iproute2 gdb elfutils procps man-db zsh tmux
   slurmctld slurmd slurm-client munge util-linux etcd-server etcd-client openssl
 )
 bash scripts/install-packages.sh "${packages[@]}"

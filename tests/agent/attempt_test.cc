@@ -96,11 +96,16 @@ TEST_CASE("a failure sends SIGTERM to every group; one that ignores it gets SIGK
   const auto t0 = h.clock.now();
   h.launcher.exit(1, exited_with(3));
   h.reap();
-  // Rank 1's failure is the root cause; every group gets SIGTERM (and
-  // SIGCONT, should it be stopped); rank 0 ends by it.
+  // Rank 1's failure is the root cause; the others may end on their own for
+  // kFailureDrain, then every group gets SIGTERM (and SIGCONT, should it be
+  // stopped); rank 0 ends by it.
   REQUIRE(h.hooks.failed);
   CHECK(h.hooks.failed->local_rank == 1);
   CHECK(h.hooks.failed->exit_code == 3);
+  h.clock.advance(ag::Attempt::kFailureDrain - 1ms);
+  CHECK(h.launcher.sent.empty());
+  h.clock.advance(1ms);
+  const auto t1 = h.clock.now();
   CHECK(h.launcher.signals_to(0) == std::vector<int>{SIGTERM, SIGCONT});
   CHECK(h.launcher.signals_to(2) == std::vector<int>{SIGTERM, SIGCONT});
   h.reap();
@@ -122,13 +127,15 @@ TEST_CASE("a failure sends SIGTERM to every group; one that ignores it gets SIGK
   CHECK(r.ends[1].status.describe() == "signal SIGTERM");
   CHECK(r.ends[2].worker.local_rank == 2);
   CHECK(r.ends[2].status.describe() == "signal SIGKILL");
-  CHECK(r.ends[2].when == t0 + 5s);
+  CHECK(r.ends[2].when == t1 + 5s);
 }
 
 TEST_CASE("workers that exit during the grace period end the attempt without waiting for it") {
   Harness h(2, 30.0);
   h.start();
   h.launcher.exit(0, killed_by(SIGSEGV));
+  h.reap();
+  h.clock.advance(ag::Attempt::kFailureDrain);
   h.reap();  // rank 1 ends by the SIGTERM and is reaped in the same pass
   REQUIRE(h.attempt->done());
   CHECK(h.launcher.signals_to(1) == std::vector<int>{SIGTERM, SIGCONT, SIGKILL});
@@ -136,7 +143,7 @@ TEST_CASE("workers that exit during the grace period end the attempt without wai
   CHECK(h.clock.armed_timers() == 0);  // the 30 s grace is not waited out
 }
 
-TEST_CASE("workers that all fail at once: the first reaped is the root cause, one teardown") {
+TEST_CASE("workers that all fail at once: the first reaped is the root cause, none is stopped") {
   Harness h(3);
   h.start();
   for (int w = 2; w >= 0; --w) h.launcher.exit(w, exited_with(10 + w));
@@ -146,11 +153,43 @@ TEST_CASE("workers that all fail at once: the first reaped is the root cause, on
   CHECK(r.root->local_rank == 2);
   CHECK(r.root->exit_code == 12);
   CHECK(r.ends.size() == 3);
-  // The SIGTERM round went out once, to every group.
-  for (int w = 0; w < 3; ++w) {
-    auto sigs = h.launcher.signals_to(w);
-    CHECK(std::count(sigs.begin(), sigs.end(), SIGTERM) == 1);
-  }
+  // All ended on their own inside the failure drain: no stop signal, only
+  // the SIGKILL of what they may have left behind; no timer left.
+  for (int w = 0; w < 3; ++w) CHECK(h.launcher.signals_to(w) == std::vector<int>{SIGKILL});
+  CHECK(h.clock.armed_timers() == 0);
+}
+
+TEST_CASE("a failure leaves the others the failure drain to end on their own, then stops them") {
+  Harness h(3);
+  h.start();
+  h.launcher.exit(0, exited_with(1));
+  h.reap();
+  // Rank 1 fails too inside the drain (its traceback reaches the console);
+  // rank 2 is still running when it ends and gets the stop signal.
+  h.clock.advance(ag::Attempt::kFailureDrain / 2);
+  h.launcher.exit(1, exited_with(1));
+  h.reap();
+  CHECK(h.launcher.sent.empty());
+  CHECK(h.attempt->result().root->local_rank == 0);
+  h.clock.advance(ag::Attempt::kFailureDrain / 2);
+  CHECK(h.launcher.signals_to(2) == std::vector<int>{SIGTERM, SIGCONT});
+  h.reap();
+  REQUIRE(h.attempt->done());
+  CHECK(h.attempt->result().ends[1].status.describe() == "exit code 1");
+}
+
+TEST_CASE("a stop signal during the failure drain ends it at once") {
+  Harness h(2);
+  h.launcher.ignore(1, SIGINT);
+  h.start();
+  h.launcher.exit(0, exited_with(1));
+  h.reap();
+  h.attempt->interrupt(SIGINT);
+  CHECK(h.launcher.signals_to(1) == std::vector<int>{SIGINT, SIGCONT});
+  h.attempt->interrupt(SIGINT);  // a second one kills
+  CHECK(h.launcher.signals_to(1).back() == SIGKILL);
+  h.reap();
+  CHECK(h.attempt->done());
 }
 
 TEST_CASE("a spawn that fails half way kills the workers already started and rethrows") {
@@ -188,6 +227,7 @@ TEST_CASE("a worker that survives SIGKILL is given up on after the kill deadline
   h.start();
   h.launcher.exit(0, exited_with(1));
   h.reap();
+  h.clock.advance(ag::Attempt::kFailureDrain);  // SIGTERM
   h.clock.advance(1s);  // grace over: SIGKILL
   h.reap();
   CHECK_FALSE(h.attempt->done());

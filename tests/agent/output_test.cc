@@ -84,3 +84,77 @@ TEST_CASE("the prefix template, the rank filter and a partial last line") {
   REQUIRE(r.status == 0);
   CHECK(r.out == "w/1/1| a\nw/1/1| no newline\n");
 }
+
+// The worker is console_worker.py run by plain `python3` (no torch); the
+// bytes it should produce come from running it directly, without ddprun.
+TEST_CASE("--log-line-prefix-template=none passes a worker's bytes through untouched") {
+  const std::string worker = std::string(WORKERS_DIR) + "/console_worker.py";
+  DdprunProcess direct({"python3", worker, "emit"}, {"RANK=0"}, "/usr/bin/env");
+  Finished expected = direct.finish(Seconds(60));
+  REQUIRE(expected.status == 0);
+  REQUIRE(expected.out.size() > 70000);
+  auto r = run_ddprun({"--nproc-per-node=1", "--log-line-prefix-template=none", worker, "emit"});
+  REQUIRE_FALSE(r.timed_out);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == expected.out);  // byte for byte: no prefix, no newline added
+}
+
+TEST_CASE("--log-line-prefix-template=none keeps two ranks' lines whole") {
+  const std::string worker = std::string(WORKERS_DIR) + "/console_worker.py";
+  auto r = run_ddprun({"--nproc-per-node=2", "--log-line-prefix-template=none", worker, "emit"});
+  REQUIRE(r.status == 0);
+  // Every JSON line of each rank is whole (pieces of 997 bytes were not
+  // interleaved inside it). A rank's last line has no newline, so what
+  // follows it joins it, as when both write to one terminal: no line starts
+  // are asserted.
+  CHECK(count_of(r.out, std::string(70000, 'x') + "\n") == 2);
+  CHECK(count_of(r.out, "\n" + std::string(70001, 'x')) == 0);
+  for (int rank = 0; rank < 2; ++rank)
+    for (int i = 0; i < 50; ++i) {
+      std::string line = "{\"rank\": " + std::to_string(rank) + ", \"i\": " + std::to_string(i) +
+                         ", \"s\": \"a\tb\"}\n";
+      CAPTURE(line);
+      CHECK(count_of(r.out, line) == 1);
+    }
+}
+
+// All ranks fail at import, rank 1 after rank 0 (console_worker.py, plain
+// python3): rank 1's traceback still reaches the console, because the agent
+// leaves it Attempt::kFailureDrain before the stop signal. Twice, since a
+// lost traceback was a race.
+TEST_CASE("every rank's traceback reaches the console when all fail at import") {
+  const std::string worker = std::string(WORKERS_DIR) + "/console_worker.py";
+  for (int run = 0; run < 2; ++run) {
+    TempDir dir;
+    auto r = run_ddprun({"--nproc-per-node=2", worker, "import-error", dir.path()});
+    REQUIRE_FALSE(r.timed_out);
+    CAPTURE(r.err);
+    CHECK(r.status == 1);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string p = "[default" + std::to_string(rank) + "]:";
+      CHECK(lines_with(r.err, p + "Traceback (most recent call last):").size() == 1);
+      CHECK(lines_with(r.err, p + "ModuleNotFoundError: No module named 'no_such_module_" +
+                                  std::to_string(rank) + "'").size() == 1);
+    }
+  }
+}
+
+// Rank 1 reads /dev/null (only rank 0 gets ddprun's stdin): its input()
+// raises EOFError, its breakpoint() quits; ddprun says why, naming the flag.
+// console_worker.py with plain python3.
+TEST_CASE("a rank whose input() or pdb finds no input is told about --stdin-rank") {
+  const std::string worker = std::string(WORKERS_DIR) + "/console_worker.py";
+  for (const char* mode : {"input-rank1", "pdb-rank1"}) {
+    CAPTURE(mode);
+    auto r = run_ddprun({"--nproc-per-node=2", worker, mode});
+    REQUIRE_FALSE(r.timed_out);
+    CAPTURE(r.err);
+    CHECK(r.status == 1);
+    CHECK(count_of(r.err, "rank 1 read standard input, but only rank 0 gets it (the others read "
+                          "/dev/null); --stdin-rank=1 gives it to rank 1") == 1);
+  }
+  auto r = run_ddprun({"--nproc-per-node=2", "--stdin-rank=none", worker, "input-rank1"});
+  CHECK(count_of(r.err, "rank 1 read standard input, but no rank gets it (--stdin-rank=none); "
+                        "--stdin-rank=1 gives it to rank 1") == 1);
+}

@@ -14,6 +14,7 @@
 #include "base/proc_stat.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/agent/pty_session.h"
+#include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
 using std::chrono::milliseconds;
@@ -56,9 +57,10 @@ TEST_CASE("on a terminal every worker's stdout and stderr are terminals, sized f
   PtySession t({"--nproc-per-node=2", kWorker, "tty"});
   CHECK(t.finish(milliseconds(60000)) == 0);
   CAPTURE(t.screen());
-  // 100 columns less the 11 of "[default0]:"; stdin only on rank 0.
+  // 100 columns less the 11 of "[default0]:"; every rank's stdin is its
+  // terminal (typed input follows the rank that waits for it).
   CHECK(has(t.screen(), "[default0]:tty in=1 out=1 err=1 cols=89\r\n"));
-  CHECK(has(t.screen(), "[default1]:tty in=0 out=1 err=1 cols=89\r\n"));
+  CHECK(has(t.screen(), "[default1]:tty in=1 out=1 err=1 cols=89\r\n"));
 }
 
 TEST_CASE("a '\\r' progress line appears within 100 ms of its write, in place with its prefix") {
@@ -124,4 +126,32 @@ TEST_CASE("Ctrl-Z stops ddprun and every worker; SIGCONT resumes them all") {
   CHECK(states_become(pids, [](char c) { return c == 'S' || c == 'R'; }, milliseconds(10000)));
   kill(t.pid(), SIGTERM);
   CHECK(t.finish(milliseconds(30000)) == 143);
+}
+
+// Rank 0 stays running (it waits for rank 1 to finish reading), so the
+// input reaches rank 1 because it waits for it: readline's terminal mode
+// (pdb) or a read(0) (plain input()), with no --stdin-rank.
+TEST_CASE("typed input follows the rank that waits for it: pdb and input() on rank 1") {
+  for (const char* mode : {"pdb-rank1", "input-rank1"}) {
+    CAPTURE(mode);
+    TempDir dir;
+    PtySession t({"--nproc-per-node=2", kWorker, mode, dir.path()});
+    CAPTURE(t.screen());
+    bool pdb = std::string(mode) == "pdb-rank1";
+    const std::string prompt = pdb ? "[default1]:(Pdb) " : "[default1]:name? ";
+    REQUIRE(t.wait_for([&](const std::string& s) { return has(s, prompt); }, milliseconds(30000)));
+    t.type(pdb ? "p 6*7\n" : "Bob\n");
+    const std::string answer = pdb ? "[default1]:42\r\n" : "[default1]:got Bob\r\n";
+    REQUIRE(t.wait_for([&](const std::string& s) { return has(s, answer); }, milliseconds(30000)));
+    CHECK(has(t.screen(), "typed input goes to rank 1 (it waits for input)"));
+    if (pdb) {
+      // At pdb's next prompt: 'c' continues.
+      REQUIRE(t.wait_for([](const std::string& s) { return count_of(s, "[default1]:(Pdb) ") == 2; },
+                         milliseconds(30000)));
+      t.type("c\n");
+    }
+    REQUIRE(t.wait_for([](const std::string& s) { return has(s, "[default1]:after read"); },
+                       milliseconds(30000)));
+    CHECK(t.finish(milliseconds(30000)) == 0);
+  }
 }

@@ -11,6 +11,7 @@
 #include "agent/exit_status.h"
 #include "agent/job_cgroup.h"
 #include "agent/line_splitter.h"
+#include "agent/stdin_hint.h"
 #include "agent/worker_env.h"
 
 using namespace ddprun::agent;
@@ -85,4 +86,16 @@ TEST_CASE("the cgroup2 mount and our path are read, not assumed") {
   CHECK_FALSE(find_cgroup2_mount("31 23 0:28 / /sys/fs/cgroup rw - cgroup cgroup rw,cpu\n"));
   CHECK(unified_cgroup_path("4:memory:/a\n0::/user.slice/x.scope\n") == "/user.slice/x.scope");
   CHECK_FALSE(unified_cgroup_path("4:memory:/a\n"));
+}
+
+TEST_CASE("StdinHint sees input()'s EOFError and pdb's BdbQuit, split anywhere, once") {
+  ddprun::agent::StdinHint h;
+  CHECK_FALSE(h.feed("Traceback ...\nEOFError: EOF when"));
+  CHECK(h.feed(" reading a line\n"));
+  CHECK_FALSE(h.feed("bdb.BdbQuit\n"));  // told once
+  ddprun::agent::StdinHint p;
+  CHECK_FALSE(p.feed("    raise BdbQuit\nbdb.Bdb"));
+  CHECK(p.feed("Quit\n"));
+  ddprun::agent::StdinHint none;
+  CHECK_FALSE(none.feed("EOFError: something else\n"));
 }

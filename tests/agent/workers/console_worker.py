@@ -8,11 +8,29 @@
 #                  the CLOCK_MONOTONIC ns of its write; then a newline
 #   input          input("name? "), then print "got <name>"
 #   pdb            breakpoint(), then print "after breakpoint"
+#   input-rank1 [D]  rank 1 only: input("name? "), print "got <name>"
+#   pdb-rank1 [D]    rank 1 only: breakpoint(); then "after read" (both);
+#                    the others exit 0, with D once rank 1 is done
 #   sleep          print "ready pid=<pid>", then sleep until killed
+#   bars N         a '\r' progress bar 0..N on stderr (tqdm's way), its tail
+#                  long and short in turn (stale characters would show);
+#                  rank 0 also logs a line on stdout every third update
+#   emit           write emit_bytes() to stdout in pieces that split lines
+#   import-error D every rank fails importing no_such_module_<rank>; rank 0
+#                  first, the others once rank 0 has marked folder D
 import os
 import signal
 import sys
 import time
+
+
+
+def emit_bytes():
+    """JSON lines and what a line handler would touch: an empty line, a '\\r',
+    tabs, bytes that are not UTF-8, a long line, no newline at the end."""
+    lines = [b'{"rank": %d, "i": %d, "s": "a\tb"}\n' % (int(rank), i) for i in range(50)]
+    return b"".join(lines) + b"\n\r{\"bar\": 1}\r\n\xff\xfe\n" + b"x" * 70000 + b"\n{\"end\": true}"
+
 
 mode = sys.argv[1]
 rank = os.environ.get("RANK", "?")
@@ -45,6 +63,43 @@ elif mode == "input":
 elif mode == "pdb":
     breakpoint()
     print("after breakpoint", flush=True)
+elif mode == "emit":
+    data = emit_bytes()
+    for i in range(0, len(data), 997):  # pieces end mid-line
+        os.write(1, data[i:i + 997])
+elif mode == "import-error":
+    import importlib
+    mark = os.path.join(sys.argv[2], "rank0-failing")
+    if rank == "0":
+        open(mark, "w").close()
+    else:
+        while not os.path.exists(mark):  # the slower rank: after rank 0
+            time.sleep(0.005)
+    importlib.import_module(f"no_such_module_{rank}")
+elif mode == "bars":
+    n = int(sys.argv[2])
+    for i in range(n + 1):
+        tail = "x" * (30 if i % 2 else 5)
+        sys.stderr.write(f"\rbar rank={rank} {i}/{n} |{'#' * i}{'.' * (n - i)}| {tail}")
+        sys.stderr.flush()
+        if rank == "0" and i % 3 == 0:
+            print(f"log rank=0 step={i}", flush=True)
+        time.sleep(0.005)
+    sys.stderr.write("\n")
+elif mode in ("input-rank1", "pdb-rank1"):
+    # With a folder D: rank 0 stays until rank 1 has read (D/rank1-done).
+    done = os.path.join(sys.argv[2], "rank1-done") if len(sys.argv) > 2 else None
+    if rank == "1":
+        if mode == "input-rank1":
+            print(f"got {input('name? ')}", flush=True)
+        else:
+            breakpoint()
+        print("after read", flush=True)
+        if done:
+            open(done, "w").close()
+    elif done:
+        while not os.path.exists(done):
+            time.sleep(0.01)
 elif mode == "sleep":
     print(f"ready pid={os.getpid()}", flush=True)
     while True:
