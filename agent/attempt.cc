@@ -112,11 +112,28 @@ bool Attempt::on_exit(pid_t pid, int wait_status) {
 void Attempt::begin_failure_drain() {
   // All ranks often fail together (an import error, a bad flag): the slower
   // one is still printing its traceback when the first exits. A stop signal
-  // now would cut it off, so the others get kFailureDrain to end on their
-  // own first; their output flows meanwhile. Ends early once all are reaped.
+  // now would cut it off, so the others get up to kFailureDrain to end on
+  // their own first; their output flows meanwhile. Ends early once all are
+  // reaped, or once every one left is idle (asleep, using no CPU: waiting in
+  // a collective for the rank that died, not printing), which is what a
+  // crash in training looks like: the restart is not delayed for them.
   phase_ = Phase::kFailureDrain;
-  timer_->arm(clock_.now() + kFailureDrain, [this] {
-    if (phase_ == Phase::kFailureDrain) begin_teardown(SIGTERM);
+  drain_until_ = clock_.now() + kFailureDrain;
+  for (auto& w : workers_)
+    if (w.alive) (void)launcher_.idle(w.info.pid);  // the first sample
+  check_failure_drain();
+}
+
+void Attempt::check_failure_drain() {
+  timer_->arm(std::min(clock_.now() + kIdleSample, drain_until_), [this] {
+    if (phase_ != Phase::kFailureDrain) return;
+    bool all_idle = true;
+    for (auto& w : workers_)
+      if (w.alive && !launcher_.idle(w.info.pid)) all_idle = false;
+    if (all_idle || clock_.now() >= drain_until_)
+      begin_teardown(SIGTERM);
+    else
+      check_failure_drain();
   });
 }
 

@@ -96,8 +96,10 @@ class Attempt : public AttemptControl {
 
   // After a worker fails, how long the others may take to end on their own
   // (printing their tracebacks) before the stop signal: bounded, short, and
-  // cut short by the last exit or a signal to the agent.
+  // cut short by the last exit, a signal to the agent, or every one left
+  // being idle over one kIdleSample (ProcessLauncher::idle).
   static constexpr std::chrono::milliseconds kFailureDrain{500};
+  static constexpr std::chrono::milliseconds kIdleSample{5};
 
   bool done() const { return phase_ == Phase::kDone; }
   const AttemptInfo& info() const { return info_; }
@@ -133,6 +135,7 @@ class Attempt : public AttemptControl {
                                         base::ScopedFd log);
   void record_failure(Failure failure);
   void begin_failure_drain();
+  void check_failure_drain();
   void begin_teardown(int sig);
   void signal_groups(int sig);
   void pumps_lossy();
@@ -155,6 +158,7 @@ class Attempt : public AttemptControl {
   Phase phase_ = Phase::kRunning;
   bool ptys_ = false;  // worker streams are pseudo-terminals
   std::vector<int> pre_signal_targets_;  // local ranks awaited in kPreSignal
+  base::TimePoint drain_until_{};        // kFailureDrain's end
   // The phase's deadline: pre-signal wait, grace, kill, drain.
   std::unique_ptr<base::Timer> timer_;
   AttemptResult result_;

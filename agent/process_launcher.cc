@@ -1,15 +1,20 @@
 #include "agent/process_launcher.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <string.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "agent/guardian.h"
 #include "agent/job_cgroup.h"
 #include "agent/process_tree.h"
+#include "base/proc_stat.h"
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 namespace {
@@ -45,6 +50,28 @@ void PosixLauncher::sweep_leftovers() {
   sweep_descendants({guardian_.pid()}, Clock::now() + kSweepDeadline);
 }
 
-void PosixLauncher::release(pid_t pgid) { guardian_.remove_group(pgid); }
+void PosixLauncher::release(pid_t pgid) {
+  guardian_.remove_group(pgid);
+  cpu_ns_.erase(pgid);  // a worker's pid is its group's id
+}
+
+bool PosixLauncher::idle(pid_t pid) {
+  auto st = base::read_proc_stat(pid);
+  if (!st || st->state == 'Z' || st->state == 'X') return true;
+  // schedstat's first field: nanoseconds on a CPU (stat's ticks are 10 ms,
+  // coarser than a traceback being printed).
+  unsigned long long ns = 0;
+  base::ScopedFd fd(::open(("/proc/" + std::to_string(pid) + "/schedstat").c_str(),
+                           O_RDONLY | O_CLOEXEC));
+  char buf[96];
+  ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf - 1) : -1;
+  if (n <= 0) return st->state != 'R' && st->state != 'D';  // no schedstat: the state alone
+  buf[n] = '\0';
+  ns = std::strtoull(buf, nullptr, 10);
+  auto [it, first] = cpu_ns_.try_emplace(pid, ns);
+  const bool unchanged = !first && it->second == ns;
+  it->second = ns;
+  return unchanged && (st->state == 'S' || st->state == 'T' || st->state == 't');
+}
 
 }  // namespace ddprun::agent

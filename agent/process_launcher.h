@@ -16,6 +16,8 @@
 
 #include <sys/types.h>
 
+#include <unordered_map>
+
 #include "agent/spawn.h"
 
 namespace ddprun::agent {
@@ -41,6 +43,11 @@ class ProcessLauncher {
   virtual void sweep_leftovers() = 0;
   // The group is done with: no longer the guardian's to kill.
   virtual void release(pid_t pgid) = 0;
+  // True while the process looks idle: its main thread asleep (state S, or
+  // stopped) and no CPU time used since the previous call for it (the first
+  // call only samples: false). A gone or unreadable process counts as idle.
+  // The failure drain (attempt.h) stops waiting for ranks that all are.
+  virtual bool idle(pid_t pid) = 0;
 };
 
 class PosixLauncher : public ProcessLauncher {
@@ -55,10 +62,12 @@ class PosixLauncher : public ProcessLauncher {
   void kill_job() override;
   void sweep_leftovers() override;
   void release(pid_t pgid) override;
+  bool idle(pid_t pid) override;  // /proc/<pid>/stat and /proc/<pid>/schedstat
 
  private:
   Guardian& guardian_;
   JobCgroup* cgroup_;
+  std::unordered_map<pid_t, unsigned long long> cpu_ns_;  // idle()'s last samples
 };
 
 }  // namespace ddprun::agent

@@ -178,6 +178,25 @@ TEST_CASE("a failure leaves the others the failure drain to end on their own, th
   CHECK(h.attempt->result().ends[1].status.describe() == "exit code 1");
 }
 
+TEST_CASE("the failure drain ends once every rank left is idle (waiting for the dead one, not printing)") {
+  Harness h(3);
+  h.start();
+  h.launcher.exit(1, exited_with(3));
+  h.reap();
+  h.clock.advance(ag::Attempt::kIdleSample * 2);
+  CHECK(h.launcher.sent.empty());  // ranks 0 and 2 still busy
+  h.launcher.set_idle(0);
+  h.clock.advance(ag::Attempt::kIdleSample);
+  CHECK(h.launcher.sent.empty());  // rank 2 still busy
+  h.launcher.set_idle(2);
+  h.clock.advance(ag::Attempt::kIdleSample);
+  CHECK(h.launcher.signals_to(0) == std::vector<int>{SIGTERM, SIGCONT});
+  CHECK(h.launcher.signals_to(2) == std::vector<int>{SIGTERM, SIGCONT});
+  h.reap();
+  REQUIRE(h.attempt->done());
+  CHECK(h.attempt->result().root->local_rank == 1);
+}
+
 TEST_CASE("a stop signal during the failure drain ends it at once") {
   Harness h(2);
   h.launcher.ignore(1, SIGINT);

@@ -57,6 +57,9 @@ class FakeLauncher : public ProcessLauncher {
   void hold_streams(int worker) { held_workers_.insert(worker); }
   // The holder of those streams ends.
   void drop_streams() { held_.clear(); }
+  // From now on `worker` looks idle (asleep, no CPU) to idle(); the others
+  // look busy, as a rank printing its traceback does.
+  void set_idle(int worker) { idle_.insert(worker); }
   // The worker ends on its own; its exit waits for reap().
   void exit(int worker, int wait_status) {
     if (!alive_.count(worker)) return;
@@ -98,6 +101,7 @@ class FakeLauncher : public ProcessLauncher {
   void kill_job() override { ++kill_job_calls; }
   void sweep_leftovers() override { ++sweeps; }
   void release(pid_t pgid) override { released.push_back(pgid); }
+  bool idle(pid_t pid) override { return idle_.count(pid - kFirstPid) > 0; }
 
  private:
   void deliver(pid_t pid, int sig, bool group) {
@@ -110,6 +114,7 @@ class FakeLauncher : public ProcessLauncher {
   }
 
   std::set<int> alive_;
+  std::set<int> idle_;
   std::set<int> held_workers_;
   std::vector<base::ScopedFd> held_;
   std::map<int, std::set<int>> ignored_;
