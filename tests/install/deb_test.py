@@ -33,15 +33,25 @@ def zsh_complete(completion_dir, bin_dir, line, key, want):
     if pid == 0:
         os.execve(shutil.which("zsh"), ["zsh", "-f", "-i"],
                   {"PATH": bin_dir + ":/usr/bin:/bin", "TERM": "xterm", "HOME": completion_dir})
-    seen = b""
+    pending = b""  # read, not yet consumed by a match
+    seen = b""     # what the last until() looked at
 
     def until(pattern, seconds=30, strip=None):
-        """Reads until pattern matches what was read (after `strip` and
-        without ANSI sequences, when `strip` is given)."""
-        nonlocal seen
-        seen = b""
+        """Reads until pattern matches the unconsumed output (after `strip`
+        and without ANSI sequences, when `strip` is given) and consumes it up
+        to the match's end. Output that arrived with the match stays for the
+        next call: one read often holds a line's output and the next prompt."""
+        nonlocal pending, seen
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while True:
+            text = pending if strip is None else re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", strip + pending)
+            m = re.search(pattern, text)
+            seen = pending
+            if m:
+                pending = b"" if strip is not None else pending[m.end():]
+                return True
+            if time.monotonic() >= deadline:
+                return False
             if select.select([fd], [], [], 0.2)[0]:
                 try:
                     chunk = os.read(fd, 65536)
@@ -49,11 +59,7 @@ def zsh_complete(completion_dir, bin_dir, line, key, want):
                     return False
                 if not chunk:
                     return False
-                seen += chunk
-                text = seen if strip is None else re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", strip + seen)
-                if re.search(pattern, text):
-                    return True
-        return False
+                pending += chunk
 
     try:
         os.write(fd, f"PS1='zsh> '; fpath=({completion_dir} $fpath); autoload -U compinit; "
