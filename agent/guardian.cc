@@ -62,6 +62,22 @@ bool write_one(const char* path) {
   return fd && write(fd.get(), "1", 1) == 1;
 }
 
+// Calls `each(entry)` for every entry of the open folder `dir`, read with
+// getdents64 into a static buffer: the guardian may not allocate (no
+// opendir). The records are read in place, so the buffer must be aligned
+// for dirent64, not just for char.
+template <typename Each>
+void for_each_entry(int dir, Each each) {
+  alignas(dirent64) static char buf[32768];
+  long n;
+  while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0)
+    for (long off = 0; off < n;) {
+      auto* d = reinterpret_cast<dirent64*>(buf + off);
+      off += d->d_reclen;
+      each(*d);
+    }
+}
+
 // cgroup.kill, then wait (bounded) for "populated 0" and remove the folder.
 void kill_cgroup(const GuardianPaths& p) {
   if (!write_one(p.cgroup_kill)) return;
@@ -80,18 +96,11 @@ void kill_cgroup(const GuardianPaths& p) {
   }
   events.reset();
   // The attempt.<n> child cgroups first (job_cgroup.h): a folder with
-  // children cannot be removed. getdents64 into a static buffer, since the
-  // guardian may not allocate.
-  if (base::ScopedFd dir(open(p.cgroup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)); dir) {
-    alignas(dirent64) static char buf[4096];
-    long n;
-    while ((n = syscall(SYS_getdents64, dir.get(), buf, sizeof buf)) > 0)
-      for (long off = 0; off < n;) {
-        auto* d = reinterpret_cast<dirent64*>(buf + off);
-        off += d->d_reclen;
-        if (d->d_type == DT_DIR && d->d_name[0] != '.') unlinkat(dir.get(), d->d_name, AT_REMOVEDIR);
-      }
-  }
+  // children cannot be removed.
+  if (base::ScopedFd dir(open(p.cgroup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)); dir)
+    for_each_entry(dir.get(), [&](const dirent64& d) {
+      if (d.d_type == DT_DIR && d.d_name[0] != '.') unlinkat(dir.get(), d.d_name, AT_REMOVEDIR);
+    });
   rmdir(p.cgroup_dir);
 }
 
@@ -135,21 +144,13 @@ void kill_by_token(const GuardianPaths& p) {
     base::ScopedFd dir(open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dir) return;
     int killed = 0;
-    // getdents64 fills the buffer with dirent64 records read in place: the
-    // buffer must be aligned for the struct, not just for char.
-    alignas(dirent64) static char buf[32768];
-    long n;
-    while ((n = syscall(SYS_getdents64, dir.get(), buf, sizeof buf)) > 0) {
-      for (long off = 0; off < n;) {
-        auto* d = reinterpret_cast<dirent64*>(buf + off);
-        off += d->d_reclen;
-        const char* name = d->d_name;
-        if (name[0] < '1' || name[0] > '9') continue;
-        pid_t pid = static_cast<pid_t>(atoi(name));
-        if (pid == self || !has_token(name, p)) continue;
-        if (kill(pid, SIGKILL) == 0) ++killed;
-      }
-    }
+    for_each_entry(dir.get(), [&](const dirent64& d) {
+      const char* name = d.d_name;
+      if (name[0] < '1' || name[0] > '9') return;
+      pid_t pid = static_cast<pid_t>(atoi(name));
+      if (pid == self || !has_token(name, p)) return;
+      if (kill(pid, SIGKILL) == 0) ++killed;
+    });
     dir.reset();
     if (killed == 0) return;
   }

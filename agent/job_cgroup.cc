@@ -210,7 +210,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
 JobCgroup::~JobCgroup() {
   if (kill_.valid()) kill_and_wait(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   attempt_dir_.reset();
-  for (int n = 1; n <= attempts_; ++n) (void)rmdir(attempt_path(n).c_str());
+  remove_child_cgroups(path_);  // the attempt.<n> ones
   dir_.reset();
   procs_.reset();
   kill_.reset();

@@ -60,14 +60,13 @@ bool PosixLauncher::idle(pid_t pid) {
   if (!st || st->state == 'Z' || st->state == 'X') return true;
   // schedstat's first field: nanoseconds on a CPU (stat's ticks are 10 ms,
   // coarser than a traceback being printed).
-  unsigned long long ns = 0;
   base::ScopedFd fd(::open(("/proc/" + std::to_string(pid) + "/schedstat").c_str(),
                            O_RDONLY | O_CLOEXEC));
   char buf[96];
   ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf - 1) : -1;
   if (n <= 0) return st->state != 'R' && st->state != 'D';  // no schedstat: the state alone
   buf[n] = '\0';
-  ns = std::strtoull(buf, nullptr, 10);
+  const unsigned long long ns = std::strtoull(buf, nullptr, 10);
   auto [it, first] = cpu_ns_.try_emplace(pid, ns);
   const bool unchanged = !first && it->second == ns;
   it->second = ns;
