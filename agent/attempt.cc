@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -58,12 +59,28 @@ Attempt::~Attempt() {
 }
 
 void Attempt::start() {
+  std::optional<SpawnError> error;
   try {
     for (int lr = 0; lr < setup_.round.local_world_size; ++lr) spawn_worker(lr);
   } catch (const SpawnError& e) {
+    error = e;
+  }
+  // Every worker is forked before the first exec is waited for (their
+  // start-ups overlap); a worker that could not exec was reaped by finish.
+  for (auto& w : workers_) {
+    try {
+      launcher_.finish(w.info.pid);
+    } catch (const SpawnError& e) {
+      w.alive = false;
+      w.never_ran = true;
+      if (setup_.stdin_forwarder) setup_.stdin_forwarder->remove_target(w.info.pid);
+      if (!error) error = e;
+    }
+  }
+  if (error) {
     Failure f;
-    f.reason = e.what();
-    f.exit_code = e.exit_status();
+    f.reason = error->what();
+    f.exit_code = error->exit_status();
     f.when = clock_.now();
     record_failure(std::move(f));
     if (workers_.empty()) {
@@ -72,7 +89,7 @@ void Attempt::start() {
     } else {
       begin_teardown(SIGKILL);
     }
-    throw;
+    throw *error;
   }
   for (auto* h : hooks_) h->workers_started(info_, *this);
 }
@@ -194,6 +211,7 @@ void Attempt::signal_groups(int sig) {
   // Every group, also of workers already reaped: their children may live on.
   // A group stopped by Ctrl-Z acts on its signal only once continued.
   for (auto& w : workers_) {
+    if (w.never_ran) continue;
     launcher_.signal_group(w.info.pid, sig);
     if (sig != SIGKILL) launcher_.signal_group(w.info.pid, SIGCONT);
   }
@@ -209,11 +227,13 @@ void Attempt::pumps_lossy() {
 }
 
 void Attempt::stop_workers() {
-  for (auto& w : workers_) launcher_.signal_group(w.info.pid, SIGSTOP);
+  for (auto& w : workers_)
+    if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGSTOP);
 }
 
 void Attempt::continue_workers() {
-  for (auto& w : workers_) launcher_.signal_group(w.info.pid, SIGCONT);
+  for (auto& w : workers_)
+    if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGCONT);
 }
 
 void Attempt::resize_terminals() {

@@ -120,6 +120,8 @@ class Attempt : public AttemptControl {
   struct Worker {
     WorkerInfo info;
     bool alive = false;
+    // Its exec failed (reaped by ProcessLauncher::finish): no group to signal.
+    bool never_ran = false;
     std::unique_ptr<OutputPump> out;
     std::unique_ptr<OutputPump> err;
   };

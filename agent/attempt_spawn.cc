@@ -72,7 +72,7 @@ void Attempt::spawn_worker(int lr) {
   req.stderr_fd = streams.err_write.get();
   req.nofile_limit = setup_.worker_nofile_limit;
   if (static_cast<size_t>(lr) < options_.worker_cpus.size()) req.cpus = options_.worker_cpus[lr];
-  w.pid = launcher_.spawn(std::move(req));
+  w.pid = launcher_.start(std::move(req));  // Attempt::start finishes it
 
   Worker worker;
   worker.info = w;

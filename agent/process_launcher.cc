@@ -25,11 +25,33 @@ constexpr auto kSweepDeadline = std::chrono::seconds(5);
 }  // namespace
 
 pid_t PosixLauncher::spawn(SpawnRequest request) {
+  pid_t pid = start(std::move(request));
+  finish(pid);
+  return pid;
+}
+
+pid_t PosixLauncher::start(SpawnRequest request) {
   request.cgroup_procs_fd = cgroup_ ? cgroup_->procs_fd() : -1;
   request.cgroup_dir_fd = cgroup_ ? cgroup_->spawn_dir_fd() : -1;
-  pid_t pid = spawn_process(request);
+  StartedProcess started = start_process(request);
+  const pid_t pid = started.pid;
+  // The guardian kills the group if the agent dies from here on, exec or not.
   guardian_.add_group(pid);
+  started_.emplace(pid, std::move(started));
   return pid;
+}
+
+void PosixLauncher::finish(pid_t pid) {
+  auto it = started_.find(pid);
+  if (it == started_.end()) return;
+  StartedProcess started = std::move(it->second);
+  started_.erase(it);
+  try {
+    finish_process(started);
+  } catch (const SpawnError&) {
+    guardian_.remove_group(pid);  // reaped: the pid may be anyone's soon
+    throw;
+  }
 }
 
 // Errors are expected and harmless here: a group whose processes are all

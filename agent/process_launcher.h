@@ -31,6 +31,13 @@ class ProcessLauncher {
   // Starts a worker in a process group of its own (its pid is the group's
   // id) and keeps that group contained until release(). Throws SpawnError.
   virtual pid_t spawn(SpawnRequest request) = 0;
+  // spawn() in two steps (spawn.h: start_process): start() forks and
+  // returns the pid without waiting for the exec; finish(pid) waits for it
+  // and throws SpawnError (the child reaped, its group released) when it
+  // failed. An attempt starts every worker, then finishes each, so their
+  // start-ups overlap. By default start() is the whole spawn().
+  virtual pid_t start(SpawnRequest request) { return spawn(std::move(request)); }
+  virtual void finish(pid_t) {}
   // Sends `sig` to one process.
   virtual void signal(pid_t pid, int sig) = 0;
   // Sends `sig` to a worker's whole process group.
@@ -57,6 +64,8 @@ class PosixLauncher : public ProcessLauncher {
   PosixLauncher(Guardian& guardian, JobCgroup* cgroup) : guardian_(guardian), cgroup_(cgroup) {}
 
   pid_t spawn(SpawnRequest request) override;
+  pid_t start(SpawnRequest request) override;
+  void finish(pid_t pid) override;
   void signal(pid_t pid, int sig) override;
   void signal_group(pid_t pgid, int sig) override;
   void kill_job() override;
@@ -68,6 +77,7 @@ class PosixLauncher : public ProcessLauncher {
   Guardian& guardian_;
   JobCgroup* cgroup_;
   std::unordered_map<pid_t, unsigned long long> cpu_ns_;  // idle()'s last samples
+  std::unordered_map<pid_t, StartedProcess> started_;      // start()ed, not yet finish()ed
 };
 
 }  // namespace ddprun::agent

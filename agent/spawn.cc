@@ -84,7 +84,7 @@ fail:
 
 }  // namespace
 
-pid_t spawn_process(const SpawnRequest& request) {
+StartedProcess start_process(const SpawnRequest& request) {
   // Everything the child needs is built before fork: after fork only
   // async-signal-safe calls are allowed.
   std::vector<char*> argv = to_cstrings(request.argv);
@@ -119,19 +119,28 @@ pid_t spawn_process(const SpawnRequest& request) {
   // Also set the group from the parent, so it exists before we ever signal
   // it (whoever runs first wins; the other call is a harmless EACCES/ok).
   setpgid(pid, pid);
+  StartedProcess started;
+  started.pid = pid;
+  started.report = std::move(report.read);
+  started.path = request.path;
+  return started;
+}
 
+void finish_process(StartedProcess& started) {
   ChildReport child{};
   ssize_t n;
   do {
-    n = read(report.read.get(), &child, sizeof child);
+    // Bounded by the child: it execs or reports within its few set-up calls.
+    n = read(started.report.get(), &child, sizeof child);
   } while (n < 0 && errno == EINTR);
+  started.report.reset();
   if (n == static_cast<ssize_t>(sizeof child)) {
     // The child exec'd nothing; reap it here so nobody sees a worker exit.
     int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (waitpid(started.pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (child.step == ChildReport::kExec)
-      throw SpawnError("cannot execute '" + request.path + "': " + strerror(child.err),
+      throw SpawnError("cannot execute '" + started.path + "': " + strerror(child.err),
                        child.err, true);
     throw SpawnError(std::string(child.step == ChildReport::kCgroup
                                      ? "cannot move the worker into its cgroup: "
@@ -139,7 +148,12 @@ pid_t spawn_process(const SpawnRequest& request) {
                          strerror(child.err),
                      child.err);
   }
-  return pid;
+}
+
+pid_t spawn_process(const SpawnRequest& request) {
+  StartedProcess started = start_process(request);
+  finish_process(started);
+  return started.pid;
 }
 
 std::string resolve_program(const std::string& program, const std::string& path_env) {

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "base/scoped_fd.h"
+
 namespace ddprun::agent {
 
 class SpawnError : public std::runtime_error {
@@ -71,6 +73,20 @@ struct SpawnRequest {
 // Starts the process; returns its pid, which is also its process group id.
 // Throws SpawnError naming the program when fork or exec fails.
 pid_t spawn_process(const SpawnRequest& request);
+
+// spawn_process in two steps, so that several workers are forked before
+// the agent waits for the first one's exec and their start-ups overlap
+// (issue 24: serially, each worker waited for the previous exec).
+// start_process forks and returns at once (throws SpawnError when fork
+// fails); finish_process waits for the exec, or for the child's report of
+// why it could not, and then reaps the child and throws SpawnError.
+struct StartedProcess {
+  pid_t pid = -1;
+  base::ScopedFd report;  // the close-on-exec pipe's read end
+  std::string path;
+};
+StartedProcess start_process(const SpawnRequest& request);
+void finish_process(StartedProcess& started);
 
 // Looks `program` up like execvp does: as given when it contains '/', else
 // in the colon-separated `path_env`. Throws SpawnError (ENOENT/EACCES)

@@ -1,5 +1,5 @@
-# DDPRUN_SELF_CONTAINED: the wheel's ddprun and ddprun-store need nothing
-# but glibc at run time (tests/install/wheel_test.py checks with readelf -d).
+# DDPRUN_SELF_CONTAINED: ddprun and ddprun-store (the wheel's and the build
+# tree's) need nothing but glibc at run time (tests/install/wheel_test.py checks with readelf -d).
 #  - libstdc++ and libgcc linked statically (GCC's -static-lib* options);
 #  - OpenSSL from Debian's libssl.a/libcrypto.a (libssl-dev ships both);
 #  - spdlog and fmt header-only: Debian ships no static archive of either,
@@ -17,4 +17,7 @@ set_target_properties(spdlog::spdlog PROPERTIES
   INTERFACE_LINK_LIBRARIES "Threads::Threads;fmt::fmt-header-only")
 # libcrypto.a calls dlopen (engines, providers) and pthreads.
 set_property(TARGET OpenSSL::Crypto APPEND PROPERTY INTERFACE_LINK_LIBRARIES ${CMAKE_DL_LIBS} Threads::Threads)
-add_link_options(-static-libstdc++ -static-libgcc)
+# Only the two programs (pkg/CMakeLists.txt): the trainer and the tests link
+# LibTorch or nothing shipped, and a second, static libstdc++ beside
+# LibTorch's shared one would split exceptions and locales between them.
+set(DDPRUN_STATIC_RUNTIME_OPTIONS -static-libstdc++ -static-libgcc)

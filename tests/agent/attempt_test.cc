@@ -230,6 +230,28 @@ TEST_CASE("a spawn that fails half way kills the workers already started and ret
   CHECK_FALSE(h.hooks.control);  // workers_started never came
 }
 
+TEST_CASE("every worker is forked before any exec is waited for; a failed exec kills the others") {
+  Harness h(3);
+  h.launcher.fail_exec_at = 1;
+  CHECK_THROWS_AS(h.attempt->start(), ag::SpawnError);
+  h.io.poll();
+  // All three were started, then each one's exec was waited for in order.
+  CHECK(h.launcher.requests.size() == 3);
+  CHECK(h.launcher.finished ==
+        std::vector<pid_t>{h.launcher.pid_of(0), h.launcher.pid_of(1), h.launcher.pid_of(2)});
+  // The one that never ran gets no signal; the two that run are killed.
+  CHECK(h.launcher.signals_to(0) == std::vector<int>{SIGKILL});
+  CHECK(h.launcher.signals_to(1).empty());
+  CHECK(h.launcher.signals_to(2) == std::vector<int>{SIGKILL});
+  h.reap();
+  REQUIRE(h.attempt->done());
+  const auto& r = h.attempt->result();
+  CHECK(r.outcome == ag::Outcome::kFailed);
+  CHECK(r.root->exit_code == 126);
+  CHECK(r.root->reason == "cannot execute '/bin/true': Text file busy");
+  CHECK_FALSE(h.hooks.control);
+}
+
 TEST_CASE("a spawn that fails at the first worker ends the attempt at once") {
   Harness h(2);
   h.launcher.fail_spawn_at = 0;

@@ -42,6 +42,10 @@ class FakeLauncher : public ProcessLauncher {
 
   // Spawn number `n` (from 0) fails as a missing program does.
   std::optional<int> fail_spawn_at;
+  // Spawn number `n` is forked but its exec fails: finish() throws (the
+  // child is reaped there, as PosixLauncher does).
+  std::optional<int> fail_exec_at;
+  std::vector<pid_t> finished;  // finish() calls, in order
   std::vector<SpawnRequest> requests;
   std::vector<SentSignal> sent;
   std::vector<pid_t> released;
@@ -95,6 +99,14 @@ class FakeLauncher : public ProcessLauncher {
     requests.push_back(std::move(request));
     alive_.insert(n);
     return pid_of(n);
+  }
+  void finish(pid_t pid) override {
+    finished.push_back(pid);
+    const int n = pid - kFirstPid;
+    if (fail_exec_at && *fail_exec_at == n) {
+      alive_.erase(n);
+      throw SpawnError("cannot execute '/bin/true': Text file busy", ETXTBSY, true);
+    }
   }
   void signal(pid_t pid, int sig) override { deliver(pid, sig, false); }
   void signal_group(pid_t pgid, int sig) override { deliver(pgid, sig, true); }
