@@ -7,7 +7,11 @@
 // sets SO_REUSEADDR) bind and listen on that port, while the kernel never
 // hands a bound port to anyone else's bind(0).
 //
-// Move-only; the destructor releases the port.
+// The agent then makes the reserved socket itself the listener of the
+// TCPStore it hosts for its workers (take_socket(), tcpstore_server.h), as
+// torchrun's agent hosts one at MASTER_PORT: the port stays this job's.
+//
+// Move-only; the destructor releases the port (unless taken).
 #pragma once
 
 #include <string>
@@ -18,15 +22,19 @@ namespace ddprun::agent {
 
 class PortReservation {
  public:
-  // Binds `addr` (IPv4 or IPv6 literal; a host name is resolved) port 0.
-  // Throws std::runtime_error naming the address on failure.
-  explicit PortReservation(const std::string& addr);
+  // Binds `addr` (IPv4 or IPv6 literal; a host name is resolved) port
+  // `port` (0: a free one). Throws std::runtime_error naming the address
+  // on failure.
+  explicit PortReservation(const std::string& addr, int port = 0);
   PortReservation(PortReservation&& other) noexcept = default;
   PortReservation& operator=(PortReservation&&) = delete;
   PortReservation(const PortReservation&) = delete;
   PortReservation& operator=(const PortReservation&) = delete;
 
   int port() const { return port_; }
+  // Hands the bound socket over (its new owner keeps the port); -1 once
+  // taken.
+  int take_socket() { return fd_.release(); }
 
  private:
   base::ScopedFd fd_;

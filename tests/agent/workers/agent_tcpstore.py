@@ -1,0 +1,56 @@
+"""Every rank joins the agent's c10d TCPStore at MASTER_ADDR:MASTER_PORT as a
+client (`is_master=False` on every rank, what TORCHELASTIC_USE_AGENT_STORE=True
+promises under torchrun 2.x), uses set/get/add/wait/compare_set, fails once on
+purpose (rank 1, attempt 0) and, restarted, finds attempt 0's keys still
+there (the store lives as long as the agent), then runs env:// gloo, which
+joins the same store. Works with torch 1.13 and 2.x. Prints
+"rank R agent store ok ..." on the last attempt."""
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+assert os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                      timeout=datetime.timedelta(seconds=60))
+a = f"a{attempt}"
+store.set(f"{a}/rank{rank}", str(rank))
+store.wait([f"{a}/rank{r}" for r in range(world)])
+values = [store.get(f"{a}/rank{r}").decode() for r in range(world)]
+store.add(f"{a}/sum", rank + 1)
+store.add(f"{a}/arrived", 1)
+# Exactly one rank's compare_set finds the key absent and writes its rank.
+store.compare_set(f"{a}/leader", "", str(rank))
+leader = store.get(f"{a}/leader").decode()
+assert leader in {str(r) for r in range(world)}, leader
+
+if attempt == 0:
+    store.set(f"kept/{rank}", "from attempt 0")
+    store.wait([f"kept/{r}" for r in range(world)])
+    if rank == 1:
+        sys.exit(3)  # the group restarts
+    store.wait(["never"], datetime.timedelta(seconds=120))  # stopped by the agent first
+
+kept = [store.get(f"kept/{r}").decode() for r in range(world)]
+assert kept == ["from attempt 0"] * world, kept
+if int(torch.__version__.split(".")[0]) >= 2:
+    # torch 2.x cancels a timed-out wait (CANCEL_WAIT); the store stays usable.
+    try:
+        store.wait([f"{a}/absent"], datetime.timedelta(milliseconds=200))
+        raise SystemExit("wait on an absent key returned")
+    except RuntimeError:  # DistStoreError derives from it
+        pass
+    assert store.get(f"{a}/rank0").decode() == "0"
+store.wait([f"{a}/arrived"])
+dist.init_process_group("gloo", init_method="env://")
+t = torch.tensor([rank + 1.0])
+dist.all_reduce(t)
+total = int(t.item())
+dist.barrier()
+dist.destroy_process_group()
+print(f"rank {rank} agent store ok attempt {attempt} values {','.join(values)} "
+      f"allreduce {total}", flush=True)
