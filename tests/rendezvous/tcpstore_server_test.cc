@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <random>
 #include <set>
 
 #include "rendezvous/tcpstore_codec.h"
@@ -370,4 +371,25 @@ TEST_CASE("a partial query is closed after the frame timeout; a stalled client s
   CHECK(good.get("/k") == "v");  // served while the other's frame is partial
   CHECK(stalled.closed_by_server());
   CHECK(log.str().find("partial query not completed") != std::string::npos);
+}
+
+TEST_CASE("random bytes in either dialect never crash the server nor leave a waiter behind") {
+  LogCapture log;  // the closes' lines stay out of the test's output
+  TcpStoreThread server;
+  std::mt19937 rng(21);
+  for (int round = 0; round < 200; ++round) {
+    auto d = round % 2 ? ts::Dialect::kV2 : ts::Dialect::kLegacy;
+    Peer p(server.port(), d);
+    ts::Bytes junk(16 + static_cast<size_t>(rng() % 240));
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    // Small opcodes and lengths, so that many parse as real queries.
+    junk[0] = static_cast<uint8_t>(rng() % 20);
+    for (size_t i = 1; i < junk.size(); ++i)
+      if (rng() % 2) junk[i] = static_cast<uint8_t>(junk[i] % 4);
+    p.send(junk);
+  }  // every connection closed by its client
+  Peer good(server.port(), ts::Dialect::kV2);
+  good.set("/alive", "yes");
+  CHECK(good.get("/alive") == "yes");
+  CHECK(server.wait_waiters(0));
 }
