@@ -286,6 +286,9 @@ std::string ElasticRendezvous::me() const {
 }
 
 RoundInfo ElasticRendezvous::next_round(int) {
+  // Before joining: no node's workers of the new round start until this
+  // node has joined, so none reaches the old keys (store_host.h).
+  if (tcpstore_host_) tcpstore_host_->clear_tcpstore();
   if (notifier_.joinable()) notifier_.join();
   keep_alive_.reset();
   control_attempt_ = nullptr;

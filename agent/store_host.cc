@@ -1,6 +1,10 @@
 #include "agent/store_host.h"
 
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/post.hpp>
+#include <chrono>
+#include <future>
 
 #include "rendezvous/server.h"
 #include "rendezvous/tcpstore_server.h"
@@ -24,6 +28,20 @@ StoreHost::StoreHost(const StoreHostOptions& options) {
     tcpstore_port_ = tcpstore_->port();
   }
   thread_ = std::thread([this] { io_.run(); });
+}
+
+void StoreHost::clear_tcpstore() {
+  if (!tcpstore_) return;
+  auto done = std::make_shared<std::promise<void>>();
+  auto cleared = done->get_future();
+  boost::asio::post(io_, [this, done] {
+    tcpstore_->clear();
+    done->set_value();
+  });
+  // The store thread only runs ddprun's own handlers, each short.
+  if (cleared.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+    spdlog::warn("the TCPStore at MASTER_PORT was not cleared within 10 s; "
+                 "the new attempt may see the last one's keys");
 }
 
 StoreHost::~StoreHost() {

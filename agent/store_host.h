@@ -9,8 +9,10 @@
 // The same thread can also serve c10d's TCPStore protocol
 // (rendezvous/tcpstore_server.h) at MASTER_ADDR:MASTER_PORT, the store
 // TORCHELASTIC_USE_AGENT_STORE=True tells torch's env:// to join as a
-// client, as torchrun's agent does. It lives as long as the agent, so its
-// keys survive worker restarts (torch prefixes them /worker/attempt_<n>).
+// client, as torchrun's agent does. It lives as long as the agent (the
+// port stays the job's); clear_tcpstore() empties it for each new attempt,
+// as torchrun 2.x's agent starts each round with a new TCPStore (torch
+// 2.x's env:// adds no /worker/attempt_<n> prefix, 1.13's does).
 //
 // Move-less RAII owner: the destructor closes every connection and joins
 // the thread.
@@ -57,6 +59,9 @@ class StoreHost {
   uint16_t port() const { return port_; }
   // The TCPStore's port (0 without one).
   uint16_t tcpstore_port() const { return tcpstore_port_; }
+  // Empties the TCPStore's table on the store thread and waits (up to 10 s,
+  // then warns) until it is done. Call before an attempt's workers start.
+  void clear_tcpstore();
 
  private:
   boost::asio::io_context io_;

@@ -616,6 +616,12 @@ void TcpStoreServer::close() {
   for (auto& c : conns) c->close();
 }
 
+void TcpStoreServer::clear() {
+  impl_->data.clear();
+  impl_->queues.clear();
+  impl_->store_bytes = 0;
+}
+
 size_t TcpStoreServer::num_connections() const { return impl_->conns.size(); }
 size_t TcpStoreServer::num_keys() const { return impl_->data.size(); }
 size_t TcpStoreServer::num_waiters() const { return impl_->waiters; }

@@ -57,6 +57,11 @@ class TcpStoreServer {
   uint16_t port() const;
   // Stops accepting and closes every connection.
   void close();
+  // Empties the table and the queues (a new attempt's workers start from a
+  // fresh store, as under torchrun 2.x, whose agent makes a new TCPStore
+  // for every round: torch 2.x's env:// adds no per-attempt prefix).
+  // Connections and their waits stay.
+  void clear();
   size_t num_connections() const;
   size_t num_keys() const;
   // Connections blocked in WAIT or BARRIER (tests wait on this).

@@ -117,9 +117,9 @@ TEST_CASE("workers that open a c10d TCPStore themselves run under ddprun") {
 
 TEST_CASE("every rank joins the agent's TCPStore at MASTER_ADDR:MASTER_PORT, across a restart") {
   // tests/agent/workers/agent_tcpstore.py: TCPStore(..., is_master=False) on
-  // every rank, set/get/add/wait/compare_set, keys of attempt 0 read in
-  // attempt 1, then env:// gloo (torch 1.13 under agent.python, 2.x under
-  // torch2.agent.python).
+  // every rank, set/get/add/wait/compare_set and env:// gloo in both
+  // attempts, attempt 1 finding the store emptied (torch 1.13 under
+  // agent.python, 2.x under torch2.agent.python).
   std::string script = std::string(WORKERS_DIR) + "/agent_tcpstore.py";
   if (!missing(kPython).empty()) SKIP_TEST(missing(kPython));
   auto r = run_ddprun({"--nproc-per-node=2", "--max-restarts=1", script},

@@ -37,6 +37,14 @@ class TcpStoreThread {
     thread_.join();
   }
   uint16_t port() const { return port_; }
+  void clear() {
+    std::promise<void> p;
+    boost::asio::post(io_, [&] {
+      server_->clear();
+      p.set_value();
+    });
+    p.get_future().get();
+  }
   size_t waiters() {
     std::promise<size_t> p;
     boost::asio::post(io_, [&] { p.set_value(server_->num_waiters()); });
@@ -392,4 +400,14 @@ TEST_CASE("random bytes in either dialect never crash the server nor leave a wai
   good.set("/alive", "yes");
   CHECK(good.get("/alive") == "yes");
   CHECK(server.wait_waiters(0));
+}
+
+TEST_CASE("clear() empties the table for a new attempt; connections stay served") {
+  TcpStoreThread server;
+  Peer c(server.port(), ts::Dialect::kV2);
+  c.set("/old", "x");
+  CHECK(c.add("/n", 2) == 2);
+  server.clear();
+  CHECK(c.get("/old").empty());
+  CHECK(c.add("/n", 1) == 1);
 }

@@ -1,10 +1,11 @@
 """Every rank joins the agent's c10d TCPStore at MASTER_ADDR:MASTER_PORT as a
 client (`is_master=False` on every rank, what TORCHELASTIC_USE_AGENT_STORE=True
-promises under torchrun 2.x), uses set/get/add/wait/compare_set, fails once on
-purpose (rank 1, attempt 0) and, restarted, finds attempt 0's keys still
-there (the store lives as long as the agent), then runs env:// gloo, which
-joins the same store. Works with torch 1.13 and 2.x. Prints
-"rank R agent store ok ..." on the last attempt."""
+promises under torchrun 2.x), uses set/get/add/wait/compare_set and env://
+gloo (which joins the same store), fails once on purpose (rank 1, attempt 0)
+and, restarted at the same MASTER_PORT, finds the store empty again: torchrun
+2.x's agent starts each round with a new TCPStore, and torch 2.x's env:// adds
+no per-attempt prefix, so attempt 0's gloo addresses must be gone. Works with
+torch 1.13 and 2.x. Prints "rank R agent store ok ..." on the last attempt."""
 import datetime
 import os
 import sys
@@ -28,15 +29,23 @@ store.compare_set(f"{a}/leader", "", str(rank))
 leader = store.get(f"{a}/leader").decode()
 assert leader in {str(r) for r in range(world)}, leader
 
+store.wait([f"{a}/arrived"])
+dist.init_process_group("gloo", init_method="env://")
+t = torch.tensor([rank + 1.0])
+dist.all_reduce(t)
+total = int(t.item())
+dist.barrier()
+dist.destroy_process_group()
+
 if attempt == 0:
-    store.set(f"kept/{rank}", "from attempt 0")
-    store.wait([f"kept/{r}" for r in range(world)])
+    store.set(f"old/{rank}", "from attempt 0")
+    store.wait([f"old/{r}" for r in range(world)])
     if rank == 1:
         sys.exit(3)  # the group restarts
     store.wait(["never"], datetime.timedelta(seconds=120))  # stopped by the agent first
 
-kept = [store.get(f"kept/{r}").decode() for r in range(world)]
-assert kept == ["from attempt 0"] * world, kept
+for old in ["old/0", "a0/rank0"]:
+    assert not store.check([old]), f"attempt 0's key {old} is still in the store"
 if int(torch.__version__.split(".")[0]) >= 2:
     # torch 2.x cancels a timed-out wait (CANCEL_WAIT); the store stays usable.
     try:
@@ -45,12 +54,5 @@ if int(torch.__version__.split(".")[0]) >= 2:
     except RuntimeError:  # DistStoreError derives from it
         pass
     assert store.get(f"{a}/rank0").decode() == "0"
-store.wait([f"{a}/arrived"])
-dist.init_process_group("gloo", init_method="env://")
-t = torch.tensor([rank + 1.0])
-dist.all_reduce(t)
-total = int(t.item())
-dist.barrier()
-dist.destroy_process_group()
 print(f"rank {rank} agent store ok attempt {attempt} values {','.join(values)} "
       f"allreduce {total}", flush=True)
