@@ -44,8 +44,10 @@ if attempt == 0:
         sys.exit(3)  # the group restarts
     store.wait(["never"], datetime.timedelta(seconds=120))  # stopped by the agent first
 
-for old in ["old/0", "a0/rank0"]:
-    assert not store.check([old]), f"attempt 0's key {old} is still in the store"
+# compare_set writes only where the key is absent (1.13's TCPStore has no check()).
+for old in [f"old/{rank}", f"a0/rank{rank}"]:
+    found = store.compare_set(old, "", "absent").decode()
+    assert found == "absent", f"attempt 0's key {old} is still in the store: {found}"
 if int(torch.__version__.split(".")[0]) >= 2:
     # torch 2.x cancels a timed-out wait (CANCEL_WAIT); the store stays usable.
     try:
