@@ -1,15 +1,12 @@
 // A free TCP port for MASTER_PORT that no other job can be handed.
 //
-// torchrun binds port 0, reads the port, closes the socket and lets rank 0
-// bind it later; in between, another job can get the same port. Instead the
-// agent binds port 0 with SO_REUSEADDR and keeps the socket bound, but not
-// listening, for the whole job. Linux lets rank 0's TCPStore (which also
-// sets SO_REUSEADDR) bind and listen on that port, while the kernel never
-// hands a bound port to anyone else's bind(0).
-//
-// The agent then makes the reserved socket itself the listener of the
-// TCPStore it hosts for its workers (take_socket(), tcpstore_server.h), as
-// torchrun's agent hosts one at MASTER_PORT: the port stays this job's.
+// torchrun binds port 0, reads the port, closes the socket and binds it
+// again later; in between, another job can get the same port. Instead the
+// agent binds port 0 with SO_REUSEADDR and keeps the socket: the kernel
+// never hands a bound port to anyone else's bind(0). The agent then makes
+// that socket itself the listener of the c10d TCPStore it hosts for its
+// workers at MASTER_PORT (take_socket(), rendezvous/tcpstore_server.h), as
+// torchrun's agent hosts one there: the port stays this job's.
 //
 // Move-only; the destructor releases the port (unless taken).
 #pragma once
