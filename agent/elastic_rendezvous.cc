@@ -147,6 +147,19 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
   } catch (const std::exception& e) {
     throw RendezvousError(std::string("MASTER_PORT: ") + e.what());
   }
+  // Every node serves c10d's TCPStore on its MASTER_PORT: the round's node
+  // rank 0 is MASTER_ADDR:MASTER_PORT, and which node that is can change
+  // when the job re-forms. With --master-port, another agent of the job on
+  // this machine may hold the port already: then that one serves it.
+  try {
+    if (!master_port_) master_port_ = std::make_unique<PortReservation>(local_addr, ro.master_port);
+    StoreHostOptions to;
+    to.ddprun_store = false;
+    to.tcpstore_fd = master_port_->take_socket();
+    tcpstore_host_ = std::make_unique<StoreHost>(to);
+  } catch (const std::exception& e) {
+    spdlog::warn("not hosting the TCPStore at MASTER_PORT {}: {}", ro.master_port, e.what());
+  }
   ro.local_addr = local_addr;
   try {
     // The join's connections wait for the store as long as the probe did
@@ -170,6 +183,7 @@ ElasticRendezvous::~ElasticRendezvous() {
   rdzv_.reset();
   control_.reset();
   host_.reset();
+  tcpstore_host_.reset();
 }
 
 void ElasticRendezvous::forget_finished_job(const std::string& exited) {
@@ -272,6 +286,9 @@ std::string ElasticRendezvous::me() const {
 }
 
 RoundInfo ElasticRendezvous::next_round(int) {
+  // Before joining: no node's workers of the new round start until this
+  // node has joined, so none reaches the old keys (store_host.h).
+  if (tcpstore_host_) tcpstore_host_->clear_tcpstore();
   if (notifier_.joinable()) notifier_.join();
   keep_alive_.reset();
   control_attempt_ = nullptr;

@@ -120,6 +120,8 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   rendezvous::Duration keep_alive_window_{15000};
   std::unique_ptr<StoreHost> host_;
   std::unique_ptr<PortReservation> master_port_;
+  // c10d's TCPStore on MASTER_PORT (store_host.h), for the workers.
+  std::unique_ptr<StoreHost> tcpstore_host_;
   std::unique_ptr<rendezvous::Rendezvous> rdzv_;
   std::unique_ptr<rendezvous::Store> control_;  // exit hand-shake
   std::unique_ptr<rendezvous::KeepAlive> keep_alive_;

@@ -8,10 +8,11 @@
 #include <unistd.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace ddprun::agent {
 
-PortReservation::PortReservation(const std::string& addr) {
+PortReservation::PortReservation(const std::string& addr, int port) {
   std::string host = addr;
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
@@ -20,7 +21,7 @@ PortReservation::PortReservation(const std::string& addr) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), "0", &hints, &res);
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (rc != 0)
     throw std::runtime_error("cannot resolve master address '" + addr + "': " + gai_strerror(rc));
   std::string last_error = "no address";
@@ -46,8 +47,9 @@ PortReservation::PortReservation(const std::string& addr) {
   }
   freeaddrinfo(res);
   if (!fd_)
-    throw std::runtime_error("cannot reserve a port on master address '" + addr +
-                             "': " + last_error);
+    throw std::runtime_error("cannot reserve " +
+                             (port ? "port " + std::to_string(port) : std::string("a port")) +
+                             " on master address '" + addr + "': " + last_error);
 }
 
 }  // namespace ddprun::agent

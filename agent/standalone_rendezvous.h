@@ -3,9 +3,10 @@
 // Group rank 0 of 1, world size = nproc, MASTER_ADDR from --master-addr and
 // MASTER_PORT either from --master-port or a port reserved for the whole job
 // (port_reservation.h), so every restart reuses the same free port. The
-// agent also hosts ddprun's store on 127.0.0.1 (store_host.h) for the
-// workers: DDPRUN_STORE_ADDR, a prefix per run and attempt, and a token
-// (random unless one is configured) so other local users cannot use it.
+// agent hosts c10d's TCPStore on that port for the whole job, and ddprun's
+// store on 127.0.0.1 (store_host.h) for the workers: DDPRUN_STORE_ADDR, a
+// prefix per run and attempt, and a token (random unless one is
+// configured) so other local users cannot use it.
 #pragma once
 
 #include <memory>

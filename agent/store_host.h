@@ -6,6 +6,14 @@
 // reach it through DDPRUN_STORE_ADDR; on a multi-node job the other agents
 // meet through it.
 //
+// The same thread can also serve c10d's TCPStore protocol
+// (rendezvous/tcpstore_server.h) at MASTER_ADDR:MASTER_PORT, the store
+// TORCHELASTIC_USE_AGENT_STORE=True tells torch's env:// to join as a
+// client, as torchrun's agent does. It lives as long as the agent (the
+// port stays the job's); clear_tcpstore() empties it for each new attempt,
+// as torchrun 2.x's agent starts each round with a new TCPStore (torch
+// 2.x's env:// adds no /worker/attempt_<n> prefix, 1.13's does).
+//
 // Move-less RAII owner: the destructor closes every connection and joins
 // the thread.
 #pragma once
@@ -19,6 +27,7 @@
 
 namespace ddprun::rendezvous {
 class Server;
+class TcpStoreServer;
 }
 
 namespace ddprun::agent {
@@ -30,6 +39,11 @@ struct StoreHostOptions {
   uint16_t port = 0;
   // Shared secret for the HMAC challenge; empty means no authentication.
   std::string token;
+  // Serve ddprun's store (false: only the TCPStore below).
+  bool ddprun_store = true;
+  // Serve the TCPStore on this bound socket (PortReservation::take_socket),
+  // which StoreHost then owns; -1: none.
+  int tcpstore_fd = -1;
 };
 
 class StoreHost {
@@ -41,12 +55,20 @@ class StoreHost {
   StoreHost(const StoreHost&) = delete;
   StoreHost& operator=(const StoreHost&) = delete;
 
+  // ddprun's store's port (0 without one).
   uint16_t port() const { return port_; }
+  // The TCPStore's port (0 without one).
+  uint16_t tcpstore_port() const { return tcpstore_port_; }
+  // Empties the TCPStore's table on the store thread and waits (up to 10 s,
+  // then warns) until it is done. Call before an attempt's workers start.
+  void clear_tcpstore();
 
  private:
   boost::asio::io_context io_;
   std::unique_ptr<rendezvous::Server> server_;
+  std::unique_ptr<rendezvous::TcpStoreServer> tcpstore_;
   uint16_t port_ = 0;
+  uint16_t tcpstore_port_ = 0;
   std::thread thread_;
 };
 

@@ -56,9 +56,9 @@ void add_worker_env(const WorkerEnvInput& in, EnvMap& env) {
   env[base::kEnvRestartCount] = std::to_string(in.restart_count);
   env[base::kEnvMaxRestarts] = std::to_string(in.max_restarts);
   env[base::kEnvRunId] = in.run_id;
-  // Our store does not speak PyTorch's TCPStore protocol, so rank 0's env://
-  // init must host its own TCPStore at MASTER_PORT.
-  env[base::kEnvUseAgentStore] = "False";
+  // As torchrun 2.x: the agent hosts c10d's TCPStore at MASTER_PORT
+  // (store_host.h), so every rank's env:// joins it as a client.
+  env[base::kEnvUseAgentStore] = "True";
   env[base::kEnvErrorFile] = in.error_file;
   if (!in.signals_to_handle.empty()) env[base::kEnvSignalsToHandle] = in.signals_to_handle;
   env.emplace(base::kEnvTorchNcclAsync, "1");

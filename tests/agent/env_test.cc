@@ -45,7 +45,7 @@ TEST_CASE("every worker gets torchrun's variables with the right values") {
     CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
     CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "2");
     CHECK(env["TORCHELASTIC_RUN_ID"] == "job7");
-    CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+    CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");  // torchrun 2.x's
     CHECK(env["TORCHELASTIC_ERROR_FILE"] ==
           run + "/attempt_0/" + std::to_string(rank) + "/error.json");
     CHECK(env["DDPRUN_LOG_DIR"] == run + "/attempt_0");

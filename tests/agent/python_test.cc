@@ -114,3 +114,20 @@ TEST_CASE("workers that open a c10d TCPStore themselves run under ddprun") {
   CHECK(lines_with(r.out, "[default0]:rank 0 store ok 0,1").size() == 1);
   CHECK(lines_with(r.out, "[default1]:rank 1 store ok 0,1").size() == 1);
 }
+
+TEST_CASE("every rank joins the agent's TCPStore at MASTER_ADDR:MASTER_PORT, across a restart") {
+  // tests/agent/workers/agent_tcpstore.py: TCPStore(..., is_master=False) on
+  // every rank, set/get/add/wait/compare_set and env:// gloo in both
+  // attempts, attempt 1 finding the store emptied (torch 1.13 under
+  // agent.python, 2.x under torch2.agent.python).
+  std::string script = std::string(WORKERS_DIR) + "/agent_tcpstore.py";
+  if (!missing(kPython).empty()) SKIP_TEST(missing(kPython));
+  auto r = run_ddprun({"--nproc-per-node=2", "--max-restarts=1", script},
+                      {"DDPRUN_PYTHON=" + kPython}, Seconds(240));
+  REQUIRE_FALSE(r.timed_out);
+  INFO(r.out);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(lines_with(r.out, "[default0]:rank 0 agent store ok attempt 1 values 0,1 allreduce 3").size() == 1);
+  CHECK(lines_with(r.out, "[default1]:rank 1 agent store ok attempt 1 values 0,1 allreduce 3").size() == 1);
+}

@@ -1,8 +1,8 @@
 // ddprun agents meeting on a real etcd (Debian's etcd-server) that the test
-// starts on loopback: no agent hosts anything, so any of them may die, the
-// first included. Agents and workers (mn_worker, which meets its round's
-// ranks through a store its rank 0 hosts at MASTER_PORT, as torch's TCPStore
-// does) run on this host. Every wait is on files (inotify) or a process
+// starts on loopback: no agent hosts the rendezvous store, so any of them
+// may die, the first included. Agents and workers (mn_worker, which meets
+// its round's ranks through the c10d TCPStore their node rank 0's agent
+// hosts at MASTER_PORT, as torch's env:// does) run on this host. Every wait is on files (inotify) or a process
 // exit, with a deadline. Exits 77 (skipped) without etcd.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>

@@ -1,7 +1,7 @@
 // The multi-node tests' worker: meets the other workers of its round through
 // ddprun's store (DDPRUN_STORE_*), or, where the job has none (the etcd
-// backend), through a store its rank 0 hosts at MASTER_ADDR:MASTER_PORT
-// as torch's TCPStore would (the round is then named by
+// backend), through the agent's c10d TCPStore at MASTER_ADDR:MASTER_PORT
+// as torch's env:// would (tcpstore_meet.h; the round is then named by
 // TORCHELASTIC_RESTART_COUNT); writes what it was told to
 // $MN_OUT/<node>.r<round>.l<local_rank> (written whole, then renamed), and
 // waits for $MN_OUT/stop (or $MN_OUT/$MN_STOP_NAME) with inotify (deadline
@@ -17,12 +17,11 @@
 #include <fstream>
 #include <string>
 
-#include <boost/asio/io_context.hpp>
 #include <memory>
-#include <thread>
+#include <vector>
 
 #include "rendezvous/client.h"
-#include "rendezvous/server.h"
+#include "tests/multinode/tcpstore_meet.h"
 
 namespace rdzv = ddprun::rendezvous;
 
@@ -43,41 +42,21 @@ int main() {
   const std::string round = own_store              ? env("TORCHELASTIC_RESTART_COUNT")
                             : at == std::string::npos ? "x"
                                                       : prefix.substr(at + 6, prefix.size() - at - 7);
-  // Rank 0 hosts the round's store on MASTER_PORT (the agent reserved it
-  // with SO_REUSEADDR, as for torch's TCPStore); it runs until exit.
-  boost::asio::io_context io;
-  std::unique_ptr<rdzv::Server> server;
-  std::thread serving;
-  if (own_store && rank == 0) {
-    rdzv::ServerOptions so;
-    so.port = static_cast<uint16_t>(std::atoi(env("MASTER_PORT").c_str()));
-    try {
-      server = std::make_unique<rdzv::Server>(io, so);
-      serving = std::thread([&io] { io.run(); });
-      serving.detach();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "mn_worker rank 0: hosting MASTER_PORT: %s\n", e.what());
-    }
-  }
-
   // Every rank of the round sets its key and reads everyone's: the workers
   // of all nodes reach the store with the token and the round's prefix.
   std::string met = "no";
   try {
-    std::unique_ptr<rdzv::Store> store;
-    if (own_store) {
-      rdzv::ClientOptions co;
-      co.host = env("MASTER_ADDR");
-      co.port = static_cast<uint16_t>(std::atoi(env("MASTER_PORT").c_str()));
-      co.connect_timeout = std::chrono::seconds(10);
-      store = std::make_unique<rdzv::Client>(co);
-    } else {
-      store = rdzv::connect_from_env(std::chrono::seconds(10));
-    }
-    store->set("rank/" + std::to_string(rank), rdzv::to_bytes(node));
     std::vector<std::string> keys;
     for (int r = 0; r < world; ++r) keys.push_back("rank/" + std::to_string(r));
-    store->multi_get(keys, std::chrono::seconds(20));
+    if (own_store) {
+      mn::TcpStoreMeet store(env("MASTER_ADDR"), env("MASTER_PORT"), std::chrono::seconds(20));
+      store.set("rank/" + std::to_string(rank), node);
+      store.wait(keys);
+    } else {
+      auto store = rdzv::connect_from_env(std::chrono::seconds(10));
+      store->set("rank/" + std::to_string(rank), rdzv::to_bytes(node));
+      store->multi_get(keys, std::chrono::seconds(20));
+    }
     met = "yes";
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mn_worker rank %d: %s\n", rank, e.what());

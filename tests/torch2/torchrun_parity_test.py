@@ -57,10 +57,6 @@ PER_JOB = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "DDP
            "DDPRUN_PYSTACK_DIR", "PYTHONPATH"}
 # Same variable, a different value on purpose: name -> (torchrun's, ddprun's, why).
 VALUE_DIFFERENCES = {
-    "TORCHELASTIC_USE_AGENT_STORE": ("True", "False",
-                                     "torchrun's agent hosts a c10d TCPStore at MASTER_PORT; ddprun's "
-                                     "store speaks its own protocol, so rank 0 hosts it (torch's env:// "
-                                     "and scripts reading the variable do so)"),
     "MASTER_ADDR": ("localhost", "127.0.0.1", "both loopback with --standalone; ddprun gives the address"),
 }
 

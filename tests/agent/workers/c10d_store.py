@@ -1,7 +1,8 @@
-"""Each rank opens a c10d TCPStore itself at MASTER_ADDR:MASTER_PORT (rank 0
-hosts it, as TORCHELASTIC_USE_AGENT_STORE=False tells it to), sets a key and
-reads every rank's: proof that scripts using c10d stores directly run under
-ddprun. Prints "rank R store ok 0,1,...". """
+"""Each rank opens a c10d TCPStore itself at MASTER_ADDR:MASTER_PORT, hosting
+it on rank 0 only when TORCHELASTIC_USE_AGENT_STORE says the agent does not
+(ddprun says True, as torchrun 2.x: every rank is then a client), sets a key
+and reads every rank's: proof that scripts using c10d stores directly and
+reading the variable run under ddprun. Prints "rank R store ok 0,1,...". """
 import datetime
 import os
 
