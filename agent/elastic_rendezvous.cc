@@ -53,7 +53,7 @@ bool is_local_address(const std::string& host) {
 // that signal too, with the grace period, rather than a plain SIGTERM: every
 // rank checkpoints the way the signal asks, whichever agent heard it first.
 void ElasticRendezvous::forward_peer_signal(const rdzv::RoundEnd& end, FailRequest& req) const {
-  if (end.kind != rdzv::RoundEnd::kSignalled || end.signal <= 0) return;
+  if (end.kind != rdzv::RoundEnd::kSignalled || !end.forward_signal || end.signal <= 0) return;
   const int sig = end.signal;
   const auto& handled = options_.signals_to_handle;
   if (std::find(handled.begin(), handled.end(), sig) == handled.end()) return;
@@ -175,7 +175,10 @@ void ElasticRendezvous::forget_finished_job() {
 void ElasticRendezvous::finish_job() {
   if (notifier_.joinable()) notifier_.join();
   keep_alive_.reset();
-  if (!round_ || !control_) return;
+  // The store's host left with its store: nobody waits for this node's
+  // hand-shake, and a connection to the departed store would only be
+  // refused until its deadline (10 s).
+  if (!round_ || !control_ || store_closed_) return;
   // This node's outcome is recorded: a stop signal from here on must not
   // end the finished round for the others (farewell()).
   round_over_ = true;
@@ -491,6 +494,7 @@ void ElasticRendezvous::attempt_interrupted(int signal) {
   end.signal = signal;
   end.exit_status = 128 + signal;
   end.reason = "its agent got " + signal_name(signal);
+  end.forward_signal = true;  // its workers got it too
   signal_failure(std::move(end));
 }
 
@@ -578,7 +582,10 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
     why.reason = "another node's workers failed";
     try {
       if (auto ended = rdzv::read_end(*control_, keys_, round_->round)) why = *ended;
-      if (why.store_closes) return {GroupVerdict::kExit, why.exit_status, why.reason};
+      if (why.store_closes) {
+        store_closed_ = true;
+        return {GroupVerdict::kExit, why.exit_status, why.reason};
+      }
       int64_t count = rdzv_->restart_count();
       if (count <= options_.max_restarts) return {GroupVerdict::kRestart, 0, why.reason};
     } catch (const std::exception& e) {
@@ -603,7 +610,8 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   record_failed();
   if (end && end->kind == rdzv::RoundEnd::kScaleUp) return {GroupVerdict::kRestart, 0, end->reason};
   // The store's host stopped and its store goes with it: no round to join.
-  if (end && end->store_closes && end->node != rdzv_->node_id())
+  store_closed_ = end && end->store_closes && end->node != rdzv_->node_id();
+  if (store_closed_)
     return {GroupVerdict::kExit, end->exit_status > 0 ? end->exit_status : 1,
             fail_request(*end).reason + "; the job ends with it (it hosted the store)"};
   return {};  // the restart policy decides, on the job-wide restart count

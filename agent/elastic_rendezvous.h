@@ -140,6 +140,7 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   std::optional<rendezvous::RoundEnd> local_end_;
   bool drain_ = false;  // every node of the last round recorded its outcome
   bool reconnect_ = false;  // the store was lost and reached again: fresh connections
+  bool store_closed_ = false;  // the round's end said its host left with the store
 
   std::mutex mu_;  // guards the two below (written by KeepAlive's thread)
   uint64_t generation_ = 0;

@@ -8,6 +8,8 @@ namespace {
 constexpr uint8_t kMagic[3] = {'D', 'R', 'E'};
 constexpr size_t kFixed = 3 + 1 + 1 + 1 + 1 + 1;  // magic, version, kind, status, signal, flags
 constexpr uint8_t kStoreCloses = 1;
+constexpr uint8_t kForwardSignal = 2;
+constexpr uint8_t kKnownFlags = kStoreCloses | kForwardSignal;
 
 void put_text(Bytes& out, const std::string& text, size_t limit) {
   const size_t n = std::min(text.size(), limit);
@@ -62,7 +64,8 @@ Bytes encode_round_end(const RoundEnd& end) {
   out.push_back(end.kind);
   out.push_back(static_cast<uint8_t>(end.exit_status));
   out.push_back(static_cast<uint8_t>(end.signal));
-  out.push_back(end.store_closes ? kStoreCloses : 0);
+  out.push_back(static_cast<uint8_t>((end.store_closes ? kStoreCloses : 0) |
+                                     (end.forward_signal ? kForwardSignal : 0)));
   put_text(out, end.node, kMaxEndNode);
   put_text(out, end.reason, kMaxEndReason);
   return out;
@@ -79,13 +82,14 @@ RoundEnd decode_round_end(const Bytes& in) {
                       std::to_string(kRoundEndVersion) + " (every node must run the same ddprun)");
   if (!known_kind(in[4]))
     throw RecordError("round end record: unknown kind " + std::to_string(in[4]));
-  if (in[7] & ~kStoreCloses)
+  if (in[7] & ~kKnownFlags)
     throw RecordError("round end record: unknown flags " + std::to_string(in[7]));
   RoundEnd end;
   end.kind = static_cast<RoundEnd::Kind>(in[4]);
   end.exit_status = in[5];
   end.signal = in[6];
   end.store_closes = in[7] & kStoreCloses;
+  end.forward_signal = in[7] & kForwardSignal;
   size_t at = kFixed;
   end.node = take_text(in, at, kMaxEndNode, "node id");
   end.reason = take_text(in, at, kMaxEndReason, "reason");

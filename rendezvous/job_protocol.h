@@ -27,7 +27,7 @@
 //
 // A RoundEnd on the wire (encode_round_end; every integer big-endian):
 //   "DRE" | version u8 (1) | kind u8 | exit_status u8 | signal u8 |
-//   flags u8 (bit 0: store_closes) | node_len u16 | node | reason_len u16 |
+//   flags u8 (bit 0: store_closes, bit 1: forward_signal) | node_len u16 | node | reason_len u16 |
 //   reason
 // with node at most kMaxEndNode bytes and reason at most kMaxEndReason;
 // nothing may follow. A reader rejects anything else with RecordError.
@@ -91,6 +91,10 @@ struct RoundEnd {
   // The writer hosts the store and is leaving with it: there is no next
   // round to join, the job ends with exit_status.
   bool store_closes = false;
+  // kSignalled: the writer's workers got the signal too (its agent was
+  // stopped while they ran); peers give theirs the same signal, with the
+  // grace period, so every rank checkpoints the way the signal asks.
+  bool forward_signal = false;
 
   // A restart is spent for a failure or a death, not for a scale-up.
   bool spends_restart() const { return kind == kFailed || kind == kPeerDead || kind == kSignalled; }

@@ -429,7 +429,11 @@ TEST_CASE("multinode.barrierint") {
   CHECK(job.log(1).find("got SIGINT while waiting for the other nodes to finish") !=
         std::string::npos);
   INFO("node 2:\n" << job.log(2));
-  CHECK(job.agents[2]->wait(kDeadline) == 130);
+  const int peer = job.agents[2]->wait(kDeadline);
+  MESSAGE("node 2 exited " << peer << " "
+          << std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count()
+          << " s after node 1's SIGINT");
+  CHECK(peer == 130);
   CHECK(job.log(2).find("lost the rendezvous store") == std::string::npos);
 }
 

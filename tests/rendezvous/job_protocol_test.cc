@@ -22,6 +22,7 @@ RoundEnd signalled() {
   e.node = "vm:123:abcd";
   e.reason = "node vm:123:abcd at 10.0.0.1: its agent was stopped by SIGINT";
   e.store_closes = true;
+  e.forward_signal = true;
   return e;
 }
 
@@ -32,6 +33,7 @@ void check_same(const RoundEnd& a, const RoundEnd& b) {
   CHECK(a.node == b.node);
   CHECK(a.reason == b.reason);
   CHECK(a.store_closes == b.store_closes);
+  CHECK(a.forward_signal == b.forward_signal);
 }
 
 }  // namespace
