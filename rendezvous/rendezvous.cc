@@ -447,6 +447,15 @@ std::set<std::string> Rendezvous::expected_members() {
     if (dead.count(options_.node_id)) return {};  // evicted: its view is stale
     for (const auto& n : current_->nodes)
       if (!dead.count(n.node_id)) out.insert(n.node_id);
+    // A late node ended the round to be taken in: wait for it too, or the
+    // members, back first, close the next round without it, it asks again,
+    // and on a loaded machine that repeats until its join_timeout.
+    try {
+      auto end = read_end(*store_, keys_, current_->round);
+      if (end && end->kind == RoundEnd::kScaleUp && !end->node.empty()) out.insert(end->node);
+    } catch (const RecordError& e) {
+      spdlog::debug("rendezvous '{}': {}", options_.run_id, e.what());
+    }
   }
   for (const auto& n : awaited_) out.insert(n.node_id);
   out.erase(options_.node_id);
