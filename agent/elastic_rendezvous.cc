@@ -13,7 +13,7 @@
 #include "base/scoped_fd.h"
 #include "agent/rendezvous_store.h"
 #include "rendezvous/client.h"
-#include "rendezvous/etcd_store.h"
+#include "rendezvous/job_protocol.h"
 
 namespace ddprun::agent {
 namespace {
@@ -22,14 +22,11 @@ namespace rdzv = rendezvous;
 using rdzv::Duration;
 
 constexpr int kDefaultPort = 29400;  // torchrun's c10d default
-// Carries ddprun's exit status inside a round's end reason, so every agent
-// of the job exits with the failing node's status.
-constexpr const char* kExitTag = " (exit status ";
-// How long a stopping host waits for the other nodes to read its farewell.
-constexpr Duration kFarewellAckWait{3000};
-
-// How a peer's report reads when its agent was stopped by a signal.
-const std::string kAgentGot = "its agent got ";
+// The deadlines of the fresh connection a stopping node says farewell on
+// (its others were cancelled): short, it is leaving, but not so short that
+// a loaded machine's scheduling delay loses the record (500 ms did, 2 in 10
+// runs of multinode.barrierint at load 4).
+constexpr Duration kFarewellConnect{3000};
 
 // True when `host` resolves to an address of this machine (binding it works).
 bool is_local_address(const std::string& host) {
@@ -48,22 +45,6 @@ bool is_local_address(const std::string& host) {
   return local;
 }
 
-std::string strip_failed(const std::string& reason) {
-  const std::string p = "failed: ";
-  return reason.rfind(p, 0) == 0 ? reason.substr(p.size()) : reason;
-}
-
-int exit_status_in(const std::string& reason) {
-  auto at = reason.rfind(kExitTag);
-  if (at == std::string::npos) return 1;
-  try {
-    int code = std::stoi(reason.substr(at + std::char_traits<char>::length(kExitTag)));
-    return code > 0 && code < 256 ? code : 1;
-  } catch (const std::exception&) {
-    return 1;
-  }
-}
-
 }  // namespace
 
 // A peer whose agent was stopped by a handled signal (Slurm's SIGTERM, its
@@ -71,16 +52,17 @@ int exit_status_in(const std::string& reason) {
 // arrive before the same signal reaches this node. The local workers then get
 // that signal too, with the grace period, rather than a plain SIGTERM: every
 // rank checkpoints the way the signal asks, whichever agent heard it first.
-void ElasticRendezvous::forward_peer_signal(const std::string& reason, FailRequest& req) const {
-  if (reason.find(kAgentGot) == std::string::npos || req.exit_code <= 128) return;
-  int sig = req.exit_code - 128;
+void ElasticRendezvous::forward_peer_signal(const rdzv::RoundEnd& end, FailRequest& req) const {
+  if (end.kind != rdzv::RoundEnd::kSignalled || !end.forward_signal || end.signal <= 0) return;
+  const int sig = end.signal;
   const auto& handled = options_.signals_to_handle;
   if (std::find(handled.begin(), handled.end(), sig) == handled.end()) return;
   req.signal = sig;
   req.wait = std::chrono::milliseconds(static_cast<long long>(options_.term_timeout_s * 1000));
 }
 
-ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options) {
+ElasticRendezvous::ElasticRendezvous(const Options& options)
+    : options_(options), keys_(options.run_id) {
   if (options_.rdzv_endpoint.empty())
     throw RendezvousError("--nnodes=" + std::to_string(options_.min_nodes) + ":" +
                           std::to_string(options_.max_nodes) +
@@ -131,11 +113,13 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
   try {
     std::string from = probe_rendezvous_store(spec_, ro.join_timeout);
     if (local_addr.empty()) local_addr = from;
+  } catch (const rdzv::AuthError& e) {
+    throw RendezvousError(std::string("cannot join the rendezvous store: ") + e.what() +
+                          (spec_.etcd ? ""
+                                      : " (give every node the same --rdzv-conf token=... or "
+                                        "DDPRUN_RDZV_TOKEN)"));
   } catch (const std::exception& e) {
-    std::string hint = !spec_.etcd && std::string(e.what()).find("token") != std::string::npos
-                           ? " (give every node the same --rdzv-conf token=... or DDPRUN_RDZV_TOKEN)"
-                           : "";
-    throw RendezvousError(std::string("cannot join the rendezvous store: ") + e.what() + hint);
+    throw RendezvousError(std::string("cannot join the rendezvous store: ") + e.what());
   }
   try {
     if (options_.master_port) {
@@ -178,44 +162,47 @@ ElasticRendezvous::ElasticRendezvous(const Options& options) : options_(options)
 
 ElasticRendezvous::~ElasticRendezvous() {
   if (notifier_.joinable()) notifier_.join();
+  // Before anything closes (the keep-alive's connection, the store this
+  // node may host): the farewell, so every peer reads why this node stops.
+  farewell();
   keep_alive_.reset();
-  if (canceller_->cancelled()) farewell();
   rdzv_.reset();
   control_.reset();
   host_.reset();
   tcpstore_host_.reset();
 }
 
-void ElasticRendezvous::forget_finished_job(const std::string& exited) {
+void ElasticRendezvous::forget_finished_job() {
   // etcd outlives the job: the last node out of a finished job deletes its
   // keys, so the same --rdzv-id can run again from round 0 with a fresh
   // restart budget. (Two nodes that both see everyone out both delete:
   // harmless.) A job that did not finish leaves them; see docs/multinode.md.
-  control_->set(exited + rdzv_->node_id(), rdzv::to_bytes("1"));
+  const int64_t r = round_->round;
+  control_->set(keys_.exited(r, rdzv_->node_id()), rdzv::to_bytes("1"));
   if (!drain_) return;
   for (const auto& n : round_->nodes)
-    if (!control_->check({exited + n.node_id})) return;
-  if (auto* etcd = dynamic_cast<rdzv::EtcdStore*>(control_.get())) {
-    etcd->remove_prefix("rdzv/" + options_.run_id + "/");
-    spdlog::debug("rendezvous '{}': the job's keys are deleted from etcd", options_.run_id);
-  }
+    if (!control_->check({keys_.exited(r, n.node_id)})) return;
+  if (control_->remove_prefix(keys_.job()) >= 0)
+    spdlog::debug("rendezvous '{}': the job's keys are deleted from the store", options_.run_id);
 }
 
 void ElasticRendezvous::finish_job() {
   if (notifier_.joinable()) notifier_.join();
   keep_alive_.reset();
-  if (!round_ || !control_) return;
+  // The store's host left with its store: nobody waits for this node's
+  // hand-shake, and a connection to the departed store would only be
+  // refused until its deadline (10 s).
+  if (!round_ || !control_ || store_closed_) return;
   // This node's outcome is recorded: a stop signal from here on must not
   // end the finished round for the others (farewell()).
   round_over_ = true;
   // The exit hand-shake: the host keeps the store up until every node of a
   // finished round has read its outcome (bounded), so none sees it vanish.
   // It runs off the agent's loop, and a stop signal cancels it (abandon()).
-  const std::string base =
-      "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/exited/";
+  const int64_t r = round_->round;
   try {
     if (spec_.etcd) {
-      forget_finished_job(base);
+      forget_finished_job();
     } else if (!host_) {
       // On a connection of its own, bounded like the host's wait below:
       // past that the host has gone, and control_'s reconnects would retry
@@ -223,11 +210,11 @@ void ElasticRendezvous::finish_job() {
       // finished agent alive that long (seen after a 15 s hang teardown).
       const Duration limit = std::min<Duration>(rdzv_->options().close_timeout, Duration(10000));
       auto store = open_rendezvous_store(spec_, limit, limit, canceller_);
-      store->set(base + rdzv_->node_id(), rdzv::to_bytes("1"));
+      store->set(keys_.exited(r, rdzv_->node_id()), rdzv::to_bytes("1"));
     } else if (drain_) {
       std::vector<std::string> keys;
       for (const auto& n : round_->nodes)
-        if (n.node_id != rdzv_->node_id()) keys.push_back(base + n.node_id);
+        if (n.node_id != rdzv_->node_id()) keys.push_back(keys_.exited(r, n.node_id));
       if (keys.empty()) return;
       const Duration limit = std::min<Duration>(rdzv_->options().close_timeout, Duration(10000));
       spdlog::info("waiting up to {} s for the other nodes to read the job's outcome",
@@ -245,33 +232,44 @@ void ElasticRendezvous::abandon(int signal) {
 }
 
 void ElasticRendezvous::farewell() {
-  // Stopped by a signal in the middle of a join or an exit barrier: the
-  // cancelled connections are spent, so a fresh one with short deadlines
-  // tells the other nodes of a running round that this node is gone, rather
-  // than leaving them to find out from its missing heartbeats.
-  if (!round_ || round_over_) return;
-  round_over_ = true;
+  // Stopped by a signal in the middle of a join or an exit barrier: this
+  // node's record (signalled, 128 + the signal) ends the running round for
+  // the others, rather than leaving them to find out from missing
+  // heartbeats. Its hosted store goes with this process: the host then
+  // lingers (bounded) until the others have read the record or are gone, or
+  // a peer between two polls finds the store gone and reports that instead
+  // of the signal (multinode.barrierint). A host whose own failure record is
+  // already out (attempt_interrupted) lingers for it the same way.
+  if (!round_) return;
+  std::optional<rdzv::RoundEnd> publish;
+  if (!round_over_ && canceller_->cancelled()) {
+    round_over_ = true;
+    rdzv::RoundEnd end;
+    end.kind = rdzv::RoundEnd::kSignalled;
+    end.signal = stop_signal_;
+    end.exit_status = 128 + stop_signal_;
+    end.node = rdzv_->node_id();
+    end.reason = me() + ": its agent was stopped by " + signal_name(stop_signal_);
+    end.store_closes = host_ != nullptr;
+    publish = end;
+  } else if (!(host_ && local_end_ && local_end_->store_closes)) {
+    return;
+  }
+  const bool host = host_ != nullptr;
+  const Duration linger = std::clamp(keep_alive_window_ * 2, Duration(5000), Duration(15000));
+  if (keep_alive_) {  // its connection was never cancelled: no connect needed
+    keep_alive_->farewell(publish, host, linger);
+    return;
+  }
+  std::vector<std::string> peers;
+  for (const auto& n : round_->nodes)
+    if (n.node_id != rdzv_->node_id()) peers.push_back(n.node_id);
   try {
-    auto owned = open_rendezvous_store(spec_, Duration(500), Duration(500), nullptr);
-    rdzv::Store& store = *owned;
-    const std::string base = "rdzv/" + options_.run_id + "/";
-    const std::string reason = "failed: " + me() + ": its agent was stopped by a signal" +
-                               kExitTag + std::to_string(128 + stop_signal_) + ")";
-    const rdzv::Bytes desired = rdzv::to_bytes(reason);
-    const std::string round = base + "r" + std::to_string(round_->round) + "/";
-    if (store.compare_set(round + "end", {}, desired) != desired) return;
-    store.add(base + "restarts", 1);
-    // The store goes with this process: keep it up until the others have
-    // read why (their keep-alives ack an end they read), bounded, or a peer
-    // between two polls finds the store gone and reports that instead of
-    // the signal (multinode.barrierint, 2 in 10 at load 4).
-    if (!host_) return;
-    std::vector<std::string> acks;
-    for (const auto& n : round_->nodes)
-      if (n.node_id != rdzv_->node_id()) acks.push_back(round + "end_seen/" + n.node_id);
-    if (!acks.empty()) store.wait(acks, kFarewellAckWait);
+    auto store = open_rendezvous_store(spec_, kFarewellConnect, kFarewellConnect, nullptr);
+    if (publish && !rdzv::publish_end(*store, keys_, round_->round, *publish)) return;
+    if (host) rdzv::linger(*store, keys_, round_->round, peers, linger);
   } catch (const std::exception& e) {
-    spdlog::debug("could not tell the other nodes that this one stops: {}", e.what());
+    spdlog::warn("could not tell the other nodes that this one stops: {}", e.what());
   }
 }
 
@@ -338,8 +336,7 @@ RoundInfo ElasticRendezvous::next_round(int) {
   };
   // Inside the run's keys ("rdzv/<run_id>/", Rendezvous::key), which the
   // agents delete from etcd when the job ends (forget_finished_job).
-  info.agents_store_prefix =
-      "rdzv/" + options_.run_id + "/introspect/round_" + std::to_string(round_->round) + "/";
+  info.agents_store_prefix = keys_.introspect(round_->round);
   info.agents_store_name = store_addr_;
   if (!spec_.etcd) {  // workers may use our store; etcd is the agents' only
     info.store_addr = store_addr_;
@@ -405,18 +402,17 @@ void ElasticRendezvous::linger_after_failed_join() {
   // clock; the host keeps the store up (at most join_timeout) until each
   // has said so, so they report the join failure rather than a lost store.
   if (spec_.etcd) return;  // etcd stays up: nobody waits for anyone
-  const std::string base = "rdzv/" + options_.run_id + "/";
   try {
     if (!host_) {
-      int64_t n = control_->add(base + "gave_up", 1);
-      control_->set(base + "gave_up/" + std::to_string(n), rdzv::to_bytes("1"));
+      int64_t n = control_->add(keys_.job("gave_up"), 1);
+      control_->set(keys_.job("gave_up/" + std::to_string(n)), rdzv::to_bytes("1"));
       return;
     }
-    const std::string current = rdzv::to_string(control_->get(base + "current", Duration(0)));
-    int64_t joined = control_->add(base + "r" + current + "/joined", 0);
+    const int64_t current = control_->add(keys_.job("current"), 0);
+    int64_t joined = control_->add(keys_.round(current, "joined"), 0);
     int64_t others = std::min<int64_t>(joined, options_.max_nodes) - 1;
     std::vector<std::string> keys;
-    for (int64_t i = 1; i <= others; ++i) keys.push_back(base + "gave_up/" + std::to_string(i));
+    for (int64_t i = 1; i <= others; ++i) keys.push_back(keys_.job("gave_up/" + std::to_string(i)));
     if (!keys.empty()) control_->wait(keys, rdzv_->options().join_timeout);
   } catch (const std::exception& e) {
     spdlog::debug("after the failed join: {}", e.what());
@@ -442,9 +438,9 @@ FailRequest ElasticRendezvous::fail_request(const rdzv::RoundEnd& end) const {
       req.reason = end.reason;
       break;
     default:
-      req.reason = strip_failed(end.reason);
-      req.exit_code = exit_status_in(end.reason);
-      forward_peer_signal(end.reason, req);
+      req.reason = end.reason;
+      req.exit_code = end.exit_status > 0 ? end.exit_status : 1;
+      forward_peer_signal(end, req);
   }
   return req;
 }
@@ -473,20 +469,24 @@ void ElasticRendezvous::workers_started(const AttemptInfo&, AttemptControl& cont
   apply_end(generation);  // a round that ended before the workers were up
 }
 
-void ElasticRendezvous::signal_failure(const std::string& what, int exit_code) {
+void ElasticRendezvous::signal_failure(rdzv::RoundEnd end) {
   if (round_over_) return;
   round_over_ = true;
-  std::string reason = me() + ": " + what + kExitTag + std::to_string(exit_code) + ")";
-  local_end_ = rdzv::RoundEnd{rdzv::RoundEnd::kFailed, "failed: " + reason};
+  end.node = rdzv_->node_id();
+  end.reason = me() + ": " + end.reason;
+  // This host stops with the job (a signal ends ddprun): there is no next
+  // round, and its store goes too; the destructor lingers for the record.
+  end.store_closes = host_ && end.kind == rdzv::RoundEnd::kSignalled;
+  local_end_ = end;
   // Hooks must not block: the store call runs on a thread of its own, and
   // group_ended (off the loop) waits for it before using the store again.
   // Nothing else uses rdzv_ while an attempt runs.
   if (notifier_.joinable()) notifier_.join();
-  notifier_ = std::thread([this, what, reason] {
+  notifier_ = std::thread([this, end] {
     try {
-      rdzv_->signal_failure(reason);
+      rdzv_->signal_failure(end);
     } catch (const std::exception& e) {
-      spdlog::warn("could not tell the other nodes that {}: {}", what, e.what());
+      spdlog::warn("could not tell the other nodes that {}: {}", end.reason, e.what());
     }
   });
 }
@@ -494,39 +494,46 @@ void ElasticRendezvous::signal_failure(const std::string& what, int exit_code) {
 void ElasticRendezvous::attempt_failed(const Failure& root) {
   // The first local failure ends the round for every node at once, before
   // the local teardown's grace period.
-  std::string what = root.reason;
-  if (what.empty() && root.status && root.local_rank)
-    what = "worker rank " + std::to_string(round_->rank_base + *root.local_rank) + " ended with " +
-           root.status->describe();
-  if (what.empty()) what = "its workers failed";
-  signal_failure(what, root.exit_code);
+  rdzv::RoundEnd end;
+  end.kind = rdzv::RoundEnd::kFailed;
+  end.exit_status = root.exit_code > 0 && root.exit_code < 256 ? root.exit_code : 1;
+  end.reason = root.reason;
+  if (end.reason.empty() && root.status && root.local_rank)
+    end.reason = "worker rank " + std::to_string(round_->rank_base + *root.local_rank) +
+                 " ended with " + root.status->describe();
+  if (end.reason.empty()) end.reason = "its workers failed";
+  signal_failure(std::move(end));
 }
 
 void ElasticRendezvous::attempt_interrupted(int signal) {
-  signal_failure(kAgentGot + signal_name(signal), 128 + signal);
+  rdzv::RoundEnd end;
+  end.kind = rdzv::RoundEnd::kSignalled;
+  end.signal = signal;
+  end.exit_status = 128 + signal;
+  end.reason = "its agent got " + signal_name(signal);
+  end.forward_signal = true;  // its workers got it too
+  signal_failure(std::move(end));
 }
 
 void ElasticRendezvous::attempt_ended(const AttemptResult&) { control_attempt_ = nullptr; }
 
-bool ElasticRendezvous::exit_barrier(const std::string& base) {
+bool ElasticRendezvous::exit_barrier() {
   // torchrun's exit barrier: wait (300 s, or close_timeout if longer) for
   // every node's outcome, in slices, so that a peer found dead by KeepAlive
   // or a lost store ends the wait at once instead of at the deadline.
   using Clock = std::chrono::steady_clock;
   const Duration limit = std::max(rdzv_->options().close_timeout, Duration(300000));
   const auto deadline = Clock::now() + limit;
-  std::vector<std::string> keys;
-  for (const auto& n : round_->nodes) keys.push_back(base + "outcome/" + n.node_id);
-  control_->set(base + "outcome/" + rdzv_->node_id(), rdzv::to_bytes("ok"));
+  const int64_t r = round_->round;
+  std::vector<std::string> nodes;
+  for (const auto& n : round_->nodes) nodes.push_back(n.node_id);
+  control_->set(keys_.outcome(r, rdzv_->node_id()), rdzv::outcome_ok());
   spdlog::info("local workers succeeded; waiting for the other nodes to finish");
   for (;;) {
     auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
-    try {
-      auto values = control_->multi_get(keys, std::clamp(left, Duration(1), Duration(1000)));
-      return std::all_of(values.begin(), values.end(),
-                         [](const rdzv::Bytes& v) { return v == rdzv::to_bytes("ok"); });
-    } catch (const rdzv::TimeoutError&) {
-    }
+    if (auto all_ok = rdzv::outcomes_within(*control_, keys_, r, nodes,
+                                            std::clamp(left, Duration(1), Duration(1000))))
+      return *all_ok;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (remote_end_ && (remote_end_->kind == rdzv::RoundEnd::kPeerDead ||
@@ -536,8 +543,8 @@ bool ElasticRendezvous::exit_barrier(const std::string& base) {
     }
     if (Clock::now() >= deadline) {
       std::string missing;
-      for (size_t i = 0; i < keys.size(); ++i)
-        if (!control_->check({keys[i]}))
+      for (size_t i = 0; i < nodes.size(); ++i)
+        if (!control_->check({keys_.outcome(r, nodes[i])}))
           missing += " " + round_->nodes[i].node_id + " at " + round_->nodes[i].addr;
       throw RendezvousError("no outcome within " + std::to_string(limit.count() / 1000) +
                             " s from" + missing);
@@ -562,10 +569,9 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
     std::lock_guard<std::mutex> lock(mu_);
     end = remote_end_;
   }
-  const std::string base = "rdzv/" + options_.run_id + "/r" + std::to_string(round_->round) + "/";
   auto record_failed = [&] {
     try {
-      control_->set(base + "outcome/" + rdzv_->node_id(), rdzv::to_bytes("failed"));
+      control_->set(keys_.outcome(round_->round, rdzv_->node_id()), rdzv::outcome_failed());
     } catch (const std::exception&) {
     }
   };
@@ -578,24 +584,32 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
     // Heartbeats go on while waiting for the other nodes' outcomes.
     bool all_ok = false;
     try {
-      all_ok = exit_barrier(base);
+      all_ok = exit_barrier();
     } catch (const std::exception& e) {
-      keep_alive_.reset();
+      // Abandoned by a stop signal: the keep-alive's connection stays for
+      // the farewell (the destructor), the one this node's others were not.
+      if (!canceller_->cancelled()) keep_alive_.reset();
       throw RendezvousError(e.what());
     }
     keep_alive_.reset();
     drain_ = true;
     if (all_ok) return {GroupVerdict::kExit, 0, ""};
     // Another node failed in this round: the job restarts or fails as one.
-    std::string why = "another node's workers failed";
+    rdzv::RoundEnd why;
+    why.reason = "another node's workers failed";
     try {
-      if (control_->check({base + "end"})) why = strip_failed(rdzv::to_string(control_->get(base + "end", Duration(0))));
+      if (auto ended = rdzv::read_end(*control_, keys_, round_->round)) why = *ended;
+      if (why.store_closes) {
+        store_closed_ = true;
+        return {GroupVerdict::kExit, why.exit_status, why.reason};
+      }
       int64_t count = rdzv_->restart_count();
-      if (count <= options_.max_restarts) return {GroupVerdict::kRestart, 0, why};
+      if (count <= options_.max_restarts) return {GroupVerdict::kRestart, 0, why.reason};
     } catch (const std::exception& e) {
       throw RendezvousError(e.what());
     }
-    return {GroupVerdict::kExit, exit_status_in(why), why + "; restart limit reached"};
+    return {GroupVerdict::kExit, why.exit_status > 0 ? why.exit_status : 1,
+            why.reason + "; restart limit reached"};
   }
   // kFailed: stop heartbeating, tell nodes waiting in finish(), then decide.
   keep_alive_.reset();
@@ -612,6 +626,11 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   }
   record_failed();
   if (end && end->kind == rdzv::RoundEnd::kScaleUp) return {GroupVerdict::kRestart, 0, end->reason};
+  // The store's host stopped and its store goes with it: no round to join.
+  store_closed_ = end && end->store_closes && end->node != rdzv_->node_id();
+  if (store_closed_)
+    return {GroupVerdict::kExit, end->exit_status > 0 ? end->exit_status : 1,
+            fail_request(*end).reason + "; the job ends with it (it hosted the store)"};
   return {};  // the restart policy decides, on the job-wide restart count
 }
 

@@ -50,6 +50,7 @@
 #include "agent/rendezvous_handler.h"
 #include "agent/store_host.h"
 #include "rendezvous/canceller.h"
+#include "rendezvous/job_protocol.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::agent {
@@ -91,12 +92,16 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
                                              bool cancellable = true);
   void on_round_end(uint64_t generation, const rendezvous::RoundEnd& end);  // KeepAlive thread
   void apply_end(uint64_t generation);
-  void signal_failure(const std::string& what, int exit_code);
+  // Publishes this node's record (reason without the node's name) from a
+  // notifier thread.
+  void signal_failure(rendezvous::RoundEnd end);
   void linger_after_failed_join();
-  // etcd: marks this node out of the finished job under `exited`; the last
-  // one out deletes the job's keys.
-  void forget_finished_job(const std::string& exited);
-  // After abandon(): ends the running round for the other nodes (bounded).
+  // etcd: marks this node out of the finished job; the last one out
+  // deletes the job's keys.
+  void forget_finished_job();
+  // On the way out: after abandon(), ends the running round for the other
+  // nodes with this node's signalled record; on the store's host, lingers
+  // (bounded) until they have read the round's end or are gone.
   void farewell();
   // After the store was lost: waits (join_timeout) until its port accepts
   // a connection again; false at once when the store's host refuses it
@@ -104,14 +109,15 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   // the time passes or when abandoned. Our TCP store only.
   bool store_reachable_again();
   // Records "ok" and waits for every node's outcome; true when all are ok.
-  bool exit_barrier(const std::string& base);
+  bool exit_barrier();
   std::string me() const;
   // The reason and exit status a round end means for this node.
   FailRequest fail_request(const rendezvous::RoundEnd& end) const;
   // With a peer stopped by a handled signal: forward that signal first.
-  void forward_peer_signal(const std::string& reason, FailRequest& req) const;
+  void forward_peer_signal(const rendezvous::RoundEnd& end, FailRequest& req) const;
 
   Options options_;
+  rendezvous::JobKeys keys_;  // the job's store keys
   RendezvousStoreSpec spec_;  // our TCP store or etcd
   std::string host_name_;  // the endpoint's HOST
   uint16_t port_ = 0;
@@ -136,6 +142,7 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   std::optional<rendezvous::RoundEnd> local_end_;
   bool drain_ = false;  // every node of the last round recorded its outcome
   bool reconnect_ = false;  // the store was lost and reached again: fresh connections
+  bool store_closed_ = false;  // the round's end said its host left with the store
 
   std::mutex mu_;  // guards the two below (written by KeepAlive's thread)
   uint64_t generation_ = 0;

@@ -6,10 +6,12 @@
 #include <set>
 
 #include "introspect/doctor.h"
-#include "introspect/sysfs.h"
+#include "base/sysfs.h"
 #include "introspect/tool.h"
 
 namespace ddprun::introspect {
+
+using namespace base;  // the sysfs readers (base/sysfs.h)
 
 namespace {
 

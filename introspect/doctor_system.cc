@@ -6,9 +6,11 @@
 #include <sstream>
 
 #include "introspect/doctor.h"
-#include "introspect/sysfs.h"
+#include "base/sysfs.h"
 
 namespace ddprun::introspect {
+
+using namespace base;  // the sysfs readers (base/sysfs.h)
 
 namespace {
 

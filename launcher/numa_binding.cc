@@ -4,13 +4,13 @@
 #include <cstdlib>
 #include <map>
 
-#include "introspect/sysfs.h"
+#include "base/sysfs.h"
 #include "launcher/cli.h"
 
 namespace ddprun::launcher {
 namespace {
 
-using introspect::read_text;
+using base::read_text;
 
 [[noreturn]] void refuse(const std::string& mode, const std::string& why) {
   throw UsageError("--numa-binding=" + mode + ": " + why);
@@ -34,7 +34,7 @@ int group_of(const std::string& root, const std::string& path, int cpu) {
 int cache_group_of(const std::string& root, int cpu) {
   const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache";
   int best_level = -1, group = cpu;
-  for (const std::string& index : introspect::list_dir(root, dir)) {
+  for (const std::string& index : base::list_dir(root, dir)) {
     if (index.rfind("index", 0) != 0) continue;
     const int level = read_int(root, dir + "/" + index + "/level", -1);
     if (level > best_level) {
@@ -72,7 +72,7 @@ std::vector<std::vector<int>> numa_cpu_sets(const std::string& mode, int nproc,
     refuse(mode, "expected node, socket, exclusive or core-complex");
   // NUMA nodes and their allowed CPUs.
   std::map<int, std::set<int>> node_cpus;
-  for (const std::string& name : introspect::list_dir(root, "/sys/devices/system/node")) {
+  for (const std::string& name : base::list_dir(root, "/sys/devices/system/node")) {
     if (name.rfind("node", 0) != 0 || name.size() == 4) continue;
     const int node = std::atoi(name.c_str() + 4);
     std::set<int> cpus;
@@ -87,8 +87,8 @@ std::vector<std::vector<int>> numa_cpu_sets(const std::string& mode, int nproc,
   }
   // Each local rank's device and its node.
   std::vector<int> gpu_nodes;
-  for (const auto& d : introspect::pci_devices(root)) {
-    if (!introspect::is_gpu(d)) continue;
+  for (const auto& d : base::pci_devices(root)) {
+    if (!base::is_gpu(d)) continue;
     const int node = read_int(root, d.sys_path + "/numa_node", -1);
     gpu_nodes.push_back(node_cpus.count(node) ? node : node_cpus.begin()->first);
   }

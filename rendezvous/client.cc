@@ -209,14 +209,14 @@ void Client::authenticate(const wire::Greeting& greeting, Clock::time_point dead
     // Whoever listens there cannot prove it knows the token: it may be an
     // impostor that would collect every node's records.
     disconnect();
-    throw StoreError("store at " + address_ +
+    throw AuthError("store at " + address_ +
                      " asks for no token, but this node holds one (DDPRUN_RDZV_TOKEN): refusing "
                      "a store that cannot prove it knows the token; start the store with the "
                      "same token");
   }
   if (options_.token.empty()) {
     disconnect();
-    throw StoreError("store at " + address_ +
+    throw AuthError("store at " + address_ +
                      " requires a token: set DDPRUN_RDZV_TOKEN or --rdzv-conf token=...");
   }
   Request q;
@@ -229,12 +229,12 @@ void Client::authenticate(const wire::Greeting& greeting, Clock::time_point dead
   wire::Reply reply = wire::parse_reply(Op::kAuth, payload.data(), payload.size());
   if (reply.status != wire::Status::kOk) {
     disconnect();
-    throw StoreError("store at " + address_ + " refused the token: " +
+    throw AuthError("store at " + address_ + " refused the token: " +
                      (reply.error.empty() ? reply.message : reply.error));
   }
   if (!auth_verify(options_.token, wire::kServerAuthLabel, my_nonce, greeting.nonce, reply.value)) {
     disconnect();
-    throw StoreError("store at " + address_ +
+    throw AuthError("store at " + address_ +
                      " failed to prove it knows the token: an impostor, or a store started "
                      "with another token");
   }

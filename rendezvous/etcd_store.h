@@ -54,8 +54,7 @@ class EtcdStore : public Store {
   // The address this host's connection to etcd leaves from ("" before the
   // first call).
   std::string local_address() const;
-  // Deletes every key that starts with `prefix`; returns how many.
-  int64_t remove_prefix(const std::string& prefix);
+  int64_t remove_prefix(const std::string& prefix) override;
 
   struct Impl;
 

@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "rendezvous/job_protocol.h"
 #include "rendezvous/peer_watch.h"
 #include "rendezvous/rendezvous.h"
 
@@ -20,14 +21,21 @@ constexpr Duration kSettleSlice{100};
 // enough; watching all N-1 peers made each beat read N-1 counters, O(N^2)
 // bytes a beat across the job (at 4,096 nodes, 16 M keys every interval).
 constexpr size_t kWatchedPeers = 4;
+
+RoundEnd store_lost(const std::string& why) {
+  RoundEnd e;
+  e.kind = RoundEnd::kStoreLost;
+  e.reason = why;
+  return e;
+}
 }  // namespace
 
 KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, RoundResult round,
                      std::function<void(const RoundEnd&)> on_end)
     : store_(std::move(store)),
       options_(rdzv.options()),
-      prefix_(rdzv.round_key(round.round, "")),
-      restarts_key_(rdzv.key("restarts")),
+      keys_(rdzv.keys()),
+      prefix_(keys_.round(round.round)),
       round_(std::move(round)),
       on_end_(std::move(on_end)) {
   // The store learns which connection carries this node's heartbeats: if
@@ -38,17 +46,20 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
   const NodeInfo* me = nullptr;
   for (const auto& n : round_.nodes)
     if (n.node_id == options_.node_id) me = &n;
-  std::string reason = "node " + options_.node_id + " at " + (me ? me->addr : options_.local_addr) +
-                       " (group rank " + std::to_string(round_.group_rank) + ") " +
-                       std::string(kConnectionClosed) + " (its agent died or lost the link)";
+  RoundEnd death;
+  death.kind = RoundEnd::kPeerDead;
+  death.node = options_.node_id;
+  death.reason = "node " + options_.node_id + " at " + (me ? me->addr : options_.local_addr) +
+                 " (group rank " + std::to_string(round_.group_rank) + ") " +
+                 std::string(kConnectionClosed) + " (its agent died or lost the link)";
   // A reply may take the whole window (interval x max_attempt) before the
   // store counts as lost, not the client's default grace: loss the settings
   // allow must not end the job. Set first: etcd's lease TTL is this window.
   store_->set_reply_window(options_.keep_alive_interval * options_.keep_alive_max_attempt);
   try {
     on_close_armed_ = store_->set_on_close(
-        {prefix_ + "end", prefix_ + "dead/" + options_.node_id, prefix_ + "dead_closed"},
-        {to_bytes("failed: " + reason), to_bytes("1"), to_bytes(options_.node_id)}, restarts_key_);
+        {keys_.end(round_.round), keys_.dead(round_.round, options_.node_id), prefix_ + "dead_closed"},
+        {encode_round_end(death), to_bytes("1"), to_bytes(options_.node_id)}, keys_.restarts());
   } catch (const StoreError& e) {
     spdlog::debug("rendezvous '{}': no death notice on close: {}", options_.run_id, e.what());
   }
@@ -57,7 +68,7 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
 
 KeepAlive::~KeepAlive() {
   stop_ = true;
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   // Leaving on purpose is no death: disarm before the connection closes.
   if (!on_close_armed_) return;
   try {
@@ -70,8 +81,7 @@ KeepAlive::~KeepAlive() {
 }
 
 void KeepAlive::run() {
-  const std::string end_key = prefix_ + "end";
-  const std::string my_hb = prefix_ + "hb/" + options_.node_id;
+  const std::string my_hb = keys_.round(round_.round, "hb/" + options_.node_id);
   const Duration dead_after = options_.keep_alive_interval * options_.keep_alive_max_attempt;
   std::vector<std::string> peer_keys;
   std::vector<const NodeInfo*> peers;
@@ -80,7 +90,7 @@ void KeepAlive::run() {
   const size_t me = static_cast<size_t>(round_.group_rank) < n ? round_.group_rank : 0;
   for (size_t step = 1; step < n && step <= kWatchedPeers; ++step) {
     const size_t i = (me + step) % n;
-    peer_keys.push_back(prefix_ + "hb/" + round_.nodes[i].node_id);
+    peer_keys.push_back(keys_.round(round_.round, "hb/" + round_.nodes[i].node_id));
     peers.push_back(&round_.nodes[i]);
     peer_rank.push_back(i);
   }
@@ -102,22 +112,22 @@ void KeepAlive::run() {
           if (auto dead = watch.update(values, now)) {
             const size_t i = *dead;
             auto silent = watch.silent_for(i, now);
-            std::string reason = "node " + peers[i]->node_id + " at " + peers[i]->addr +
-                                 " (group rank " + std::to_string(peer_rank[i]) +
-                                 ") missed heartbeats for " + std::to_string(silent.count()) +
-                                 " ms (seen by " + options_.node_id + ")";
-            // The reporter's id keeps `desired` unique: two watchers with the
-            // same text would both see their own value and both count a restart.
+            RoundEnd dead_end;
+            dead_end.kind = RoundEnd::kPeerDead;
+            dead_end.node = peers[i]->node_id;
+            // The reporter's id in the reason: two watchers writing the same
+            // record would both see their own value and both count a restart.
+            dead_end.reason = "node " + peers[i]->node_id + " at " + peers[i]->addr +
+                              " (group rank " + std::to_string(peer_rank[i]) +
+                              ") missed heartbeats for " + std::to_string(silent.count()) +
+                              " ms (seen by " + options_.node_id + ")";
             // Marked dead first (it is, whoever ends the round): the next
             // round then closes as soon as the live members are back.
-            store_->set(prefix_ + "dead/" + peers[i]->node_id, to_bytes("1"));
+            store_->set(keys_.dead(round_.round, peers[i]->node_id), to_bytes("1"));
             store_->append(prefix_ + "dead_seen", to_bytes(peers[i]->node_id + "\n"));
-            Bytes desired = to_bytes("failed: " + reason);
-            Bytes after = store_->compare_set(end_key, {}, desired);
-            if (after == desired) {
-              store_->add(restarts_key_, 1);
-              spdlog::warn("rendezvous '{}': {}", options_.run_id, reason);
-              return end({RoundEnd::kPeerDead, reason});
+            if (publish_end(*store_, keys_, round_.round, dead_end)) {
+              spdlog::warn("rendezvous '{}': {}", options_.run_id, dead_end.reason);
+              return end(dead_end);
             }
             // Someone else ended the round first: report theirs below.
           }
@@ -130,19 +140,14 @@ void KeepAlive::run() {
                            std::chrono::duration_cast<Duration>(beats.next() - Clock::now()));
       if (wait.count() < 1) wait = Duration(1);
       try {
-        std::string why = to_string(store_->get(end_key, wait));
+        // Read with an acknowledgement: a host that stops lingers for it
+        // before its store goes (farewell).
         RoundEnd e;
-        e.reason = why.rfind("failed: ", 0) == 0 ? why.substr(8) : why;
-        if (why.rfind("scale-up", 0) == 0) e.kind = RoundEnd::kScaleUp;
-        else if (why.find("missed heartbeats") != std::string::npos ||
-                 why.find(kConnectionClosed) != std::string::npos)
-          e.kind = RoundEnd::kPeerDead;
-        else e.kind = RoundEnd::kFailed;
-        // Read: a host that stops waits for this before its store goes
-        // (agent/elastic_rendezvous.cc, farewell).
         try {
-          store_->set(prefix_ + "end_seen/" + options_.node_id, to_bytes("1"));
-        } catch (const StoreError&) {
+          e = await_end(*store_, keys_, round_.round, options_.node_id, wait);
+        } catch (const RecordError& bad) {
+          e.kind = RoundEnd::kFailed;
+          e.reason = std::string("the round ended with a record this node cannot read: ") + bad.what();
         }
         return end(e);
       } catch (const TimeoutError&) {
@@ -150,9 +155,30 @@ void KeepAlive::run() {
       }
     }
   } catch (const StoreError& e) {
-    return end({RoundEnd::kStoreLost, e.what()});
+    return end(store_lost(e.what()));
   } catch (const TimeoutError& e) {
-    return end({RoundEnd::kStoreLost, e.what()});
+    return end(store_lost(e.what()));
+  }
+}
+
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+
+bool KeepAlive::farewell(const std::optional<RoundEnd>& end, bool host, Duration linger_limit) {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  std::vector<std::string> peers;
+  for (const auto& n : round_.nodes)
+    if (n.node_id != options_.node_id) peers.push_back(n.node_id);
+  try {
+    if (end && !publish_end(*store_, keys_, round_.round, *end)) return false;
+    if (host) linger(*store_, keys_, round_.round, peers, linger_limit);
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("rendezvous '{}': could not tell the other nodes that this one stops: {}",
+                 options_.run_id, e.what());
+    return false;
   }
 }
 

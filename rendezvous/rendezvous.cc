@@ -1,18 +1,8 @@
-// Store keys, all under "rdzv/<run_id>/":
-//   current            the round being formed (an integer)
-//   last_closed        the newest formed round
-//   restarts           job-wide restart count
-//   seq_counter        first-join counter; seq/<node_id> = a node's number
-//   r<N>/joined        join counter of round N; r<N>/node/<slot> = record
-//   r<N>/closed        the round's nodes in group-rank order (one record a line)
-//   r<N>/end           why the round ended ("failed: ...", "scale-up: ...")
-//   r<N>/hb/<node_id>  heartbeat counter
-//   r<N>/dead/<node_id>  set when the member was seen dead (connection
-//                      closed, or heartbeats missed)
-//   r<N>/dead_closed   the node whose closed connection ended the round
-//   r<N>/dead_seen     nodes seen missing heartbeats, one id a line
-//   r<N>/closer        the node that claimed closing the round
+// The elastic rendezvous (rendezvous.h); its store keys are listed in
+// job_protocol.h (JobKeys).
 #include "rendezvous/rendezvous.h"
+
+#include "rendezvous/job_protocol.h"
 
 #include "rendezvous/client.h"
 
@@ -206,7 +196,8 @@ Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options,
                        StoreFactory keep_alive_factory)
     : factory_(std::move(factory)),
       keep_alive_factory_(keep_alive_factory ? std::move(keep_alive_factory) : factory_),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      keys_(options_.run_id) {
   if (options_.min_nodes < 1 || options_.max_nodes < options_.min_nodes) {
     throw RendezvousError("rendezvous: --nnodes " + std::to_string(options_.min_nodes) + ":" +
                           std::to_string(options_.max_nodes) + " needs 1 <= MIN <= MAX");
@@ -238,10 +229,10 @@ Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options,
 
 Rendezvous::~Rendezvous() = default;
 
-std::string Rendezvous::key(const std::string& k) const { return "rdzv/" + options_.run_id + "/" + k; }
+std::string Rendezvous::key(const std::string& k) const { return keys_.job(k); }
 
 std::string Rendezvous::round_key(int64_t round, const std::string& k) const {
-  return key("r" + std::to_string(round) + "/" + k);
+  return keys_.round(round, k);
 }
 
 int64_t Rendezvous::sequence_number() {
@@ -361,9 +352,12 @@ RoundResult Rendezvous::next_round() {
                             to_bytes(std::to_string(r + 1)));
         bool member = current_ && current_->round == r;
         if (!member && static_cast<int64_t>(nodes.size()) < max) {
-          store_->compare_set(round_key(r, "end"), {},
-                              to_bytes("scale-up: node " + me.node_id + " at " + me.addr +
-                                       " waits to join"));
+          RoundEnd up;
+          up.kind = RoundEnd::kScaleUp;
+          up.exit_status = 0;
+          up.node = me.node_id;
+          up.reason = "scale-up: node " + me.node_id + " at " + me.addr + " waits to join";
+          publish_end(*store_, keys_, r, up);
           awaited_ = nodes;  // they come to the next round for us
         }
         continue;
@@ -453,6 +447,15 @@ std::set<std::string> Rendezvous::expected_members() {
     if (dead.count(options_.node_id)) return {};  // evicted: its view is stale
     for (const auto& n : current_->nodes)
       if (!dead.count(n.node_id)) out.insert(n.node_id);
+    // A late node ended the round to be taken in: wait for it too, or the
+    // members, back first, close the next round without it, it asks again,
+    // and on a loaded machine that repeats until its join_timeout.
+    try {
+      auto end = read_end(*store_, keys_, current_->round);
+      if (end && end->kind == RoundEnd::kScaleUp && !end->node.empty()) out.insert(end->node);
+    } catch (const RecordError& e) {
+      spdlog::debug("rendezvous '{}': {}", options_.run_id, e.what());
+    }
   }
   for (const auto& n : awaited_) out.insert(n.node_id);
   out.erase(options_.node_id);
@@ -494,13 +497,10 @@ void Rendezvous::reconnect() {
   }
 }
 
-void Rendezvous::signal_failure(const std::string& reason) {
+void Rendezvous::signal_failure(const RoundEnd& end) {
   if (!current_) return;
   try {
-    Bytes desired = to_bytes("failed: " + reason);
-    if (store_->compare_set(round_key(current_->round, "end"), {}, desired) == desired) {
-      store_->add(key("restarts"), 1);
-    }
+    publish_end(*store_, keys_, current_->round, end);
   } catch (const StoreError& e) {
     throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
   }

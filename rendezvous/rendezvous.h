@@ -20,7 +20,7 @@
 // max(last_call_timeout, close_timeout): a member slow to stop its workers
 // is not left out, so the members that stay keep their group ranks.
 //
-// Store keys live under "rdzv/<run_id>/" (see rendezvous.cc for the list).
+// Store keys live under "rdzv/<run_id>/" (JobKeys, job_protocol.h).
 // Rendezvous is thread-compatible; KeepAlive runs its own thread on its own
 // store connection.
 #pragma once
@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "rendezvous/job_protocol.h"
 #include "rendezvous/rendezvous_error.h"
 #include "rendezvous/store.h"
 
@@ -102,14 +103,6 @@ struct RoundResult {
   std::vector<NodeInfo> nodes; // in group-rank order
 };
 
-// Why a running round ended.
-struct RoundEnd {
-  enum Kind { kFailed, kScaleUp, kPeerDead, kStoreLost } kind = kFailed;
-  std::string reason;
-  // A restart is spent for kFailed and kPeerDead, not for kScaleUp.
-  bool spends_restart() const { return kind == kFailed || kind == kPeerDead; }
-};
-
 class KeepAlive;
 
 class Rendezvous {
@@ -132,9 +125,10 @@ class Rendezvous {
   // Throws RendezvousError naming how many nodes came and from where, or
   // the store failure.
   RoundResult next_round();
-  // Ends the current round for every node because this node failed;
-  // counts one job-wide restart (once per round, whoever signals first).
-  void signal_failure(const std::string& reason);
+  // Ends the current round for every node with `end` (this node failed or
+  // was stopped); counts one job-wide restart (once per round, whoever
+  // signals first).
+  void signal_failure(const RoundEnd& end);
   // Job-wide restarts so far.
   int64_t restart_count();
   // Starts heartbeating the current round and watching it. `on_end` runs on
@@ -143,6 +137,7 @@ class Rendezvous {
 
   const RendezvousOptions& options() const { return options_; }
   const std::string& node_id() const { return options_.node_id; }
+  const JobKeys& keys() const { return keys_; }
 
  private:
   friend class KeepAlive;
@@ -173,6 +168,7 @@ class Rendezvous {
   StoreFactory factory_;
   StoreFactory keep_alive_factory_;
   RendezvousOptions options_;
+  JobKeys keys_;
   std::unique_ptr<Store> store_;
   int64_t seq_ = -1;
   std::optional<RoundResult> current_;
@@ -191,13 +187,22 @@ class KeepAlive {
   KeepAlive(const KeepAlive&) = delete;
   KeepAlive& operator=(const KeepAlive&) = delete;
 
+  // A stopping node's farewell on this KeepAlive's connection, the one that
+  // outlives a cancelled node's others: stops the watching, publishes `end`
+  // when given (unless the round already ended) and, on the store's host,
+  // lingers up
+  // to `linger_limit` until the other members read it or are gone, so each
+  // reports this end rather than a vanished store. False when `end` was not
+  // the round's (it had ended). Store failures are logged, not thrown.
+  bool farewell(const std::optional<RoundEnd>& end, bool host, Duration linger_limit);
+
  private:
   void run();
 
   std::unique_ptr<Store> store_;
   RendezvousOptions options_;
+  JobKeys keys_;
   std::string prefix_;  // "rdzv/<run_id>/r<round>/"
-  std::string restarts_key_;
   RoundResult round_;
   std::function<void(const RoundEnd&)> on_end_;
   std::atomic<bool> stop_{false};

@@ -32,6 +32,14 @@ class StoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The store and this node disagree on the token (refused, missing, or a
+// store that cannot prove it knows it): retrying cannot help, and the fix
+// is the same token on every node.
+class AuthError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -88,6 +96,11 @@ class Store {
   // window here, so a slow reply the settings allow ends nothing. No-op
   // where replies cannot be late (in-memory stores).
   virtual void set_reply_window(Duration /*window*/) {}
+  // Deletes every key that starts with `prefix` and returns how many, or -1
+  // where the store cannot (our TCP store: it goes with its job anyway).
+  // A store that outlives jobs (etcd) implements it, so a finished job
+  // leaves nothing behind.
+  virtual int64_t remove_prefix(const std::string& /*prefix*/) { return -1; }
 };
 
 // Text <-> Bytes helpers for callers that store strings.

@@ -10,6 +10,7 @@
 // when the round ends (or "end=none" when MS pass). With --rounds N it
 // rejoins after each end (as an agent would) up to N rounds, stopping at a
 // lost store. Exit 0 on success, 1 with the error on stderr.
+#include <algorithm>
 #include <cstdio>
 #include <future>
 #include <string>
@@ -76,8 +77,9 @@ int main(int argc, char** argv) {
         break;
       }
       RoundEnd e = f.get();
-      const char* kinds[] = {"failed", "scale_up", "peer_dead", "store_lost"};
-      std::printf("end=%s reason=%s\n", kinds[e.kind], e.reason.c_str());
+      std::string kind = kind_name(e.kind);  // "peer-dead": netns.sh reads "peer_dead"
+      std::replace(kind.begin(), kind.end(), '-', '_');
+      std::printf("end=%s reason=%s\n", kind.c_str(), e.reason.c_str());
       std::fflush(stdout);
       if (e.kind == RoundEnd::kStoreLost) break;
     }

@@ -1,11 +1,12 @@
-#include "introspect/sysfs.h"
+#include "base/sysfs.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
-namespace ddprun::introspect {
+namespace ddprun::base {
 
 namespace fs = std::filesystem;
 
@@ -134,4 +135,4 @@ AcsControl read_acs(const std::string& root, const std::string& sys_path) {
   return acs;
 }
 
-}  // namespace ddprun::introspect
+}  // namespace ddprun::base

@@ -1,5 +1,7 @@
 // Reading files below a root folder ("/" or a test's fixture tree): small
-// text files, PCI devices and their bridges, IOMMU groups.
+// text files, PCI devices and their bridges, IOMMU groups. Shared by
+// introspect's doctor and the launcher's NUMA binding, so it lives under
+// both.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace ddprun::introspect {
+namespace ddprun::base {
 
 // Contents of root + path, trailing whitespace trimmed; nullopt if unreadable.
 std::optional<std::string> read_text(const std::string& root, const std::string& path);
@@ -44,4 +46,4 @@ struct AcsControl {
 };
 AcsControl read_acs(const std::string& root, const std::string& sys_path);
 
-}  // namespace ddprun::introspect
+}  // namespace ddprun::base

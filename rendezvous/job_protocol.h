@@ -1,0 +1,151 @@
+// The multi-node job protocol: what the agents of one job write to the
+// store and read back, in one place (the keys, the typed record of a
+// round's end and its codec, the steps of a round's end, the exit barrier,
+// the host's linger; KeepAlive::farewell in rendezvous.h is the farewell). The agent
+// (agent/elastic_rendezvous.cc) and the rendezvous (rendezvous.cc,
+// keep_alive.cc) use these; nothing else spells a key or parses a record.
+//
+// Keys, all under "rdzv/<run_id>/" (JobKeys):
+//   current            the round being formed (an integer)
+//   last_closed        the newest formed round
+//   restarts           job-wide restart count
+//   seq_counter        first-join counter; seq/<node_id> = a node's number
+//   gave_up, gave_up/<n>  nodes that gave up a join that never formed
+//   introspect/round_<N>/  the agents' introspection board of round N
+//   r<N>/joined        join counter of round N; r<N>/node/<slot> = record
+//   r<N>/closed        the round's nodes in group-rank order (one record a line)
+//   r<N>/closer        the node that claimed closing the round
+//   r<N>/end           why the round ended: an encoded RoundEnd
+//   r<N>/end_seen/<node_id>  the node's keep-alive read r<N>/end
+//   r<N>/hb/<node_id>  heartbeat counter
+//   r<N>/dead/<node_id>  set when the member was seen dead (connection
+//                      closed, or heartbeats missed)
+//   r<N>/dead_closed   the node whose closed connection ended the round
+//   r<N>/dead_seen     nodes seen missing heartbeats, one id a line
+//   r<N>/outcome/<node_id>  "ok" or "failed": the exit barrier's records
+//   r<N>/exited/<node_id>   the node read the finished job's outcome
+//
+// A RoundEnd on the wire (encode_round_end; every integer big-endian):
+//   "DRE" | version u8 (1) | kind u8 | exit_status u8 | signal u8 |
+//   flags u8 (bit 0: store_closes, bit 1: forward_signal) | node_len u16 | node | reason_len u16 |
+//   reason
+// with node at most kMaxEndNode bytes and reason at most kMaxEndReason;
+// nothing may follow. A reader rejects anything else with RecordError.
+//
+// Thread safety: the functions are reentrant; each takes the Store it uses
+// (Stores are thread-compatible: one per thread).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+
+namespace ddprun::rendezvous {
+
+// The store keys of one job (see the list above).
+class JobKeys {
+ public:
+  explicit JobKeys(const std::string& run_id) : base_("rdzv/" + run_id + "/") {}
+  // Every key of the job starts with this: "rdzv/<run_id>/".
+  const std::string& job() const { return base_; }
+  std::string job(const std::string& key) const { return base_ + key; }
+  // "rdzv/<run_id>/r<round>/", and a key inside it.
+  std::string round(int64_t round) const { return base_ + "r" + std::to_string(round) + "/"; }
+  std::string round(int64_t r, const std::string& key) const { return round(r) + key; }
+  std::string restarts() const { return job("restarts"); }
+  std::string end(int64_t r) const { return round(r, "end"); }
+  std::string end_seen(int64_t r, const std::string& node) const { return round(r, "end_seen/" + node); }
+  std::string dead(int64_t r, const std::string& node) const { return round(r, "dead/" + node); }
+  std::string outcome(int64_t r, const std::string& node) const { return round(r, "outcome/" + node); }
+  std::string exited(int64_t r, const std::string& node) const { return round(r, "exited/" + node); }
+  std::string introspect(int64_t r) const { return job("introspect/round_" + std::to_string(r) + "/"); }
+
+ private:
+  std::string base_;
+};
+
+// Why a running round ended: written once per round (the first writer
+// wins) and read by every member, so each reports the same root cause and
+// exits with the same status.
+struct RoundEnd {
+  enum Kind : uint8_t {
+    kFailed = 1,     // a node's workers failed (or its agent gave up)
+    kScaleUp = 2,    // a late node waits to join: re-form, no restart spent
+    kPeerDead = 3,   // a member's connection closed or its heartbeats stopped
+    kStoreLost = 4,  // local only: this node lost the store (never written)
+    kSignalled = 5,  // a member's agent was stopped by a signal
+  };
+  Kind kind = kFailed;
+  // ddprun's exit status for this end, where it ends the job (1..255).
+  int exit_status = 1;
+  // kSignalled: the signal that stopped the agent (0 otherwise).
+  int signal = 0;
+  // The node the end concerns (its id), "" when none (kStoreLost).
+  std::string node;
+  // For people: "node X at A: worker rank 3 ended with exit code 7".
+  std::string reason;
+  // The writer hosts the store and is leaving with it: there is no next
+  // round to join, the job ends with exit_status.
+  bool store_closes = false;
+  // kSignalled: the writer's workers got the signal too (its agent was
+  // stopped while they ran); peers give theirs the same signal, with the
+  // grace period, so every rank checkpoints the way the signal asks.
+  bool forward_signal = false;
+
+  // A restart is spent for a failure or a death, not for a scale-up.
+  bool spends_restart() const { return kind == kFailed || kind == kPeerDead || kind == kSignalled; }
+};
+
+// "failed", "scale-up", "peer-dead", "store-lost", "signalled".
+const char* kind_name(RoundEnd::Kind kind);
+
+// A record that cannot be read; the message says what is wrong with it.
+class RecordError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+constexpr uint8_t kRoundEndVersion = 1;
+constexpr size_t kMaxEndNode = 255;
+constexpr size_t kMaxEndReason = 2048;
+
+// Longer node ids and reasons are cut to their limits; an exit status or a
+// signal out of range throws RecordError (a bug in the caller).
+Bytes encode_round_end(const RoundEnd& end);
+// Throws RecordError naming the defect (short, too long, wrong magic or
+// version, unknown kind, trailing bytes).
+RoundEnd decode_round_end(const Bytes& bytes);
+
+// The exit barrier's per-node outcome values.
+inline Bytes outcome_ok() { return to_bytes("ok"); }
+inline Bytes outcome_failed() { return to_bytes("failed"); }
+
+// ---- Steps, each on the caller's Store connection ----
+
+// Ends round `r` with `end` when nobody has yet; the first writer wins and
+// counts the job-wide restart (when end.spends_restart()). True when this
+// call ended it.
+bool publish_end(Store& store, const JobKeys& keys, int64_t r, const RoundEnd& end);
+// Round r's end, or nullopt while it runs (never blocks). RecordError for a
+// record this ddprun cannot read.
+std::optional<RoundEnd> read_end(Store& store, const JobKeys& keys, int64_t r);
+// Blocks up to `timeout` for round r's end (TimeoutError), then records
+// that `node` read it (a lingering host waits for that).
+RoundEnd await_end(Store& store, const JobKeys& keys, int64_t r, const std::string& node,
+                   Duration timeout);
+// The host's linger: waits, up to `limit`, until every one of `peers` has
+// read round r's end or was marked dead (its connection closed: it is gone
+// and reads nothing more). Returns the peers that did neither in time.
+std::vector<std::string> linger(Store& store, const JobKeys& keys, int64_t r,
+                                const std::vector<std::string>& peers, Duration limit);
+// One slice of the exit barrier: records nothing, waits up to `slice` for
+// every node's outcome in round r; nullopt when some are still missing,
+// else whether all are ok.
+std::optional<bool> outcomes_within(Store& store, const JobKeys& keys, int64_t r,
+                                    const std::vector<std::string>& nodes, Duration slice);
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,151 @@
+// The job protocol's record codec and steps (rendezvous/job_protocol.h):
+// a round's end written by one node is read back, field for field, by the
+// others; anything that is not such a record is rejected with a clear
+// error; the host's linger ends when every peer has read the end or is gone.
+#include <doctest/doctest.h>
+
+#include <future>
+
+#include "rendezvous/hash_store.h"
+#include "rendezvous/job_protocol.h"
+
+using namespace ddprun::rendezvous;
+using namespace std::chrono_literals;
+
+namespace {
+
+RoundEnd signalled() {
+  RoundEnd e;
+  e.kind = RoundEnd::kSignalled;
+  e.exit_status = 130;
+  e.signal = 2;
+  e.node = "vm:123:abcd";
+  e.reason = "node vm:123:abcd at 10.0.0.1: its agent was stopped by SIGINT";
+  e.store_closes = true;
+  e.forward_signal = true;
+  return e;
+}
+
+void check_same(const RoundEnd& a, const RoundEnd& b) {
+  CHECK(a.kind == b.kind);
+  CHECK(a.exit_status == b.exit_status);
+  CHECK(a.signal == b.signal);
+  CHECK(a.node == b.node);
+  CHECK(a.reason == b.reason);
+  CHECK(a.store_closes == b.store_closes);
+  CHECK(a.forward_signal == b.forward_signal);
+}
+
+}  // namespace
+
+TEST_CASE("a round end record reads back field for field, for every kind") {
+  for (auto kind : {RoundEnd::kFailed, RoundEnd::kScaleUp, RoundEnd::kPeerDead,
+                    RoundEnd::kStoreLost, RoundEnd::kSignalled}) {
+    RoundEnd e = signalled();
+    e.kind = kind;
+    e.store_closes = kind == RoundEnd::kSignalled;
+    CAPTURE(kind_name(kind));
+    check_same(decode_round_end(encode_round_end(e)), e);
+  }
+  RoundEnd empty;  // no node, no reason
+  check_same(decode_round_end(encode_round_end(empty)), empty);
+}
+
+TEST_CASE("a round end record keeps its limits: long fields are cut, bad numbers refused") {
+  RoundEnd e = signalled();
+  e.reason = std::string(kMaxEndReason + 100, 'r');
+  e.node = std::string(kMaxEndNode + 1, 'n');
+  RoundEnd back = decode_round_end(encode_round_end(e));
+  CHECK(back.reason == std::string(kMaxEndReason, 'r'));
+  CHECK(back.node == std::string(kMaxEndNode, 'n'));
+  e = signalled();
+  e.exit_status = 256;
+  CHECK_THROWS_WITH_AS(encode_round_end(e), doctest::Contains("exit status 256"), RecordError);
+  e = signalled();
+  e.signal = -1;
+  CHECK_THROWS_WITH_AS(encode_round_end(e), doctest::Contains("signal -1"), RecordError);
+}
+
+TEST_CASE("a truncated round end record is refused at every length, naming what is missing") {
+  const Bytes whole = encode_round_end(signalled());
+  for (size_t n = 0; n < whole.size(); ++n) {
+    CAPTURE(n);
+    CHECK_THROWS_AS(decode_round_end(Bytes(whole.begin(), whole.begin() + n)), RecordError);
+  }
+  CHECK_THROWS_WITH_AS(decode_round_end(Bytes(whole.begin(), whole.begin() + 4)),
+                       doctest::Contains("shorter than its 8-byte header"), RecordError);
+  CHECK_THROWS_WITH_AS(decode_round_end(Bytes(whole.begin(), whole.begin() + 12)),
+                       doctest::Contains("truncated inside the node id"), RecordError);
+}
+
+TEST_CASE("an oversized, garbled or foreign round end record is refused with its defect named") {
+  const Bytes good = encode_round_end(signalled());
+  Bytes trailing = good;
+  trailing.push_back(0);
+  CHECK_THROWS_WITH_AS(decode_round_end(trailing), doctest::Contains("1 bytes after its end"),
+                       RecordError);
+  Bytes huge = good;  // a reason length past the limit
+  const size_t reason_len_at = 8 + 2 + signalled().node.size();
+  huge[reason_len_at] = 0xff;
+  huge[reason_len_at + 1] = 0xff;
+  CHECK_THROWS_WITH_AS(decode_round_end(huge), doctest::Contains("reason of 65535 bytes, the limit is"),
+                       RecordError);
+  Bytes version = good;
+  version[3] = 9;
+  CHECK_THROWS_WITH_AS(decode_round_end(version), doctest::Contains("version 9, this ddprun reads 1"),
+                       RecordError);
+  Bytes kind = good;
+  kind[4] = 0;
+  CHECK_THROWS_WITH_AS(decode_round_end(kind), doctest::Contains("unknown kind 0"), RecordError);
+  Bytes flags = good;
+  flags[7] = 0x80;
+  CHECK_THROWS_WITH_AS(decode_round_end(flags), doctest::Contains("unknown flags"), RecordError);
+  // What ddprun wrote before the record existed: a sentence.
+  CHECK_THROWS_WITH_AS(decode_round_end(to_bytes("failed: node x: worker rank 3 (exit status 7)")),
+                       doctest::Contains("no DRE magic"), RecordError);
+}
+
+TEST_CASE("the first end published wins the round and counts one restart; a scale-up counts none") {
+  HashStore store;
+  JobKeys keys("job");
+  RoundEnd first = signalled();
+  RoundEnd second = signalled();
+  second.node = "other";
+  CHECK(publish_end(store, keys, 3, first));
+  CHECK_FALSE(publish_end(store, keys, 3, second));
+  CHECK(store.add(keys.restarts(), 0) == 1);
+  check_same(*read_end(store, keys, 3), first);
+  CHECK_FALSE(read_end(store, keys, 4));
+  RoundEnd up;
+  up.kind = RoundEnd::kScaleUp;
+  up.exit_status = 0;
+  CHECK(publish_end(store, keys, 4, up));
+  CHECK(store.add(keys.restarts(), 0) == 1);
+  // Reading with await_end acknowledges it for a lingering host.
+  check_same(await_end(store, keys, 3, "reader", 0ms), first);
+  CHECK(store.check({keys.end_seen(3, "reader")}));
+}
+
+TEST_CASE("the host's linger ends when every peer has read the end or is gone, else at its deadline") {
+  HashStore store;
+  JobKeys keys("job");
+  publish_end(store, keys, 0, signalled());
+  store.set(keys.dead(0, "gone"), to_bytes("1"));  // its connection closed
+  auto reader = std::async(std::launch::async, [&] { return await_end(store, keys, 0, "peer", 10s); });
+  auto left = linger(store, keys, 0, {"peer", "gone"}, 30s);
+  CHECK(left.empty());
+  CHECK(reader.get().signal == 2);
+  // A peer that never reads: linger gives up at its deadline and names it.
+  CHECK(linger(store, keys, 0, {"silent"}, 200ms) == std::vector<std::string>{"silent"});
+}
+
+TEST_CASE("the exit barrier's slice tells missing outcomes from failed ones") {
+  HashStore store;
+  JobKeys keys("job");
+  CHECK_FALSE(outcomes_within(store, keys, 1, {"a", "b"}, 10ms));
+  store.set(keys.outcome(1, "a"), outcome_ok());
+  store.set(keys.outcome(1, "b"), outcome_ok());
+  CHECK(outcomes_within(store, keys, 1, {"a", "b"}, 10ms) == std::optional<bool>(true));
+  store.set(keys.outcome(1, "b"), outcome_failed());
+  CHECK(outcomes_within(store, keys, 1, {"a", "b"}, 10ms) == std::optional<bool>(false));
+}
