@@ -119,6 +119,9 @@ void Agent::suspend() {
   // Ctrl-Z reaches only our process group; the workers have their own.
   if (current_) current_->stop_workers();
   for (auto* h : hooks_) h->job_stopped();
+  // Raw passthrough ends before the stop: the shell gets its terminal back
+  // as it gave it; resume() makes it raw again if a readline still waits.
+  if (stdin_) stdin_->before_stop();
   // Stop as the terminal meant us to (SIGTSTP's default action, so the shell
   // says "Stopped"); the kernel discards it in an orphaned process group
   // (no parent in another group of our session), so there SIGSTOP.
@@ -262,6 +265,17 @@ void Agent::make_cgroup(EnvMap& worker_env) {
 }
 
 int Agent::run() {
+  try {
+    return run_all();
+  } catch (...) {
+    // An exception may end the process without unwinding (none catches it
+    // above): the terminal's modes go back first (raw passthrough).
+    stdin_.reset();
+    throw;
+  }
+}
+
+int Agent::run_all() {
   // Orphaned grandchildren come to us, so we can reap and kill them.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // A closed console must not kill the agent; write() errors are handled.

@@ -66,6 +66,7 @@ class Agent {
   int run();
 
  private:
+  int run_all();
   void watch_children();
   void watch_signals();
   void watch_job_control();

@@ -62,6 +62,10 @@ void Attempt::spawn_worker(int lr) {
     plan.stdin_mode = StdinMode::kForward;
   else if (options_.stdin_rank == w.rank)
     plan.stdin_mode = setup_.stdin_forwarder ? StdinMode::kForward : StdinMode::kInherit;
+  if (plan.stdin_mode == StdinMode::kForward && plan.pty) {
+    termios modes;
+    if (setup_.stdin_forwarder->terminal_modes(modes)) plan.terminal = modes;
+  }
   WorkerStreams streams = open_worker_streams(plan);
   SpawnRequest req;
   req.path = setup_.program_path;
@@ -81,11 +85,25 @@ void Attempt::spawn_worker(int lr) {
                          std::move(streams.out_read), std::move(out_log));
   worker.err = make_pump(w, prefix, Stream::kStderr, shown_streams & kStdErr,
                          std::move(streams.err_read), std::move(err_log));
+  if (streams.input.get() >= 0) {
+    // readline writes to the stdout pty (fd 0 and 1 are that one device):
+    // its output is where a change of the terminal's mode shows.
+    OutputPump* out = worker.out.get();
+    std::function<void(bool)> set_interactive;
+    if (streams.input_is_pty) {
+      out->set_before_console([forwarder = setup_.stdin_forwarder, pid = w.pid] {
+        forwarder->output_from(pid);
+      });
+      set_interactive = [out, err = worker.err.get(), alive = alive_](bool on) {
+        if (*alive) out->set_interactive(on, err);
+      };
+    }
+    setup_.stdin_forwarder->add_target(w.rank, w.pid, std::move(streams.input),
+                                       streams.input_is_pty, options_.stdin_rank == w.rank,
+                                       std::move(set_interactive));
+  }
   worker.out->start();
   worker.err->start();
-  if (streams.input.get() >= 0)
-    setup_.stdin_forwarder->add_target(w.rank, w.pid, std::move(streams.input),
-                                       streams.input_is_pty, options_.stdin_rank == w.rank);
   info_.workers.push_back(w);
   workers_.push_back(std::move(worker));
 }

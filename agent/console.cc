@@ -8,9 +8,11 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 
 #include <boost/asio/post.hpp>
 
+#include "agent/interactive_line.h"
 #include "agent/live_region.h"
 
 namespace ddprun::agent {
@@ -32,6 +34,35 @@ struct Console::Queue {
   const void* typed_over = nullptr;
   std::vector<std::function<void()>> waiting;  // resumes, run on the loop
   LiveRegion live;  // terminal only: the progress bars' lines
+  // Raw passthrough: the source whose readline has the keyboard, its line,
+  // and whether that line is on the screen (the cursor in it, below the
+  // bars when they are drawn).
+  const void* ia_source = nullptr;
+  std::optional<InteractiveLine> ia;
+  bool ia_shown = false;
+
+  // Before other output: the interactive line's row is cleared and the
+  // cursor goes where the region (or the next line) expects it.
+  void take_down() {
+    if (!ia_source || !ia_shown) return;
+    pending += "\r\x1b[K";
+    if (live.drawn() > 0) pending += "\x1b[A";  // to the bars' last line
+    ia_shown = false;
+    if (open == ia_source) open = nullptr;
+  }
+  // After it: the interactive line drawn again, last on the screen.
+  void bring_up() {
+    if (!ia_source || ia_shown) return;
+    if (open) {
+      pending += '\n';  // another source's prompt line ends above it
+      open = nullptr;
+    } else if (live.drawn() > 0) {
+      pending += '\n';  // below the bars
+    }
+    ia->replay(pending);
+    ia_shown = true;
+    open = ia->at_line_start() ? nullptr : ia_source;
+  }
 };
 
 namespace {
@@ -119,6 +150,7 @@ void Console::write(const void* source, std::string_view bytes, bool leaves_line
       return;
     }
     was_empty = q_->pending.empty();
+    q_->take_down();
     // Another source's line is open: end it, so lines never mix.
     if (q_->open && q_->open != source) q_->pending += '\n';
     if (terminal_ && (!q_->live.empty() || bytes.find('\r') != std::string_view::npos)) {
@@ -131,6 +163,7 @@ void Console::write(const void* source, std::string_view bytes, bool leaves_line
       q_->open = leaves_line_open ? source : nullptr;
     }
     if (source != q_->typed_over) q_->typed_over = nullptr;
+    q_->bring_up();
   }
   if (was_empty) q_->wake.notify_one();
 }
@@ -142,6 +175,7 @@ bool Console::write_line(std::string_view line) {
     if (q_->failed) return false;
     if (q_->pending.size() + q_->in_flight + line.size() > kHighWater + kLogRoom) return false;
     was_empty = q_->pending.empty();
+    q_->take_down();
     if (q_->open) q_->pending += '\n';
     if (q_->live.empty())
       q_->pending.append(line.data(), line.size());
@@ -150,6 +184,7 @@ bool Console::write_line(std::string_view line) {
     q_->open = nullptr;
     // typed_over stays: the typed line ended its owner's line, and ddprun's
     // own line after it (the input's new rank) continues nothing of it.
+    q_->bring_up();
   }
   if (was_empty) q_->wake.notify_one();
   return true;
@@ -176,6 +211,90 @@ void Console::write_untouched(std::string_view bytes) {
     q_->open = nullptr;
   }
   if (was_empty) q_->wake.notify_one();
+}
+
+void Console::begin_interactive(const void* source, std::string prefix, std::string_view line,
+                                std::optional<size_t> shown, const void* companion) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lk(q_->mu);
+    was_empty = q_->pending.empty();
+    if (q_->ia_source && q_->ia_source != source && q_->ia_shown && q_->open == q_->ia_source) {
+      q_->pending += '\n';  // the previous one's prompt stays where it is
+      q_->open = nullptr;
+    }
+    q_->ia.emplace(std::move(prefix));
+    q_->ia_source = source;
+    if (shown) {
+      // On the screen up to `shown`: the rest is new to it.
+      size_t n = std::min(*shown, line.size());
+      q_->ia->adopt(line.substr(0, n));
+      q_->ia_shown = true;
+      q_->ia->write(line.substr(n), q_->pending);
+      q_->open = q_->ia->at_line_start() ? nullptr : source;
+    } else if (line.empty() && companion && q_->open == companion) {
+      // The worker's prompt went to its other stream (input() without
+      // readline prompts on stderr): the echo continues that line.
+      q_->ia->continue_line();
+      q_->ia_shown = true;
+      q_->open = source;
+    } else {
+      q_->ia->adopt(line);
+      q_->ia_shown = false;
+      q_->bring_up();
+    }
+  }
+  if (was_empty) q_->wake.notify_one();
+}
+
+bool Console::write_interactive(const void* source, std::string_view bytes) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lk(q_->mu);
+    if (q_->ia_source != source) return false;
+    if (q_->failed || bytes.empty()) return true;
+    was_empty = q_->pending.empty();
+    q_->bring_up();
+    size_t nl = bytes.rfind('\n');
+    if (q_->live.drawn() > 0 && nl != std::string_view::npos) {
+      // Lines the worker completes below the bars go above them: the row
+      // cleared, the bars taken down, the finished lines drawn whole from
+      // their start, the bars again, and the open rest below them.
+      q_->pending += "\r\x1b[K\x1b[A";
+      q_->live.hide(q_->pending);
+      std::string done = q_->ia->kept();
+      done.append(bytes.substr(0, nl + 1));
+      InteractiveLine(q_->ia->prefix()).write(done, q_->pending);
+      std::string unused;
+      q_->ia->write(bytes.substr(0, nl + 1), unused);  // its state after those lines
+      q_->live.show(q_->pending);
+      q_->pending += '\n';
+      q_->ia->write(bytes.substr(nl + 1), q_->pending);
+    } else {
+      q_->ia->write(bytes, q_->pending);
+    }
+    q_->ia_shown = true;
+    q_->open = q_->ia->at_line_start() ? nullptr : source;
+  }
+  if (was_empty) q_->wake.notify_one();
+  return true;
+}
+
+void Console::end_interactive(const void* source) {
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lk(q_->mu);
+    if (q_->ia_source != source) return;
+    if (q_->open == source) {
+      q_->pending += '\n';  // a prompt left open (the worker died in it) ends here
+      q_->open = nullptr;
+      queued = true;
+    }
+    q_->ia_source = nullptr;
+    q_->ia.reset();
+    q_->ia_shown = false;
+  }
+  if (queued) q_->wake.notify_one();
 }
 
 void Console::line_typed() {

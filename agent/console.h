@@ -33,6 +33,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -71,6 +72,21 @@ class Console {
   // Queues `bytes` as they are: no line of another source is ended, no bar
   // handling (--log-line-prefix-template=none).
   void write_untouched(std::string_view bytes);
+  // Raw passthrough (interactive_line.h): `source`'s readline has the
+  // keyboard. Its bytes go out as write_interactive() gives them, with
+  // `prefix` only at line starts and after '\r'; its line stays the last
+  // on the screen: output of others takes the row and the line is drawn
+  // again below it (and below the progress bars). `line`: the source's
+  // bytes since its last newline; `shown`: how many of them are on the
+  // screen already, the cursor after them (none: the line is drawn anew).
+  // `companion`: the worker's other stream, whose open line (a prompt) the
+  // echo continues.
+  void begin_interactive(const void* source, std::string prefix, std::string_view line,
+                         std::optional<size_t> shown, const void* companion = nullptr);
+  // False (nothing written) when `source` no longer has the keyboard.
+  bool write_interactive(const void* source, std::string_view bytes);
+  // Back to lines; an open line of `source` is ended.
+  void end_interactive(const void* source);
   // A line was typed at this terminal: its echoed newline ended the open
   // line (a prompt's). Its owner then starts a new line, unmarked.
   void line_typed();

@@ -43,6 +43,8 @@ class LineSplitter {
   // The console's line was ended for us (a typed line's echo): what
   // follows starts a new line, with the prefix, unmarked.
   void new_line() { on_console_ = after_cr_ = continued_ = false, column_ = 0; }
+  // Forgets the held text (raw passthrough shows it: output_pump.h).
+  void discard_pending() { pending_.clear(); }
   // Bytes held, not yet shown.
   size_t pending() const { return pending_.size(); }
   // True when the last output left this stream's line open (no newline).

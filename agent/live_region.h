@@ -39,6 +39,15 @@ class LiveRegion {
   // Something else moved the cursor (a typed line's echo): the region on
   // the screen is left as it is and drawn anew below on its next update.
   void cursor_moved() { drawn_ = 0; }
+  // Lines of the region on the screen now (0: hidden).
+  int drawn() const { return drawn_; }
+  // Takes the region off the screen (the cursor at its first line's start,
+  // cleared below) / draws it again there, the cursor ending at its last
+  // line's end: a line kept below the region moves with it.
+  void hide(std::string& out) { erase(out); }
+  void show(std::string& out) {
+    if (!lines_.empty()) draw(out);
+  }
   // The text of `source`'s line in the region (nullptr: none).
   const std::string* text_of(const void* source) const;
   // `bytes`: what `source` wrote; `line_start`: the cursor is at the start

@@ -5,6 +5,8 @@
 
 #include <boost/asio/error.hpp>
 
+#include "agent/interactive_line.h"
+
 namespace ddprun::agent {
 
 OutputPump::OutputPump(boost::asio::io_context& io, base::ScopedFd read_fd, PumpConfig config)
@@ -57,6 +59,33 @@ void OutputPump::handle(const char* data, size_t size) {
       if (config_.on_log_error) config_.on_log_error(config_.log_path, err);
     }
   }
+  const std::string_view bytes(data, size);
+  if (config_.before_console) config_.before_console();  // may call set_interactive
+  const size_t nl = bytes.rfind('\n');
+  if (nl == std::string_view::npos) {
+    line_.append(bytes);
+  } else {
+    line_.assign(bytes.substr(nl + 1));
+  }
+  if (line_.size() > InteractiveLine::kMaxKept) line_.erase(0, line_.size() - InteractiveLine::kMaxKept);
+  if (interactive_ && leaving_) {
+    // Readline has left: what it wrote before (its last echo, the Enter)
+    // often comes after that, so passthrough ends with this read's last
+    // line, and what follows it is lines again.
+    size_t end = nl == std::string_view::npos ? size : nl + 1;
+    if (!config_.console->write_interactive(this, bytes.substr(0, end))) end = 0;
+    if (nl != std::string_view::npos || end == 0) stop_interactive();
+    if (end < size) to_lines(data + end, size - end);
+  } else if (interactive_ && !config_.console->write_interactive(this, bytes)) {
+    stop_interactive();  // another rank has the keyboard now
+    to_lines(data, size);
+  } else if (!interactive_) {
+    to_lines(data, size);
+  }
+  if (config_.on_data) config_.on_data(std::string_view(data, size));
+}
+
+void OutputPump::to_lines(const char* data, size_t size) {
   if (config_.console && config_.shown && config_.raw) {
     to_console_raw(data, size);
   } else if (config_.console && config_.shown) {
@@ -72,7 +101,36 @@ void OutputPump::handle(const char* data, size_t size) {
       arm_quiet_timer();
     }
   }
-  if (config_.on_data) config_.on_data(std::string_view(data, size));
+}
+
+void OutputPump::stop_interactive() {
+  if (!interactive_) return;
+  interactive_ = leaving_ = false;
+  config_.console->end_interactive(this);
+  splitter_.new_line();
+}
+
+void OutputPump::set_interactive(bool on, const void* companion) {
+  if (!on) {
+    leaving_ = interactive_;  // at the end of the next line (handle())
+    return;
+  }
+  leaving_ = false;
+  if (interactive_ || !(config_.console && config_.shown && config_.console->terminal())) return;
+  interactive_ = true;
+  // What the splitter still holds was never shown: the console draws it
+  // with the rest of the line.
+  const size_t held = config_.raw ? 0 : splitter_.pending();
+  splitter_.discard_pending();
+  // Untouched bytes (prefix off) are all on the screen; prefixed ones when
+  // the console's open line is still ours.
+  std::optional<size_t> shown;
+  if (config_.raw)
+    shown = line_.size();
+  else if (config_.console->open_line() == this)
+    shown = line_.size() >= held ? line_.size() - held : 0;
+  config_.console->begin_interactive(this, config_.raw ? "" : config_.prefix, line_, shown,
+                                     companion);
 }
 
 void OutputPump::to_console_raw(const char* data, size_t size) {
@@ -122,7 +180,7 @@ void OutputPump::arm_quiet_timer() {
   quiet_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
     if (!*alive) return;
     quiet_armed_ = false;
-    if (ec || !open_ || splitter_.pending() == 0) return;
+    if (ec || !open_ || interactive_ || splitter_.pending() == 0) return;
     if (std::chrono::steady_clock::now() < last_data_ + kQuiet) {
       arm_quiet_timer();  // more came meanwhile: wait for the quiet again
       return;
@@ -138,6 +196,7 @@ void OutputPump::finish() {
   if (!open_) return;
   open_ = false;
   quiet_.cancel();
+  stop_interactive();  // the worker is gone, perhaps in its prompt
   if (config_.console && config_.shown && config_.raw) {
     batch_.swap(raw_pending_);
     raw_pending_.clear();

@@ -44,6 +44,10 @@ struct PumpConfig {
   base::ScopedFd log;                // none: no log file
   std::string log_path;              // for the error message
   std::function<void(std::string_view)> on_data;  // may be empty
+  // Runs on each read before the console gets its bytes (may be empty):
+  // the input forwarder looks at the worker's terminal mode there, so the
+  // prompt readline writes goes out already as passthrough.
+  std::function<void()> before_console;
   std::function<void()> on_eof;                   // called once
   // The log file failed (errno `err`); called once per pump.
   std::function<void(const std::string& path, int err)> on_log_error;
@@ -69,6 +73,15 @@ class OutputPump {
   int fd() { return pipe_.native_handle(); }
   // Teardown: never pause for the console; drop what it cannot take.
   void set_lossy();
+  // Raw passthrough (stdin_forwarder.h): the worker's readline has the
+  // keyboard, so its bytes go to the console at once and as they are
+  // (Console::write_interactive), its line kept last on the screen; off:
+  // back to prefixed lines after the next newline it writes.
+  // `companion`: the worker's other stream (Console::begin_interactive).
+  void set_interactive(bool on, const void* companion = nullptr);
+  // PumpConfig::before_console, set after the pump is made (the forwarder
+  // learns of the worker once it runs).
+  void set_before_console(std::function<void()> f) { config_.before_console = std::move(f); }
 
  private:
   void read_more();
@@ -77,6 +90,9 @@ class OutputPump {
   void to_console(std::string& bytes, bool leaves_line_open);
   void to_console_raw(const char* data, size_t size);
   void arm_quiet_timer();
+  // Prefixed lines (or untouched bytes) to the console.
+  void to_lines(const char* data, size_t size);
+  void stop_interactive();
   void finish();
 
   boost::asio::posix::stream_descriptor pipe_;
@@ -90,6 +106,9 @@ class OutputPump {
   std::array<char, 64 * 1024> buf_;
   std::string batch_;
   std::string raw_pending_;  // raw mode on a pipe: the bytes after the last newline
+  bool interactive_ = false;
+  bool leaving_ = false;  // set_interactive(false) came: off after the next newline
+  std::string line_;  // the bytes after the last newline (for set_interactive)
   bool open_ = true;
   // Handlers may run after this object is gone (aborted operations are
   // still delivered); they check this flag first.

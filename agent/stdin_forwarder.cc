@@ -22,39 +22,6 @@ int reopen(int fd) {
   return own;
 }
 
-}  // namespace
-
-StdinForwarder::StdinForwarder(boost::asio::io_context& io, int terminal_fd,
-                               std::function<void()> on_line)
-    : in_(io, reopen(terminal_fd)), on_line_(std::move(on_line)) {}
-
-StdinForwarder::~StdinForwarder() {
-  boost::system::error_code ignored;
-  in_.close(ignored);
-}
-
-void StdinForwarder::start() { read_more(); }
-
-void StdinForwarder::resume() {
-  if (!reading_) read_more();
-}
-
-void StdinForwarder::add_target(int rank, pid_t pid, base::ScopedFd fd, bool is_pty,
-                                bool preferred) {
-  targets_.erase(std::remove_if(targets_.begin(), targets_.end(),
-                                [&](const Target& t) { return t.rank == rank; }),
-                 targets_.end());
-  targets_.push_back({rank, pid, std::move(fd), is_pty, preferred});
-}
-
-void StdinForwarder::remove_target(pid_t pid) {
-  targets_.erase(std::remove_if(targets_.begin(), targets_.end(),
-                                [&](const Target& t) { return t.pid == pid; }),
-                 targets_.end());
-}
-
-namespace {
-
 // The worker's terminal is out of line mode: readline (pdb) reads it.
 bool readline_waits(int pty_master) {
   termios t;
@@ -76,23 +43,207 @@ bool blocked_reading_stdin(pid_t pid) {
 
 }  // namespace
 
+StdinForwarder::StdinForwarder(boost::asio::io_context& io, int terminal_fd,
+                               std::function<void()> on_line)
+    : in_(io, reopen(terminal_fd)), raw_(terminal_fd), on_line_(std::move(on_line)) {}
+
+StdinForwarder::~StdinForwarder() {
+  boost::system::error_code ignored;
+  in_.close(ignored);
+  // raw_'s destructor puts the terminal's modes back.
+}
+
+void StdinForwarder::start() { read_more(); }
+
+void StdinForwarder::before_stop() {
+  stopped_ = true;
+  raw_.leave();  // the shell gets its terminal as it gave it
+}
+
+void StdinForwarder::resume() {
+  stopped_ = false;
+  if (!reading_) read_more();
+  update(true);
+}
+
+void StdinForwarder::add_target(int rank, pid_t pid, base::ScopedFd fd, bool is_pty,
+                                bool preferred, std::function<void(bool)> set_interactive) {
+  targets_.erase(std::remove_if(targets_.begin(), targets_.end(),
+                                [&](const Target& t) { return t.rank == rank; }),
+                 targets_.end());
+  Target t{rank, pid, std::move(fd), is_pty, preferred, std::move(set_interactive)};
+  targets_.push_back(std::move(t));
+  // Raw from the start when this pty gets the input: what is typed ahead
+  // goes to its line discipline, which echoes it once.
+  update(false);
+}
+
+void StdinForwarder::remove_target(pid_t pid) {
+  for (auto& t : targets_)
+    if (t.pid == pid && pid == passthrough_pid_) {
+      if (t.set_interactive) t.set_interactive(false);
+      passthrough_pid_ = -1;
+    }
+  targets_.erase(std::remove_if(targets_.begin(), targets_.end(),
+                                [&](const Target& t) { return t.pid == pid; }),
+                 targets_.end());
+  // A worker killed at its prompt leaves its pty raw: the terminal comes
+  // back now, or goes to another rank that waits.
+  update(true);
+}
+
+void StdinForwarder::clear_target() {
+  set_passthrough(nullptr);
+  targets_.clear();
+}
+
+void StdinForwarder::output_from(pid_t pid) {
+  auto it = std::find_if(targets_.begin(), targets_.end(),
+                         [&](const Target& t) { return t.pid == pid; });
+  if (it == targets_.end() || !it->is_pty) return;
+  // One ioctl per read of its output; the rest only when the mode changed.
+  // A plain read(0) shows only in /proc: looked at while it passes through
+  // for that reason, so its output is lines again once the read returned.
+  bool readline = readline_waits(it->fd.get());
+  bool reading = it->pid == passthrough_pid_ && !readline ? blocked_reading_stdin(pid) : it->reading;
+  if (readline == it->readline && reading == it->reading) return;
+  it->readline = readline;
+  it->reading = reading;
+  update(false);
+}
+
+StdinForwarder::Target* StdinForwarder::find_rank(int rank) {
+  for (auto& t : targets_)
+    if (t.rank == rank) return &t;
+  return nullptr;
+}
+
 StdinForwarder::Target* StdinForwarder::pick() {
   Target* preferred = nullptr;
   Target* waiting = nullptr;
+  Target* chosen = nullptr;
   for (auto& t : targets_) {
     if (t.preferred) preferred = &t;
-    bool waits = (t.is_pty && readline_waits(t.fd.get())) || blocked_reading_stdin(t.pid);
-    if (waits && (!waiting || t.preferred)) waiting = &t;
+    if (t.rank == chosen_rank_) chosen = &t;
+    if (t.waits() && (!waiting || t.preferred)) waiting = &t;
   }
-  Target* chosen = waiting ? waiting : preferred ? preferred : nullptr;
-  if (!chosen && !targets_.empty()) chosen = &targets_.front();
-  if (chosen && chosen->rank != last_rank_) {
-    if (last_rank_ >= 0 || !chosen->preferred)
-      spdlog::info("typed input goes to rank {}{}", chosen->rank,
-                   waiting ? " (it waits for input)" : "");
-    last_rank_ = chosen->rank;
+  // The switch key's choice holds while that rank waits or none does.
+  if (chosen && (chosen->waits() || !waiting)) return chosen;
+  if (waiting) return waiting;
+  if (preferred) return preferred;
+  return targets_.empty() ? nullptr : &targets_.front();
+}
+
+void StdinForwarder::announce(Target* chosen) {
+  if (!chosen) return;
+  std::string waiting;
+  int n = 0;
+  for (const auto& t : targets_)
+    if (t.waits()) waiting += (n++ ? ", " : "") + std::to_string(t.rank);
+  if (n >= 2 && (waiting != last_waiting_ || chosen->rank != last_rank_)) {
+    spdlog::info("ranks {} wait for input; typed input goes to rank {} (Ctrl-] then a rank's "
+                 "digit, or Ctrl-] n for the next, switches)",
+                 waiting, chosen->rank);
+  } else if (tell_ || (chosen->waits() && chosen->rank != last_told_ &&
+                        (last_told_ >= 0 || !chosen->preferred))) {
+    spdlog::info("typed input goes to rank {}{}", chosen->rank,
+                 chosen->waits() ? " (it waits for input)" : "");
   }
-  return chosen;
+  // A rank that does not wait is not told: between two pdb commands the
+  // input falls back to --stdin-rank's for a moment.
+  if (chosen->waits() || tell_ || n >= 2) last_told_ = chosen->rank;
+  last_rank_ = chosen->rank;
+  last_waiting_ = n >= 2 ? waiting : "";
+  tell_ = false;
+}
+
+StdinForwarder::Target* StdinForwarder::update(bool all) {
+  if (all)
+    for (auto& t : targets_) {
+      t.readline = t.is_pty && readline_waits(t.fd.get());
+      t.reading = blocked_reading_stdin(t.pid);
+    }
+  Target* t = pick();
+  announce(t);
+  set_passthrough(t);
+  return t;
+}
+
+void StdinForwarder::set_passthrough(Target* t) {
+  // Raw while a worker's pty has the input: its own line discipline or its
+  // readline edits and echoes, as a terminal of its own would. From the
+  // background the terminal is the shell's: no raw mode there.
+  bool raw = t && t->is_pty && !stopped_ && raw_.enter();
+  if (!raw) raw_.leave();
+  // Its output passes through while it waits (its echo, readline's redraw);
+  // otherwise it is lines again (its progress bars in the live region).
+  pid_t pid = raw && t->waits() ? t->pid : -1;
+  if (pid == passthrough_pid_) return;
+  for (auto& old : targets_)
+    if (old.pid == passthrough_pid_ && old.set_interactive) old.set_interactive(false);
+  passthrough_pid_ = pid;
+  if (pid >= 0 && t->set_interactive) t->set_interactive(true);
+}
+
+void StdinForwarder::switch_to(char key) {
+  std::vector<int> ranks;  // the waiting ones, else all
+  for (const auto& t : targets_)
+    if (t.waits()) ranks.push_back(t.rank);
+  if (ranks.empty())
+    for (const auto& t : targets_) ranks.push_back(t.rank);
+  std::sort(ranks.begin(), ranks.end());
+  int rank = -1;
+  if (key == 'n' && !ranks.empty()) {
+    auto next = std::upper_bound(ranks.begin(), ranks.end(), last_rank_);
+    rank = next == ranks.end() ? ranks.front() : *next;
+  } else if (key >= '0' && key <= '9') {
+    rank = key - '0';
+  }
+  if (rank < 0 || !find_rank(rank)) {
+    spdlog::warn("Ctrl-] {}: no such rank here; input stays with rank {}",
+                 key == 'n' ? std::string("n") : std::string(1, key), last_rank_);
+    return;
+  }
+  chosen_rank_ = rank;
+  tell_ = true;  // told again, even when it stays
+  last_waiting_.clear();
+  Target* t = update(true);
+  if (t && t->rank != rank)
+    spdlog::info("rank {} does not wait for input; input goes to rank {} while it does not",
+                 rank, t->rank);
+}
+
+void StdinForwarder::handle_input(const char* data, size_t size) {
+  std::string out;
+  auto flush = [&] {
+    if (!out.empty()) forward(update(true), out.data(), out.size());
+    out.clear();
+  };
+  for (size_t i = 0; i < size; ++i) {
+    char c = data[i];
+    if (skip_newline_) {
+      skip_newline_ = false;
+      if (c == '\n') continue;
+    }
+    if (switch_pending_) {
+      switch_pending_ = false;
+      if (c == 'n' || (c >= '0' && c <= '9')) {
+        flush();
+        switch_to(c);
+        skip_newline_ = !raw_.raw();  // line mode: "^]1" took a line of its own
+        continue;
+      }
+      if (c != kSwitchKey) out += kSwitchKey;  // not a switch: both bytes go on
+      out += c;
+      continue;
+    }
+    if (c == kSwitchKey) {
+      switch_pending_ = true;
+      continue;
+    }
+    out += c;
+  }
+  flush();
 }
 
 void StdinForwarder::read_more() {
@@ -101,15 +252,15 @@ void StdinForwarder::read_more() {
                                                         size_t n) {
     if (ec == boost::asio::error::operation_aborted) return;
     if (n > 0) {
-      // The echo has moved the cursor already: the console learns it before
-      // pick() may print which rank gets the line.
-      if (on_line_ && std::memchr(buf_.data(), '\n', n)) on_line_();
-      forward(pick(), buf_.data(), n);
+      // Line mode: the echo has moved the cursor already; the console
+      // learns it before the forwarding may print which rank gets the line.
+      if (!raw_.raw() && on_line_ && std::memchr(buf_.data(), '\n', n)) on_line_();
+      handle_input(buf_.data(), n);
     }
     if (ec == boost::asio::error::eof) {
-      // Ctrl-D: end of input for the worker. A terminal can still be read
-      // after it, so keep reading.
-      if (Target* t = pick()) {
+      // Ctrl-D in line mode: end of input for the worker. A terminal can
+      // still be read after it, so keep reading.
+      if (Target* t = update(true)) {
         if (t->is_pty)
           forward(t, "\x04", 1);  // VEOF of the worker's pty (canonical mode)
         else

@@ -7,6 +7,9 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "agent/spawn.h"
 
 namespace ddprun::agent {
@@ -24,7 +27,8 @@ void open_pipe(base::ScopedFd& read, base::ScopedFd& write) {
   write.reset(fds[1]);
 }
 
-void open_pty(const winsize& size, base::ScopedFd& master, base::ScopedFd& slave) {
+void open_pty(const winsize& size, base::ScopedFd& master, base::ScopedFd& slave,
+              const termios* input = nullptr) {
   master.reset(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
   if (master.get() < 0) fail("posix_openpt");
   if (grantpt(master.get()) != 0) fail("grantpt");
@@ -35,8 +39,16 @@ void open_pty(const winsize& size, base::ScopedFd& master, base::ScopedFd& slave
   if (slave.get() < 0) fail(std::string("open ") + name);
   termios t;
   if (tcgetattr(slave.get(), &t) != 0) fail("tcgetattr");
-  t.c_oflag &= ~OPOST;           // "\n" stays "\n"; the real terminal adds "\r"
-  t.c_lflag &= ~(ECHO | ECHONL);  // the user's terminal echoes already
+  t.c_oflag &= ~OPOST;  // "\n" stays "\n"; the real terminal adds "\r"
+  if (input) {
+    // Typed input comes here: edit and echo as ddprun's terminal does.
+    constexpr tcflag_t kLocal = ICANON | ISIG | IEXTEN | ECHO | ECHOE | ECHOK | ECHOKE | ECHOCTL;
+    t.c_iflag = input->c_iflag;
+    std::copy(std::begin(input->c_cc), std::end(input->c_cc), std::begin(t.c_cc));
+    t.c_lflag = (t.c_lflag & ~kLocal) | (input->c_lflag & kLocal);
+  } else {
+    t.c_lflag &= ~(ECHO | ECHONL);  // nothing is typed here
+  }
   if (tcsetattr(slave.get(), TCSANOW, &t) != 0) fail("tcsetattr");
   if (size.ws_col > 0 && ioctl(master.get(), TIOCSWINSZ, &size) != 0) fail("TIOCSWINSZ");
 }
@@ -51,7 +63,8 @@ void set_nonblocking(int fd) {
 WorkerStreams open_worker_streams(const StreamPlan& plan) {
   WorkerStreams s;
   if (plan.pty) {
-    open_pty(plan.size, s.out_read, s.out_write);
+    const bool typed = plan.stdin_mode == StdinMode::kForward && plan.terminal;
+    open_pty(plan.size, s.out_read, s.out_write, typed ? &*plan.terminal : nullptr);
     open_pty(plan.size, s.err_read, s.err_write);
   } else {
     open_pipe(s.out_read, s.out_write);

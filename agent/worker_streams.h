@@ -7,8 +7,10 @@
 // stays in its own process group of ddprun's session): reading it never
 // stops the worker with SIGTTIN, and Ctrl-C/Ctrl-Z reach ddprun first.
 // Output processing is off (a "\n" stays "\n" for the splitter; the real
-// terminal adds its "\r"), and so is echo: the user's terminal echoes what
-// is typed already. Otherwise: pipes.
+// terminal adds its "\r"), and so is echo, except on the pty that typed
+// input reaches: ddprun's terminal is raw while a worker's pty has the
+// input, so that pty edits and echoes as a terminal does (and readline
+// echoes only where the terminal does). Otherwise: pipes.
 //
 // Standard input goes to one rank (--stdin-rank): ddprun's own stdin when
 // it is not a terminal; typed input forwarded by the agent when it is
@@ -18,6 +20,9 @@
 
 #include <sys/ioctl.h>
 
+#include <termios.h>
+
+#include <optional>
 #include <string>
 
 #include "base/scoped_fd.h"
@@ -34,6 +39,10 @@ struct StreamPlan {
   bool pty = false;  // stdout and stderr as pseudo-terminals
   winsize size{};    // their window size
   StdinMode stdin_mode = StdinMode::kNull;
+  // kForward on a pty: ddprun's terminal's own modes. The worker's pty
+  // takes their input flags, control characters and echo, so it edits
+  // and echoes as that terminal does (raw passthrough, stdin_forwarder.h).
+  std::optional<termios> terminal;
 };
 
 struct WorkerStreams {

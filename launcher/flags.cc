@@ -147,7 +147,9 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "Streams to the log file AND the console (as torchrun; wins over -r), same values [0]");
   opt("--stdin-rank,--stdin_rank", f.stdin_rank, base::kEnvStdinRank, O,
       "The rank that reads ddprun's standard input (typed input is forwarded), or none; "
-      "the others read /dev/null [0]");
+      "the others read /dev/null. On a terminal typed keys go to the rank that waits "
+      "(pdb, input()), this one first; Ctrl-] then a rank's digit, or Ctrl-] n, switches "
+      "between waiting ranks [0]");
   opt("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter, "PET_LOCAL_RANKS_FILTER",
       O, "Only these local ranks reach the console, e.g. 0 or 0,2 [all]");
   opt("--log-line-prefix-template,--log_line_prefix_template", o.log_line_prefix_template,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "agent/line_splitter.h"
+#include "agent/interactive_line.h"
 #include "agent/live_region.h"
 
 namespace ag = ddprun::agent;
@@ -112,4 +113,26 @@ TEST_CASE("after a typed line moved the cursor the region is drawn anew, not ove
   out.clear();
   r.write(&a, "\rx2", true, out);
   CHECK(out == "\rx2\x1b[K\n\ry\x1b[K");  // no move up into the typed line
+}
+
+// The passthrough line (interactive_line.h): readline's bytes as written,
+// the prefix only where a line starts or a '\r' goes back to column 0.
+TEST_CASE("a passthrough line gets the prefix at line starts and after \\r, nowhere else") {
+  ag::InteractiveLine l("[1]:");
+  std::string out;
+  l.write("(Pdb) p 6", out);
+  l.write("*7\b\b\x1b[K", out);  // readline's own edits pass untouched
+  CHECK(out == "[1]:(Pdb) p 6*7\b\b\x1b[K");
+  out.clear();
+  l.write("\r", out);  // a redraw from column 0: the prefix comes with its text
+  CHECK(out == "\r");
+  l.write("(Pdb) p 6*7\r\n42\n", out);
+  CHECK(out == "\r[1]:(Pdb) p 6*7\r\n[1]:42\n");
+  CHECK(l.at_line_start());
+  out.clear();
+  l.write("(Pdb) ab", out);
+  l.write("\bX", out);
+  out.clear();
+  l.replay(out);  // the same bytes from column 0 draw the same line
+  CHECK(out == "[1]:(Pdb) ab\bX");
 }

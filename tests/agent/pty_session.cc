@@ -34,6 +34,7 @@ PtySession::PtySession(std::vector<std::string> args, unsigned short cols) {
   size.ws_row = 40;
   size.ws_col = cols;
   ioctl(master_, TIOCSWINSZ, &size);
+  if (tcgetattr(master_, &initial_) != 0) throw std::runtime_error("tcgetattr failed");
   args.insert(args.begin(), DDPRUN_BIN);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -60,6 +61,12 @@ PtySession::~PtySession() {
     wait_child(pid_, Seconds(10), nullptr);
   }
   if (master_ >= 0) close(master_);
+}
+
+termios PtySession::modes() const {
+  termios t{};
+  if (tcgetattr(master_, &t) != 0) throw std::runtime_error("tcgetattr failed");
+  return t;
 }
 
 bool PtySession::read_some(Clock::time_point until) {

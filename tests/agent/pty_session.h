@@ -7,6 +7,7 @@
 
 #include <sys/ioctl.h>
 #include <sys/types.h>
+#include <termios.h>
 
 #include <chrono>
 #include <functional>
@@ -31,6 +32,10 @@ class PtySession {
   // Types `bytes` at the terminal.
   void type(const std::string& bytes);
   const std::string& screen() const { return screen_; }
+  // The terminal's modes as ddprun sees them (tcgetattr of the master gives
+  // the slave's), and as they were before ddprun started.
+  termios modes() const;
+  const termios& initial_modes() const { return initial_; }
   // Reads to the end and reaps ddprun: its shell-style status, -1 on the
   // deadline (then it is SIGKILLed).
   int finish(std::chrono::milliseconds deadline);
@@ -41,6 +46,7 @@ class PtySession {
   pid_t pid_ = -1;
   int master_ = -1;
   std::string screen_;
+  termios initial_{};
 };
 
 }  // namespace ddprun::testing

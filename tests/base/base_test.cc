@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 
 #include "base/pidfd.h"
 #include "base/proc_stat.h"
+#include "base/terminal_modes.h"
 #include "base/scoped_fd.h"
 #include "tests/common/skip.h"
 
@@ -142,3 +144,81 @@ TEST_CASE("wait_exited times out on a live process and returns once it exits") {
 }
 
 int main(int argc, char** argv) { return ddprun::testing::main_with_skips(argc, argv); }
+
+// RawTerminal on a real pseudo-terminal: raw while entered (signals kept),
+// the modes as they were after leave() and after the owner is gone.
+TEST_CASE("RawTerminal makes a terminal raw with signals kept and puts its modes back") {
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(master >= 0);
+  REQUIRE(grantpt(master) == 0);
+  REQUIRE(unlockpt(master) == 0);
+  ddprun::base::ScopedFd m(master);
+  ddprun::base::ScopedFd slave(::open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC));
+  REQUIRE(slave.valid());
+  termios before{};
+  REQUIRE(tcgetattr(slave.get(), &before) == 0);
+  termios raw = ddprun::base::RawTerminal::raw_modes(before);
+  CHECK((raw.c_lflag & (ICANON | ECHO | IEXTEN)) == 0);
+  CHECK((raw.c_lflag & ISIG) != 0);  // Ctrl-C and Ctrl-Z still signal
+  CHECK((raw.c_iflag & ICRNL) == 0);  // Enter reaches readline as '\r'
+  CHECK((raw.c_oflag & OPOST) == (before.c_oflag & OPOST));
+  // Not our controlling terminal, so not in its foreground: enter() refuses.
+  ddprun::base::RawTerminal t(slave.get());
+  CHECK_FALSE(t.enter());
+  termios after{};
+  REQUIRE(tcgetattr(slave.get(), &after) == 0);
+  CHECK(after.c_lflag == before.c_lflag);
+}
+
+TEST_CASE("RawTerminal in the terminal's foreground: raw, then the saved modes back on destruction") {
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(master >= 0);
+  REQUIRE(grantpt(master) == 0);
+  REQUIRE(unlockpt(master) == 0);
+  ddprun::base::ScopedFd m(master);
+  const std::string name = ptsname(master);
+  termios before{};
+  REQUIRE(tcgetattr(master, &before) == 0);
+  // A child of its own session whose controlling terminal is the pty (the
+  // foreground group there): exit 0 when raw held inside the scope.
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    setsid();
+    int fd = ::open(name.c_str(), O_RDWR);
+    if (fd < 0 || ioctl(fd, TIOCSCTTY, 0) != 0) _exit(2);
+    ddprun::base::RawTerminal t(fd);
+    termios now{};
+    if (!t.enter() || tcgetattr(fd, &now) != 0 || (now.c_lflag & ICANON)) _exit(3);
+    _exit(0);  // no unwinding here: leave() below is the parent's check
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // _exit skipped the destructor: still raw, as after a SIGKILL.
+  termios left{};
+  REQUIRE(tcgetattr(master, &left) == 0);
+  CHECK((left.c_lflag & ICANON) == 0);
+  // The same in-process, with the destructor: the modes come back.
+  pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    setsid();
+    int fd = ::open(name.c_str(), O_RDWR);
+    if (fd < 0 || ioctl(fd, TIOCSCTTY, 0) != 0) _exit(2);
+    if (tcsetattr(fd, TCSANOW, &before) != 0) _exit(4);
+    {
+      ddprun::base::RawTerminal t(fd);
+      if (!t.enter()) _exit(3);
+    }
+    _exit(0);
+  }
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  termios after{};
+  REQUIRE(tcgetattr(master, &after) == 0);
+  CHECK(after.c_lflag == before.c_lflag);
+  CHECK(after.c_iflag == before.c_iflag);
+}

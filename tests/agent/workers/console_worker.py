@@ -12,6 +12,12 @@
 #   pdb-rank1 [D]    rank 1 only: breakpoint(); then "after read" (both);
 #                    the others exit 0, with D once rank 1 is done
 #   sleep          print "ready pid=<pid>", then sleep until killed
+#   pdb-local      rank 1 only (rank 0 exits 0): print "ready pid=<pid>", then
+#                  breakpoint() with a local zebra_count = 4242 (Tab completes
+#                  it), then "after read"
+#   pdb-both       every rank: breakpoint() with a local who = "rank<rank>",
+#                  then "after read <rank>"
+#   edit           import readline, then input("edit? "), print "got [<line>]"
 #   bars N         a '\r' progress bar 0..N on stderr (tqdm's way), its tail
 #                  long and short in turn (stale characters would show);
 #                  rank 0 also logs a line on stdout every third update
@@ -100,6 +106,19 @@ elif mode in ("input-rank1", "pdb-rank1"):
     elif done:
         while not os.path.exists(done):
             time.sleep(0.01)
+elif mode == "pdb-local":
+    if rank == "1":
+        print(f"ready pid={os.getpid()}", flush=True)
+        zebra_count = 4242
+        breakpoint()
+        print("after read", flush=True)
+elif mode == "pdb-both":
+    who = f"rank{rank}"
+    breakpoint()
+    print(f"after read {rank}", flush=True)
+elif mode == "edit":
+    import readline  # noqa: F401  (input() edits with readline now)
+    print(f"got [{input('edit? ')}]", flush=True)
 elif mode == "sleep":
     print(f"ready pid={os.getpid()}", flush=True)
     while True:
