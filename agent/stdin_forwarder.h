@@ -11,21 +11,27 @@
 // to the worker's pty or pipe.
 //
 // Two ways to read, following the worker that gets the input:
-// - Line mode (the terminal as the shell left it): the terminal echoes and
-//   edits, each finished line is forwarded; Ctrl-D reaches the worker as
-//   end of input.
-// - Raw passthrough, while that worker's pty is out of line mode (its
-//   readline reads): ddprun's terminal goes raw (base/terminal_modes.h: no
-//   echo, no editing, signals kept) and every keystroke is forwarded as
-//   typed, so the worker's readline edits, completes and recalls history
-//   itself, and its echo reaches the screen as it writes it
-//   (Console::write_interactive). The modes come back when the worker
-//   leaves readline, exits or is killed, when input moves to another rank,
-//   before ddprun stops (Ctrl-Z; raw again after SIGCONT if still wanted),
-//   and when ddprun exits by any path that unwinds.
-// The worker's mode is looked at when its terminal shows output (readline
-// sets the mode, then writes the prompt), when a key is typed, and when a
-// worker comes or goes: no polling.
+// - Raw passthrough, while that worker's input is its pty (ddprun's stdout
+//   is a terminal too): ddprun's terminal goes raw (base/terminal_modes.h:
+//   no echo, no editing, signals kept) and every key is forwarded as typed.
+//   The worker's pty then edits and echoes as a terminal does: its own line
+//   discipline for a plain input(), its readline for pdb and input() after
+//   `import readline` (history, Tab completion, editing). Raw for the whole
+//   time, not only while readline reads: readline echoes only where the
+//   terminal echoes when it starts, so the worker's pty must echo, and
+//   ddprun's terminal must not echo the same keys again. While the worker
+//   waits for input its output passes through as it writes it
+//   (Console::write_interactive); otherwise it is prefixed lines.
+//   The modes come back when no pty has the input (between attempts,
+//   after the last worker's exit or SIGKILL), before ddprun stops (Ctrl-Z;
+//   raw again after SIGCONT, in the foreground only), and when ddprun exits
+//   by any path that unwinds.
+// - Line mode otherwise (a pipe, or ddprun in the background): the terminal
+//   echoes and edits, each finished line is forwarded; Ctrl-D reaches the
+//   worker as end of input.
+// Whether a worker waits is looked at when its terminal shows output
+// (readline sets the mode, then writes the prompt), when a key is typed,
+// and when a worker comes or goes: no polling.
 //
 // Switching: when several ranks wait, one line names the rank that gets the
 // input and the keys that move it: Ctrl-] then a rank's digit (0-9), or
