@@ -13,8 +13,11 @@
 // (counter reads and adds, its record), the waits, the closer's one
 // multi_get, and the assignment (rendezvous.cc). 2 x N was the closer's
 // share before, N each for every survivor of a death. Measured: 15 for a
-// formation, 22 for a re-formation, the same from 16 to 4,096 nodes.
-constexpr int64_t kMaxRequestsPerRound = 24;
+// formation, the same from 16 to 4,096 nodes; 21-25 for a re-formation at
+// 64, 256 and 1,024 nodes alike since the typed round end (issue 20) is read
+// and acknowledged (end_seen/<node>): which node closes and how often a
+// wait is renewed varies from run to run, not with N.
+constexpr int64_t kMaxRequestsPerRound = 32;
 
 TEST_CASE("256 nodes form and re-form with a constant number of requests per node") {
   constexpr int kNodes = 256;
