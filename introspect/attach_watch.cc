@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/proc_stat.h"
@@ -75,7 +76,21 @@ void AttachWatch::start() {
 }
 
 void AttachWatch::on_beat(const watchdog::Beat& beat) {
-  if (!ended_) dog_.on_beat(beat);
+  if (ended_) return;
+  // A rank that started after the last sample (a restart, or a job started
+  // just before attach) is unknown until the next one, and the Watchdog
+  // drops beats of unknown ranks: its last beat before a hang would be lost
+  // and the rank could not be blamed. Sample now instead, at most once a
+  // poll interval (a process writing to the socket that is no rank cannot
+  // make attach scan /proc per datagram).
+  const bool known = std::any_of(ranks_.begin(), ranks_.end(),
+                                 [&](const auto& r) { return r.second.rank == beat.global_rank; });
+  if (!known && (!last_unknown_scan_ || clock_.now() - *last_unknown_scan_ >= options_.poll_interval)) {
+    last_unknown_scan_ = clock_.now();
+    sample();
+    if (ended_) return;
+  }
+  dog_.on_beat(beat);
 }
 
 void AttachWatch::sample() {
@@ -101,6 +116,14 @@ void AttachWatch::sample() {
     if (!u) continue;  // exiting: gone at the next sample
     auto [it, fresh] = ranks_.try_emplace(pid);
     Rank& r = it->second;
+    if (!fresh && r.rank != rank) {
+      // First seen between fork and exec (the parent's environ, no RANK
+      // yet): its rank is known only now, and its beats would never match
+      // without it (a loaded run of introspect.attach saw none).
+      r.rank = rank;
+      dog_.set_global_rank(r.index, rank);
+      if (auto st = base::read_proc_stat(pid)) r.comm = st->comm;
+    }
     if (fresh) {
       r.index = next_index_++;
       r.rank = rank;

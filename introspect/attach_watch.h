@@ -11,7 +11,9 @@
 //    attach's "no progress for silence_timeout";
 //  - state T/t/D for stuck_timeout: the Watchdog's own process-state poll;
 //  - beats given to on_beat (attach's heartbeat socket): its fixed heartbeat
-//    detector, a rank judged only from its first beat (beats_optional);
+//    detector, a rank judged only from its first beat (beats_optional); a
+//    beat from a rank not sampled yet samples at once (at most once a
+//    poll_interval), so the beat is not lost;
 //  - a --watch-file whose size or mtime changed is "output" of that file in
 //    the second Watchdog's silence detector (the whole job, rank -1).
 // On a hang on_hang gets the event; report() is the agent's HangReport of
@@ -105,6 +107,7 @@ class AttachWatch {
   int next_index_ = 0;
   std::vector<File> files_;
   bool ended_ = false;
+  std::optional<base::TimePoint> last_unknown_scan_;  // the rate limit in on_beat
 };
 
 }  // namespace ddprun::introspect

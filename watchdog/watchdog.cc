@@ -76,6 +76,10 @@ void Watchdog::add_worker(int local_rank, int global_rank, pid_t pid) {
   schedule_poll();
 }
 
+void Watchdog::set_global_rank(int local_rank, int global_rank) {
+  if (WorkerStatus* w = find_local(local_rank)) w->global_rank = global_rank;
+}
+
 WorkerStatus* Watchdog::find_local(int local_rank) {
   for (auto& w : workers_) {
     if (w.local_rank == local_rank) return &w;

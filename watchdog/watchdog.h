@@ -174,6 +174,9 @@ class Watchdog {
 
   // A worker was spawned; its deadlines start now.
   void add_worker(int local_rank, int global_rank, pid_t pid);
+  // Its global rank known only now (attach saw the process before it
+  // exec'd with RANK set); its beats match from now on.
+  void set_global_rank(int local_rank, int global_rank);
   void on_beat(const Beat& beat);
   void on_output(int local_rank);
   // An exited worker is no longer watched (a finished peer is not a hang).

@@ -6,13 +6,17 @@
 // names when fed the same beats.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <fstream>
 #include <optional>
 
 #include "base/clock.h"
 #include "introspect/attach_watch.h"
 #include "introspect/proc_usage.h"
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
 
 namespace {
 
@@ -156,4 +160,87 @@ TEST_CASE("attach detectors: the culprit of a missed beat is the one the agent's
   CHECK(report.stalled == std::vector<int>{0});
   CHECK(report.suspects == std::vector<int>{1});
   CHECK(report.workers.size() == 3);
+}
+
+TEST_CASE("attach detectors: the beat of a rank that started after the last sample is not "
+          "lost: it samples at once, so the rank is judged (and blamed) from that beat") {
+  // A clean-clone CI run failed introspect.attach so: rank 1 started after
+  // attach's first sample and beat once before the next; the beat was
+  // dropped and rank 1, behind in steps, could not be named the culprit.
+  DdprunProcess shell({"-c", "sleep 600 & wait"}, {}, "/bin/sh", /*own_group=*/true);
+  GroupKiller kill_group{shell.pid()};
+  ManualClock clock;
+  AttachOptions o;
+  o.pids = {shell.pid()};
+  o.silence_timeout = 600000ms;
+  o.stuck_timeout = 0ms;
+  o.heartbeat_socket = "not bound by AttachWatch";
+  o.heartbeat_timeout = 1000ms;
+  o.poll_interval = 200ms;
+  std::optional<AttachWatch::Hang> hang;
+  AttachWatch watch(clock, o, [&](const AttachWatch::Hang& h) { hang = h; }, [] {});
+  const auto with_rank = [&] {
+    return std::count_if(watch.ranks().begin(), watch.ranks().end(),
+                         [](const auto& r) { return r.second.rank >= 0; });
+  };
+  watch.start();
+  CHECK(with_rank() == 0);  // the sleep has no RANK
+
+  // Ranks 0 and 1 start now, between two samples (no time passes).
+  DdprunProcess ranks({"-c", shell_for(2)}, {}, "/bin/sh", /*own_group=*/true);
+  GroupKiller kill_ranks{ranks.pid()};
+  sleeping_ranks(ranks, 2);
+  o.pids.push_back(ranks.pid());  // the roots are read at each sample
+  watch.on_beat(beat(0, 5, clock.now()));
+  CHECK(with_rank() == 2);  // sampled at the unknown beat
+  clock.advance(100ms);
+  watch.on_beat(beat(1, 4, clock.now()));  // known now: no second scan
+  clock.advance(900ms);
+  REQUIRE(hang);
+  CHECK(hang->event.global_rank == 0);
+  const auto report = watch.report(*hang);
+  CHECK(report.culprit == 1);
+  CHECK(report.suspects == std::vector<int>{1});
+}
+
+TEST_CASE("attach detectors: a process first seen before it exec'd with RANK is watched "
+          "under its rank once it has, and its beats count") {
+  // The watched root is a shell with no RANK that, once told, execs a
+  // program with RANK=3 (same pid): what a sample between a launcher's fork
+  // and exec sees. A loaded run of introspect.attach kept such a rank at -1
+  // and never matched its beats.
+  ddprun::testing::TempDir dir;
+  const std::string go = dir.file("go");
+  REQUIRE(::mkfifo(go.c_str(), 0600) == 0);
+  DdprunProcess root({"-c", "read x < \"$0\"; exec env RANK=3 sleep 600", go}, {}, "/bin/sh",
+                     /*own_group=*/true);
+  GroupKiller kill_group{root.pid()};
+  ManualClock clock;
+  AttachOptions o;
+  o.pids = {root.pid()};
+  o.silence_timeout = 600000ms;
+  o.stuck_timeout = 0ms;
+  o.heartbeat_socket = "not bound by AttachWatch";
+  o.heartbeat_timeout = 1000ms;
+  o.poll_interval = 200ms;
+  std::optional<AttachWatch::Hang> hang;
+  AttachWatch watch(clock, o, [&](const AttachWatch::Hang& h) { hang = h; }, [] {});
+  watch.start();
+  REQUIRE(watch.ranks().count(root.pid()) == 1);
+  CHECK(watch.ranks().at(root.pid()).rank == -1);
+
+  std::ofstream(go) << "exec\n";  // opens once the shell reads: it is waiting
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ddprun::introspect::proc_environ_value(root.pid(), "RANK") != "3" &&
+         std::chrono::steady_clock::now() < deadline) {
+  }
+  REQUIRE(ddprun::introspect::proc_environ_value(root.pid(), "RANK") == "3");
+  watch.on_beat(beat(3, 7, clock.now()));  // unknown rank: samples, finds it
+  CHECK(watch.ranks().at(root.pid()).rank == 3);
+  clock.advance(999ms);
+  CHECK_FALSE(hang);
+  clock.advance(1ms);
+  REQUIRE(hang);
+  CHECK(hang->event.global_rank == 3);
+  CHECK(hang->attach_kind == "heartbeat_timeout");
 }
