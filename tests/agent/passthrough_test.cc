@@ -39,6 +39,16 @@ bool has_after(const std::string& screen, const std::string& first, const std::s
   return at != std::string::npos && screen.find(then, at + first.size()) != std::string::npos;
 }
 
+// `prompt` shows after the last `answer`. Keys for a rank's next command
+// wait for its prompt after its answer, not for the answer alone: until the
+// agent has seen that prompt (it sees it before the screen does) the rank is
+// busy and typed keys go to another rank (a loaded run lost a "c" so).
+bool prompt_after_last(const std::string& screen, const std::string& answer,
+                       const std::string& prompt) {
+  size_t at = screen.rfind(answer);
+  return at != std::string::npos && screen.find(prompt, at + answer.size()) != std::string::npos;
+}
+
 // Field by field, so a failure names the flag word or control character.
 void check_same_modes(const termios& now, const termios& before) {
   CHECK(now.c_iflag == before.c_iflag);
@@ -82,14 +92,16 @@ TEST_CASE("pdb on rank 1: the Up arrow recalls the last command from readline's 
   CHECK(raw(t));  // readline reads: the terminal passes keys through
   t.type("p 6*7\r");
   // (A prompt drawn again below other output counts twice: >=.)
-  REQUIRE(t.wait_for([](const std::string& s) { return has_after(s, "[default1]:42\r\n", "(Pdb) "); },
+  REQUIRE(t.wait_for([](const std::string& s) { return has_after(s, "[default1]:42\r\n", "[default1]:(Pdb) "); },
                      kWait));
   t.type(kUp);
   REQUIRE(t.wait_for([](const std::string& s) { return count_of(s, "p 6*7") >= 2; }, kWait));
   t.type("\r");
   // The recalled line ran: 42 again.
-  REQUIRE(t.wait_for([](const std::string& s) { return count_of(s, "[default1]:42\r\n") >= 2; },
-                     kWait));
+  REQUIRE(t.wait_for([](const std::string& s) {
+    return count_of(s, "[default1]:42\r\n") >= 2 &&
+           prompt_after_last(s, "[default1]:42\r\n", "[default1]:(Pdb) ");
+  }, kWait));
   CHECK_FALSE(has(t.screen(), "^[[A"));  // the arrow was readline's, not echoed as text
   t.type("c\r");
   REQUIRE(t.wait_for([](const std::string& s) { return has(s, "[default1]:after read"); }, kWait));
@@ -104,7 +116,9 @@ TEST_CASE("pdb on rank 1: Tab completes a local variable's name and the completi
   t.type("p zebra_cou\t");
   REQUIRE(t.wait_for([](const std::string& s) { return has(s, "(Pdb) p zebra_count"); }, kWait));
   t.type("\r");
-  REQUIRE(t.wait_for([](const std::string& s) { return has(s, "[default1]:4242\r\n"); }, kWait));
+  REQUIRE(t.wait_for([](const std::string& s) {
+    return prompt_after_last(s, "[default1]:4242\r\n", "[default1]:(Pdb) ");
+  }, kWait));
   t.type("c\r");
   REQUIRE(t.wait_for([](const std::string& s) { return has(s, "[default1]:after read"); }, kWait));
   CHECK(t.finish(kWait) == 0);
@@ -121,14 +135,6 @@ TEST_CASE("input() after import readline: Left arrows and Backspace edit the lin
 }
 
 TEST_CASE("two ranks in pdb: one line names the rank with the input, Ctrl-] n moves it") {
-#if defined(__SANITIZE_ADDRESS__)
-  // Under AddressSanitizer the agent is slow enough that the test's "c"
-  // can be typed while the rank it switched to is still busy answering
-  // `p who`: input then follows the only rank waiting (by design), and the
-  // wait for that rank's "after read" fails (a clean-clone CI run,
-  // 2026-12-02). The plain and ThreadSanitizer builds run it.
-  SKIP_TEST("races its keystrokes against the rank's answer under AddressSanitizer");
-#endif
   for (bool stdin_rank_1 : {false, true}) {
     CAPTURE(stdin_rank_1);
     std::vector<std::string> args{"--nproc-per-node=2", kWorker, "pdb-both"};
@@ -141,19 +147,26 @@ TEST_CASE("two ranks in pdb: one line names the rank with the input, Ctrl-] n mo
     const std::string told = "ranks 0, 1 wait for input; typed input goes to rank " + r(first) +
                              " (Ctrl-] then a rank's digit, or Ctrl-] n for the next, switches)";
     REQUIRE(t.wait_for([&](const std::string& s) { return has(s, told); }, kWait));
+    // A rank's answer, then its own prompt again: the agent saw that prompt
+    // before it reached the screen, so from then on that rank waits and has
+    // the input. Not just any "(Pdb) " after the answer: while a rank runs a
+    // command the input is with the other, which ddprun redraws below the
+    // answer; keys typed then reach the agent while the rank is still busy
+    // and go to the only waiting one (a CI run under ASan; a loaded one).
+    const auto answered = [&](int rank) {
+      return [&, rank](const std::string& s) {
+        return has_after(s, "[default" + r(rank) + "]:'rank" + r(rank) + "'",
+                         "[default" + r(rank) + "]:(Pdb) ");
+      };
+    };
     t.type("p who\r");
-    // Its answer and its next prompt: both ranks wait again.
-    REQUIRE(t.wait_for([&](const std::string& s) {
-      return has_after(s, "[default" + r(first) + "]:'rank" + r(first) + "'", "(Pdb) ");
-    }, kWait));
+    REQUIRE(t.wait_for(answered(first), kWait));
     t.type("\x1dn");  // Ctrl-] n: the next waiting rank
     REQUIRE(t.wait_for([&](const std::string& s) {
       return has(s, "ranks 0, 1 wait for input; typed input goes to rank " + r(second));
     }, kWait));
     t.type("p who\r");
-    REQUIRE(t.wait_for([&](const std::string& s) {
-      return has(s, "[default" + r(second) + "]:'rank" + r(second) + "'");
-    }, kWait));
+    REQUIRE(t.wait_for(answered(second), kWait));
     t.type("c\r");
     REQUIRE(t.wait_for([&](const std::string& s) { return has(s, "after read " + r(second)); },
                        kWait));
