@@ -43,6 +43,9 @@ slurm_fail() {
   for f in "$T"/*.out "$T"/ctld.log "$T"/d/*.log; do
     [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }
   done
+  # Again last: a CI summary that keeps only the head and the tail of the
+  # output (and the daemons' teardown noise after it) still shows why.
+  echo "FAIL: $*"
   exit 1
 }
 
