@@ -18,9 +18,9 @@
 #include "base/contract.h"
 #include "base/safe_file.h"
 #include "base/steady_clock.h"
+#include "base/subprocess.h"
 #include "introspect/attach_watch.h"
 #include "introspect/proc_usage.h"
-#include "introspect/tool.h"
 #include "watchdog/error.h"
 #include "watchdog/hang_report.h"
 #include "watchdog/heartbeat_server.h"
@@ -254,10 +254,14 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
       if (o.on_hang == OnHang::kCommand) {
         const std::string report_path =
             report_dir && written ? o.report_dir + "/" + base::kFileHangReportJson : "";
-        const auto r = run_tool({"/bin/sh", "-c", o.command}, o.command_timeout, 64 * 1024,
-                                {env_entry(base::kEnvHangRank, std::to_string(hang.event.global_rank)),
-                                 env_entry(base::kEnvHangPid, std::to_string(hang.event.pid)),
-                                 env_entry(base::kEnvHangReport, report_path)});
+        const auto r = base::run_bounded(
+            base::ChildSpec{{"/bin/sh", "-c", o.command},
+                            {env_entry(base::kEnvHangRank, std::to_string(hang.event.global_rank)),
+                             env_entry(base::kEnvHangPid, std::to_string(hang.event.pid)),
+                             env_entry(base::kEnvHangReport, report_path)},
+                            -1,
+                            false},
+            o.command_timeout);
         out << r.output
             << fmt::format("ddprun attach: --on-hang command {}\n",
                            !r.started     ? "could not start: " + r.error

@@ -6,8 +6,8 @@
 #include <set>
 
 #include "introspect/doctor.h"
+#include "base/subprocess.h"
 #include "base/sysfs.h"
-#include "introspect/tool.h"
 
 namespace ddprun::introspect {
 
@@ -122,7 +122,7 @@ Finding gpu_finding(const DoctorOptions& o, const std::vector<PciDevice>& gpus) 
   for (const auto& g : gpus) names.push_back(g.address);
   f.finding = fmt::format("{} GPU{}: {}", gpus.size(), gpus.size() == 1 ? "" : "s", join(names));
   if (o.nvidia_smi.empty() || gpus.size() < 2) return f;
-  const ToolResult r = run_tool({o.nvidia_smi, "topo", "-m"}, o.tool_timeout);
+  const base::RunResult r = base::run_bounded(base::ChildSpec{{o.nvidia_smi, "topo", "-m"}, {}, -1, false}, o.tool_timeout);
   if (!r.started) {
     f.finding += "; no topology (" + r.error + ")";
   } else if (r.timed_out) {

@@ -18,6 +18,7 @@
 #include "base/pidfd.h"
 #include "base/safe_file.h"
 #include "base/scoped_fd.h"
+#include "base/subprocess.h"
 #include "watchdog/proc.h"
 
 extern char** environ;
@@ -57,38 +58,10 @@ std::vector<std::string> read_nul_list(const std::string& path) {
   return out;
 }
 
-// The executable `name` names: itself when it holds a '/', else the first
-// executable file of that name on PATH; empty when there is none.
+// The executable `name` names on our PATH (base/subprocess.h), or empty.
 std::string find_program(const std::string& name) {
-  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
   const char* path = std::getenv("PATH");
-  std::istringstream dirs(path ? path : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return {};
-}
-
-// Starts `argv` (argv[0] a path) in a process group of its own, stdin
-// /dev/null, stdout and stderr to `out`. The tool is a "clone child": it
-// sends no SIGCHLD when it exits, so the agent's reaper (waitpid(-1), on
-// the loop thread) never takes its status from the capture thread, which
-// reaps it with __WCLONE. Returns its pid, or -1 with errno set.
-pid_t spawn_tool(const std::vector<std::string>& argv_s, int out) {
-  std::vector<char*> argv;
-  for (const auto& s : argv_s) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  // clone with no flags and no stack: a fork whose exit signal is none.
-  const long pid = ::syscall(SYS_clone, 0L, nullptr, nullptr, nullptr, 0L);
-  if (pid > 0) ::setpgid(static_cast<pid_t>(pid), 0);  // as the child does: no race with a kill
-  if (pid != 0) return static_cast<pid_t>(pid);
-  // The child of a multi-threaded parent: async-signal-safe calls only.
-  ::setpgid(0, 0);
-  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0) ::_exit(127);
-  ::execve(argv[0], argv.data(), environ);
-  ::_exit(127);
+  return base::find_program(name, path ? path : "");
 }
 
 // Waits for `child` to exit, at most `timeout`, or until `cancel` ends the
@@ -106,9 +79,8 @@ bool wait_bounded(pid_t child, std::chrono::milliseconds timeout, CaptureCancel*
     ::kill(-child, SIGKILL);
     in_time = false;
   }
-  status = 0;
-  while (::waitpid(child, &status, __WCLONE) < 0 && errno == EINTR) {
-  }
+  // It has exited, or its group was just killed: this only reaps.
+  base::reap_bounded(child, /*quiet_exit=*/true, std::chrono::steady_clock::now(), &status);
   return in_time;
 }
 
@@ -145,19 +117,15 @@ bool run_tool(const std::string& name, std::vector<std::string> argv_s, const st
     why = std::string("cannot write stacks: ") + e.what();
     return false;
   }
-  const std::string program = find_program(argv_s[0]);
-  if (program.empty()) {
-    // A path's own error (EACCES, ENOENT); a bare name not on PATH: ENOENT.
-    const int error = argv_s[0].find('/') != std::string::npos ? errno : ENOENT;
-    why = "cannot run " + argv_s[0] + ": " + std::strerror(error);
-    return false;
-  }
-  argv_s[0] = program;
-  const pid_t child = spawn_tool(argv_s, out.get());
-  const int spawn_errno = errno;
+  // A quiet child (base/subprocess.h): no SIGCHLD, so the agent's reaper
+  // (waitpid(-1), on the loop thread) never takes its status from this
+  // thread, which reaps it.
+  std::string error;
+  const pid_t child =
+      base::start_child(base::ChildSpec{std::move(argv_s), {}, out.get(), /*quiet_exit=*/true}, &error);
   out.reset();
   if (child < 0) {
-    why = "cannot run " + argv_s[0] + ": " + std::strerror(spawn_errno);
+    why = "cannot run " + error;
     return false;
   }
   int status = 0;
