@@ -10,11 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <sstream>
 #include <system_error>
 
 #include "agent/fork_into_cgroup.h"
 #include "base/scoped_fd.h"
+#include "base/subprocess.h"
 
 namespace ddprun::agent {
 namespace {
@@ -157,23 +157,13 @@ pid_t spawn_process(const SpawnRequest& request) {
 }
 
 std::string resolve_program(const std::string& program, const std::string& path_env) {
-  auto executable = [](const std::string& p) {
-    struct stat st;
-    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
-  };
   if (program.empty()) throw SpawnError("no program to run", EINVAL, true);
-  if (program.find('/') != std::string::npos) {
-    if (executable(program)) return program;
-    int err = access(program.c_str(), F_OK) == 0 ? EACCES : ENOENT;
-    throw SpawnError("cannot execute '" + program + "': " + strerror(err), err, true);
-  }
-  std::stringstream dirs(path_env.empty() ? "/usr/local/bin:/usr/bin:/bin" : path_env);
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
-    if (executable(candidate)) return candidate;
-  }
-  throw SpawnError("cannot execute '" + program + "': not found in PATH", ENOENT, true);
+  const std::string found = base::find_program(program, path_env);
+  if (!found.empty()) return found;
+  if (program.find('/') == std::string::npos)
+    throw SpawnError("cannot execute '" + program + "': not found in PATH", ENOENT, true);
+  int err = access(program.c_str(), F_OK) == 0 ? EACCES : ENOENT;
+  throw SpawnError("cannot execute '" + program + "': " + strerror(err), err, true);
 }
 
 }  // namespace ddprun::agent

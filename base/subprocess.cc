@@ -124,12 +124,14 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
     ::setpgid(0, 0);
     if (!spec.quiet_exit) exec_tool();
     ::sigaction(SIGCHLD, &child_default, nullptr);  // an ignored SIGCHLD would reap it for us
-    const pid_t tool = ::fork();
+    // Raw system calls: the sanitizers' fork and wait interceptors take
+    // locks another thread of the parent may have held at the clone.
+    const long tool = ::syscall(SYS_clone, static_cast<long>(SIGCHLD), nullptr, nullptr, nullptr, 0L);
     if (tool < 0) ::_exit(127);
     if (tool == 0) exec_tool();
-    exec_write.reset();  // the parent's read ends at the tool's exec, not at our exit
+    ::close(exec_write.get());  // the parent's read ends at the tool's exec, not at our exit
     int s = 0;
-    while (::waitpid(tool, &s, 0) < 0 && errno == EINTR) {
+    while (::syscall(SYS_wait4, tool, &s, 0, nullptr) < 0 && errno == EINTR) {
     }
     ::_exit(WIFSIGNALED(s) ? 128 + WTERMSIG(s) : WEXITSTATUS(s));
   }
