@@ -47,14 +47,14 @@ std::string path_of(const std::vector<std::string>& env) {
   return {};
 }
 
-void reap(pid_t pid, bool quiet_exit, int* status) {
+}  // namespace
+
+void reap_child(pid_t pid, bool quiet_exit, int* status) {
   int s = 0;
   while (::waitpid(pid, &s, quiet_exit ? __WCLONE : 0) < 0 && errno == EINTR) {
   }
   if (status) *status = s;
 }
-
-}  // namespace
 
 std::string find_program(const std::string& name, const std::string& path_env) {
   if (name.empty()) return {};
@@ -73,7 +73,7 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
     return pid_t{-1};
   };
   if (spec.argv.empty()) return fail("empty command");
-  const std::vector<std::string> env_s = child_env(spec.extra_env);
+  std::vector<std::string> env_s = child_env(spec.extra_env);
   std::string program = spec.argv[0];
   if (program.find('/') == std::string::npos) {
     program = find_program(program, path_of(env_s));
@@ -84,9 +84,8 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  std::vector<std::string> env_copy = env_s;
   std::vector<char*> env;
-  for (auto& e : env_copy) env.push_back(e.data());
+  for (auto& e : env_s) env.push_back(e.data());
   env.push_back(nullptr);
   ScopedFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!null) return fail(std::string("/dev/null: ") + std::strerror(errno));
@@ -96,16 +95,14 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
   ScopedFd exec_read(exec_pipe[0]), exec_write(exec_pipe[1]);
   sigset_t none;
   sigemptyset(&none);
-  struct sigaction pipe_default{};
-  pipe_default.sa_handler = SIG_DFL;
-  sigemptyset(&pipe_default.sa_mask);
-
-  struct sigaction child_default = pipe_default;
+  struct sigaction default_action{};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
   // The child of a multi-threaded parent: async-signal-safe calls only.
   auto exec_tool = [&] {
     if (::dup2(null.get(), 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0) ::_exit(127);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::sigaction(SIGPIPE, &pipe_default, nullptr);
+    ::sigaction(SIGPIPE, &default_action, nullptr);
     ::execve(program.c_str(), argv.data(), env.data());
     const int e = errno;
     (void)!::write(exec_write.get(), &e, sizeof e);
@@ -123,7 +120,7 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
   if (pid == 0) {
     ::setpgid(0, 0);
     if (!spec.quiet_exit) exec_tool();
-    ::sigaction(SIGCHLD, &child_default, nullptr);  // an ignored SIGCHLD would reap it for us
+    ::sigaction(SIGCHLD, &default_action, nullptr);  // an ignored SIGCHLD would reap it for us
     // Raw system calls: the sanitizers' fork and wait interceptors take
     // locks another thread of the parent may have held at the clone.
     const long tool = ::syscall(SYS_clone, static_cast<long>(SIGCHLD), nullptr, nullptr, nullptr, 0L);
@@ -133,7 +130,7 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
     int s = 0;
     while (::syscall(SYS_wait4, tool, &s, 0, nullptr) < 0 && errno == EINTR) {
     }
-    ::_exit(WIFSIGNALED(s) ? 128 + WTERMSIG(s) : WEXITSTATUS(s));
+    ::_exit(shell_exit_code(s));  // a termination status: never -1
   }
   const auto child = static_cast<pid_t>(pid);
   ::setpgid(child, child);  // as the child does: a kill right after this finds the group
@@ -143,7 +140,7 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
   while ((got = ::read(exec_read.get(), &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
   }
   if (got == sizeof exec_errno) {
-    reap(child, spec.quiet_exit, nullptr);
+    reap_child(child, spec.quiet_exit, nullptr);
     return fail(spec.argv[0] + ": " + std::strerror(exec_errno));
   }
   return child;
@@ -154,7 +151,7 @@ bool reap_bounded(pid_t pid, bool quiet_exit, std::chrono::steady_clock::time_po
   const bool in_time = wait_exited(pid, deadline);
   // Killed before it is reaped, so the group's id cannot have been reused.
   if (!in_time) ::kill(-pid, SIGKILL);
-  reap(pid, quiet_exit, status);
+  reap_child(pid, quiet_exit, status);
   return in_time;
 }
 

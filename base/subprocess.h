@@ -51,6 +51,11 @@ std::string find_program(const std::string& name, const std::string& path_env);
 // found in PATH", "/x: Permission denied", "fork: ...").
 pid_t start_child(const ChildSpec& spec, std::string* error);
 
+// Reaps `pid` (started by start_child with the same `quiet_exit`), which has
+// exited or is being killed: waitpid, __WCLONE for a quiet child, retried
+// on EINTR. *status (when given) gets the wait status.
+void reap_child(pid_t pid, bool quiet_exit, int* status);
+
 // Waits for `pid` (started by start_child with the same `quiet_exit`) until
 // `deadline`, then SIGKILLs its group if it is still running; reaps it.
 // True when it exited by itself in time; *status gets the wait status.

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,8 +19,6 @@
 #include "base/scoped_fd.h"
 #include "base/subprocess.h"
 #include "watchdog/proc.h"
-
-extern char** environ;
 
 namespace ddprun::watchdog {
 
@@ -79,8 +76,7 @@ bool wait_bounded(pid_t child, std::chrono::milliseconds timeout, CaptureCancel*
     ::kill(-child, SIGKILL);
     in_time = false;
   }
-  // It has exited, or its group was just killed: this only reaps.
-  base::reap_bounded(child, /*quiet_exit=*/true, std::chrono::steady_clock::now(), &status);
+  base::reap_child(child, /*quiet_exit=*/true, &status);  // exited, or its group just killed
   return in_time;
 }
 

@@ -66,6 +66,19 @@ wd::Beat beat(int rank, int64_t step, ddprun::base::TimePoint at) {
   return b;
 }
 
+// Only the beats can tell a hang: a 1 s heartbeat deadline, no silence or
+// stopped-state detector within the test, /proc sampled every 200 ms.
+AttachOptions beats_only(pid_t root) {
+  AttachOptions o;
+  o.pids = {root};
+  o.silence_timeout = 600000ms;
+  o.stuck_timeout = 0ms;
+  o.heartbeat_socket = "not bound by AttachWatch";  // beats on: they come through on_beat
+  o.heartbeat_timeout = 1000ms;
+  o.poll_interval = 200ms;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("attach detectors: no CPU and no I/O is the watchdog's silence, due exactly "
@@ -109,13 +122,7 @@ TEST_CASE("attach detectors: the culprit of a missed beat is the one the agent's
   GroupKiller kill_group{shell.pid()};
   const auto pids = sleeping_ranks(shell, 3);
   ManualClock clock;
-  AttachOptions o;
-  o.pids = {shell.pid()};
-  o.silence_timeout = 600000ms;  // only the beats can tell
-  o.stuck_timeout = 0ms;
-  o.heartbeat_socket = "not bound by AttachWatch";  // beats on: they come through on_beat
-  o.heartbeat_timeout = 1000ms;
-  o.poll_interval = 200ms;
+  AttachOptions o = beats_only(shell.pid());
   std::optional<AttachWatch::Hang> hang;
   AttachWatch watch(clock, o, [&](const AttachWatch::Hang& h) { hang = h; }, [] {});
   watch.start();
@@ -170,13 +177,7 @@ TEST_CASE("attach detectors: the beat of a rank that started after the last samp
   DdprunProcess shell({"-c", "sleep 600 & wait"}, {}, "/bin/sh", /*own_group=*/true);
   GroupKiller kill_group{shell.pid()};
   ManualClock clock;
-  AttachOptions o;
-  o.pids = {shell.pid()};
-  o.silence_timeout = 600000ms;
-  o.stuck_timeout = 0ms;
-  o.heartbeat_socket = "not bound by AttachWatch";
-  o.heartbeat_timeout = 1000ms;
-  o.poll_interval = 200ms;
+  AttachOptions o = beats_only(shell.pid());
   std::optional<AttachWatch::Hang> hang;
   AttachWatch watch(clock, o, [&](const AttachWatch::Hang& h) { hang = h; }, [] {});
   const auto with_rank = [&] {
@@ -216,13 +217,7 @@ TEST_CASE("attach detectors: a process first seen before it exec'd with RANK is 
                      /*own_group=*/true);
   GroupKiller kill_group{root.pid()};
   ManualClock clock;
-  AttachOptions o;
-  o.pids = {root.pid()};
-  o.silence_timeout = 600000ms;
-  o.stuck_timeout = 0ms;
-  o.heartbeat_socket = "not bound by AttachWatch";
-  o.heartbeat_timeout = 1000ms;
-  o.poll_interval = 200ms;
+  AttachOptions o = beats_only(root.pid());
   std::optional<AttachWatch::Hang> hang;
   AttachWatch watch(clock, o, [&](const AttachWatch::Hang& h) { hang = h; }, [] {});
   watch.start();
