@@ -16,7 +16,7 @@ namespace {
 constexpr int kMaxSymlinks = 40;  // as the kernel's MAXSYMLINKS
 
 [[noreturn]] void fail(const std::string& what, const std::string& path, int e) {
-  throw FileError("cannot " + what + " " + printable(path) + ": " + std::strerror(e), e);
+  throw FileError("cannot " + what + " " + printable(path) + ": " + errno_text(e), e);
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why, int e) {
@@ -193,7 +193,10 @@ std::string random_hex(size_t bytes) {
   while (done < bytes) {
     const ssize_t n = ::getrandom(raw.data() + done, bytes - done, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw FileError(std::string("getrandom: ") + std::strerror(errno), errno);
+    if (n < 0) {
+      const int e = errno;
+      throw FileError(describe_error("getrandom", "", e), e);
+    }
     done += size_t(n);
   }
   static const char* kHex = "0123456789abcdef";

@@ -41,16 +41,15 @@
 #include <vector>
 
 #include "base/scoped_fd.h"
+#include "base/system_error.h"
 
 namespace ddprun::base {
 
-class FileError : public std::runtime_error {
+// A refused or failed file operation: a SystemError (errno, kind()) whose
+// message names the path and, for a refusal, why.
+class FileError : public SystemError {
  public:
-  FileError(const std::string& message, int error) : std::runtime_error(message), error_(error) {}
-  int error() const { return error_; }
-
- private:
-  int error_;
+  FileError(const std::string& message, int error) : SystemError(message, error) {}
 };
 
 class SafeDir;

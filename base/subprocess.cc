@@ -14,6 +14,7 @@
 
 #include "base/pidfd.h"
 #include "base/scoped_fd.h"
+#include "base/system_error.h"
 
 extern char** environ;
 
@@ -88,10 +89,10 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
   for (auto& e : env_s) env.push_back(e.data());
   env.push_back(nullptr);
   ScopedFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  if (!null) return fail(std::string("/dev/null: ") + std::strerror(errno));
+  if (!null) return fail(describe_error("/dev/null", "", errno));
   const int out = spec.output_fd >= 0 ? spec.output_fd : null.get();
   int exec_pipe[2];
-  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) return fail(std::string("pipe2: ") + std::strerror(errno));
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) return fail(describe_error("pipe2", "", errno));
   ScopedFd exec_read(exec_pipe[0]), exec_write(exec_pipe[1]);
   sigset_t none;
   sigemptyset(&none);
@@ -116,7 +117,7 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
   // kill reaches both.
   const long pid = spec.quiet_exit ? ::syscall(SYS_clone, 0L, nullptr, nullptr, nullptr, 0L)
                                    : static_cast<long>(::fork());
-  if (pid < 0) return fail(std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) return fail(describe_error("fork", "", errno));
   if (pid == 0) {
     ::setpgid(0, 0);
     if (!spec.quiet_exit) exec_tool();
@@ -141,7 +142,7 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
   }
   if (got == sizeof exec_errno) {
     reap_child(child, spec.quiet_exit, nullptr);
-    return fail(spec.argv[0] + ": " + std::strerror(exec_errno));
+    return fail(describe_error(spec.argv[0], "", exec_errno));
   }
   return child;
 }
@@ -166,7 +167,7 @@ RunResult run_bounded(ChildSpec spec, std::chrono::milliseconds timeout, std::si
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-    r.error = std::string("pipe2: ") + std::strerror(errno);
+    r.error = describe_error("pipe2", "", errno);
     return r;
   }
   ScopedFd out_read(pipe_fds[0]), out_write(pipe_fds[1]);
