@@ -19,6 +19,7 @@
 #include <system_error>
 
 #include "agent/process_tree.h"
+#include "base/system_error.h"
 
 namespace ddprun::agent {
 namespace {
@@ -231,7 +232,7 @@ Guardian::Guardian(const std::string& cgroup_dir, const std::string& env_token) 
   }
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) throw std::runtime_error(std::string("guardian fork: ") + strerror(fork_errno));
+  if (pid < 0) throw base::SystemError("guardian fork", "", fork_errno);
   pid_ = pid;
   fd_ = std::move(pipe.write);
 }

@@ -15,6 +15,7 @@
 #include "agent/process_tree.h"
 #include "base/proc_stat.h"
 #include "base/scoped_fd.h"
+#include "base/system_error.h"
 
 namespace ddprun::agent {
 namespace {
@@ -62,7 +63,7 @@ void PosixLauncher::signal_group(pid_t pgid, int sig) { (void)kill(-pgid, sig); 
 
 void PosixLauncher::kill_job() {
   if (cgroup_ && !cgroup_->kill_all())
-    spdlog::warn("cannot kill the job cgroup {}: {}", cgroup_->path(), strerror(errno));
+    spdlog::warn("cannot kill the job cgroup {}: {}", cgroup_->path(), base::errno_text(errno));
 }
 
 void PosixLauncher::sweep_leftovers() {

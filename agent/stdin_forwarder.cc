@@ -1,4 +1,5 @@
 #include "agent/stdin_forwarder.h"
+#include "base/scoped_fd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,11 +32,10 @@ bool readline_waits(int pty_master) {
 // The worker's main thread is blocked in read(0, ...): a plain input().
 bool blocked_reading_stdin(pid_t pid) {
   std::string path = "/proc/" + std::to_string(pid) + "/syscall";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  const base::ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
   char buf[64];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
+  const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
   if (n <= 0) return false;
   buf[n] = '\0';
   return std::strncmp(buf, "0 0x0 ", 6) == 0;  // syscall 0 (read), fd 0

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "base/scoped_fd.h"
 #include "rendezvous/server_limits.h"
 #include "rendezvous/tcpstore_codec.h"
 
@@ -578,7 +579,7 @@ TcpStoreServer::TcpStoreServer(asio::io_context& io, TcpStoreServerOptions optio
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
       if (::getsockname(o.listen_fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
-        ::close(o.listen_fd);
+        const base::ScopedFd refused(o.listen_fd);  // ours to close, as on success
         throw std::runtime_error("tcpstore: cannot serve the reserved port: getsockname failed");
       }
       impl_->acceptor.assign(ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), o.listen_fd);
