@@ -7,7 +7,7 @@
 #include <boost/asio/write.hpp>
 #include <list>
 
-#include "rendezvous/accept_loop.h"
+#include "rendezvous/server_io.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/server_limits.h"
 #include "rendezvous/store.h"
@@ -106,6 +106,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   void start();
   void read_more();
+  bool read_paused() const { return closed || closing; }
   // How many more bytes this connection may buffer now (0: do not read).
   size_t read_allowance() const;
   void process();
@@ -195,42 +196,9 @@ size_t Conn::read_allowance() const {
 
 void Conn::read_more() {
   if (reading || closed || closing) return;
-  // Read directly, then wait for readiness. asio's epoll reactor is
-  // edge-triggered and its async_wait does not read speculatively, so
-  // waiting is only safe once a read came back short: data that arrives
-  // after that read raises a fresh edge. This saves the EAGAIN read
-  // async_read_some would make on every request.
-  size_t allowed = read_allowance();
+  const size_t allowed = read_allowance();
   if (allowed == 0) return;  // resumed after process() or the blocked request
-  boost::system::error_code ec;
-  size_t n = sock.read_some(asio::buffer(srv->scratch.data(), allowed), ec);
-  bool drained = ec == asio::error::would_block || ec == asio::error::try_again;
-  if (ec && !drained) return close();  // EOF or reset: the client is gone
-  if (!drained) {
-    in.insert(in.end(), srv->scratch.begin(), srv->scratch.begin() + static_cast<std::ptrdiff_t>(n));
-    account();
-    if (closed) return;
-    process();
-    if (closed || closing) return;
-  }
-  reading = true;
-  if (!drained && n == allowed) {
-    // More may be waiting, and no new edge would announce it. One chunk a
-    // turn: continue behind the other connections' ready handlers, so a
-    // client streaming megabytes (or a flood of tiny frames) costs the
-    // others one chunk's work per turn, not the whole socket's.
-    asio::post(sock.get_executor(), [self = shared_from_this()] {
-      self->reading = false;
-      if (!self->closed) self->read_more();
-    });
-    return;
-  }
-  sock.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-    self->reading = false;
-    if (self->closed) return;
-    if (ec) return self->close();
-    self->read_more();
-  });
+  read_some_into(*this, allowed);
 }
 
 void Conn::process() {

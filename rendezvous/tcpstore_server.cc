@@ -13,7 +13,7 @@
 #include <unordered_map>
 
 #include "base/scoped_fd.h"
-#include "rendezvous/accept_loop.h"
+#include "rendezvous/server_io.h"
 #include "rendezvous/server_limits.h"
 #include "rendezvous/tcpstore_codec.h"
 
@@ -88,6 +88,7 @@ struct TConn : std::enable_shared_from_this<TConn> {
 
   void start();
   void read_more();
+  bool read_paused() const { return closed; }  // read_more checks the rest
   void process();
   // Answers one query; false when it closed the connection.
   bool handle(tcpstore::Request& q);
@@ -126,33 +127,7 @@ void TConn::start() {
 void TConn::read_more() {
   if (reading || closed || resume_posted || writing || out.size() >= kMaxOutBuffered) return;
   if (in.size() >= tcpstore::kMaxFrameSize) return;  // the codec refuses such a frame first
-  // As server.cc: read at once, wait for readiness only after a short read
-  // (the epoll reactor is edge-triggered).
-  boost::system::error_code ec;
-  size_t n = sock.read_some(asio::buffer(srv->scratch.data(), kReadChunk), ec);
-  bool drained = ec == asio::error::would_block || ec == asio::error::try_again;
-  if (ec && !drained) return close();  // EOF or reset: the client is gone
-  if (!drained) {
-    in.insert(in.end(), srv->scratch.begin(), srv->scratch.begin() + static_cast<std::ptrdiff_t>(n));
-    account();
-    if (closed) return;
-    process();
-    if (closed) return;
-  }
-  reading = true;
-  if (!drained && n == kReadChunk) {
-    asio::post(sock.get_executor(), [self = shared_from_this()] {
-      self->reading = false;
-      self->read_more();
-    });
-    return;
-  }
-  sock.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code e) {
-    self->reading = false;
-    if (self->closed) return;
-    if (e) return self->close();
-    self->read_more();
-  });
+  read_some_into(*this, kReadChunk);
 }
 
 void TConn::process() {
