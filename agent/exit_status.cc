@@ -1,11 +1,12 @@
 #include "agent/exit_status.h"
 
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+
+#include "base/subprocess.h"
 
 namespace ddprun::agent {
 namespace {
@@ -31,9 +32,9 @@ constexpr NamedSignal kSignals[] = {
 }  // namespace
 
 ExitStatus ExitStatus::from_wait(int wait_status) {
-  if (WIFSIGNALED(wait_status)) return killed(WTERMSIG(wait_status));
-  if (WIFEXITED(wait_status)) return exited(WEXITSTATUS(wait_status));
-  return exited(1);  // stopped/continued never reach us: we wait for exits only
+  const auto t = base::termination(wait_status);
+  if (!t) return exited(1);  // stopped/continued never reach us: we wait for exits only
+  return t->signaled ? killed(t->signal) : exited(t->code);
 }
 
 std::string ExitStatus::describe() const {

@@ -1,8 +1,9 @@
 // How a worker ended, and how that maps to ddprun's own exit status.
 //
-// Exit statuses are decoded from waitpid() in exactly one place
-// (ExitStatus::from_wait) and turned into shell-style codes in exactly one
-// place (shell_code), the way ninja's exit_status.h does it.
+// A worker's wait status becomes an ExitStatus in one place (from_wait, on
+// base::termination, the tree's one reader of the W* macros) and a
+// shell-style code in one place (shell_code), the way ninja's
+// exit_status.h does it.
 #pragma once
 
 #include <string>

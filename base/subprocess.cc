@@ -156,10 +156,16 @@ bool reap_bounded(pid_t pid, bool quiet_exit, std::chrono::steady_clock::time_po
   return in_time;
 }
 
+std::optional<Termination> termination(int wait_status) {
+  if (WIFEXITED(wait_status)) return Termination{false, WEXITSTATUS(wait_status), 0};
+  if (WIFSIGNALED(wait_status)) return Termination{true, 0, WTERMSIG(wait_status)};
+  return std::nullopt;
+}
+
 int shell_exit_code(int wait_status) {
-  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
-  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
-  return -1;
+  const auto t = termination(wait_status);
+  if (!t) return -1;
+  return t->signaled ? 128 + t->signal : t->code;
 }
 
 RunResult run_bounded(ChildSpec spec, std::chrono::milliseconds timeout, std::size_t max_output) {

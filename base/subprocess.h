@@ -30,6 +30,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,18 @@ void reap_child(pid_t pid, bool quiet_exit, int* status);
 // True when it exited by itself in time; *status gets the wait status.
 bool reap_bounded(pid_t pid, bool quiet_exit, std::chrono::steady_clock::time_point deadline,
                   int* status);
+
+// A child's end, decoded from a wait status: the one place the tree reads
+// the W* macros (agent::ExitStatus, shell_exit_code and the helpers' checks
+// build on it). Empty for a stop or continue report: nothing in ddprun
+// waits with WUNTRACED or WCONTINUED, so such a status is a caller's bug.
+struct Termination {
+  bool signaled = false;
+  int code = 0;    // exited: its exit code
+  int signal = 0;  // signaled: the signal that killed it
+  bool success() const { return !signaled && code == 0; }
+};
+std::optional<Termination> termination(int wait_status);
 
 // A wait status as a shell shows it: the exit code, or 128+N for signal N.
 int shell_exit_code(int wait_status);

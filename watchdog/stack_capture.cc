@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -138,7 +137,8 @@ bool run_tool(const std::string& name, std::vector<std::string> argv_s, const st
   // eu-stack exits non-zero when one thread could not be unwound to its
   // end but still prints the others: frames are what count.
   if (text.find(marker) != std::string::npos) {
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    const auto end = base::termination(status);
+    if (!(end && end->success())) {
       why = name + " printed stacks but reported: " + reason_line(name, text);
     }
     return true;

@@ -20,6 +20,8 @@
 
 using ddprun::base::ChildSpec;
 using ddprun::base::run_bounded;
+using ddprun::base::shell_exit_code;
+using ddprun::base::termination;
 using namespace std::chrono_literals;
 
 namespace {
@@ -162,4 +164,30 @@ TEST_CASE("start_child quiet_exit: no SIGCHLD and no waitpid(-1) takes it; reap_
   CHECK(ddprun::base::reap_bounded(pid, true, std::chrono::steady_clock::now() + 30s, &status));
   CHECK(ddprun::base::shell_exit_code(status) == 7);
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+TEST_CASE("termination decodes a real exit code and a real signal; shell_exit_code follows it") {
+  const pid_t exited = ::fork();
+  if (exited == 0) ::_exit(7);
+  int status = 0;
+  REQUIRE(::waitpid(exited, &status, 0) == exited);
+  auto t = termination(status);
+  REQUIRE(t.has_value());
+  CHECK_FALSE(t->signaled);
+  CHECK(t->code == 7);
+  CHECK_FALSE(t->success());
+  CHECK(shell_exit_code(status) == 7);
+
+  const pid_t killed = ::fork();
+  if (killed == 0) {
+    ::signal(SIGTERM, SIG_DFL);  // not doctest's crash handler
+    ::raise(SIGTERM);
+    ::_exit(0);
+  }
+  REQUIRE(::waitpid(killed, &status, 0) == killed);
+  t = termination(status);
+  REQUIRE(t.has_value());
+  CHECK(t->signaled);
+  CHECK(t->signal == SIGTERM);
+  CHECK(shell_exit_code(status) == 128 + SIGTERM);
 }
