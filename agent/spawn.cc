@@ -20,14 +20,6 @@
 namespace ddprun::agent {
 namespace {
 
-std::vector<char*> to_cstrings(const std::vector<std::string>& in) {
-  std::vector<char*> out;
-  out.reserve(in.size() + 1);
-  for (const auto& s : in) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
 // What the child reports through the close-on-exec pipe when it cannot
 // exec: which step failed and its errno. Only kExec is the program's fault.
 struct ChildReport {
@@ -65,15 +57,7 @@ struct ChildReport {
   if (req.stdout_fd >= 0 && dup2(req.stdout_fd, STDOUT_FILENO) < 0) goto fail;
   if (req.stderr_fd >= 0 && dup2(req.stderr_fd, STDERR_FILENO) < 0) goto fail;
   if (req.nofile_limit && setrlimit(RLIMIT_NOFILE, &*req.nofile_limit) != 0) goto fail;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    signal(sig, SIG_DFL);  // undo the agent's handlers and ignores
-  }
-  {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-  }
+  base::reset_signals_for_exec();  // undo the agent's handlers, ignores and mask
   execve(path, argv, envp);
   report.step = ChildReport::kExec;
 fail:
@@ -88,8 +72,8 @@ fail:
 StartedProcess start_process(const SpawnRequest& request) {
   // Everything the child needs is built before fork: after fork only
   // async-signal-safe calls are allowed.
-  std::vector<char*> argv = to_cstrings(request.argv);
-  std::vector<char*> envp = to_cstrings(request.env);
+  std::vector<char*> argv = base::exec_array(request.argv);
+  std::vector<char*> envp = base::exec_array(request.env);
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   for (int c : request.cpus)

@@ -68,6 +68,27 @@ std::string find_program(const std::string& name, const std::string& path_env) {
   return {};
 }
 
+std::vector<char*> exec_array(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+void reset_signals_for_exec() {
+  struct sigaction default_action{};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    ::sigaction(sig, &default_action, nullptr);  // EINVAL for the libc-reserved ones: harmless
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
 pid_t start_child(const ChildSpec& spec, std::string* error) {
   auto fail = [&](const std::string& why) {
     if (error) *error = why;
@@ -82,28 +103,21 @@ pid_t start_child(const ChildSpec& spec, std::string* error) {
   }  // a path: execve's errno says what is wrong with it
 
   // Everything the child uses is made here, before the fork.
-  std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> env;
-  for (auto& e : env_s) env.push_back(e.data());
-  env.push_back(nullptr);
+  std::vector<char*> argv = exec_array(spec.argv);
+  std::vector<char*> env = exec_array(env_s);
   ScopedFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!null) return fail(describe_error("/dev/null", "", errno));
   const int out = spec.output_fd >= 0 ? spec.output_fd : null.get();
   int exec_pipe[2];
   if (::pipe2(exec_pipe, O_CLOEXEC) != 0) return fail(describe_error("pipe2", "", errno));
   ScopedFd exec_read(exec_pipe[0]), exec_write(exec_pipe[1]);
-  sigset_t none;
-  sigemptyset(&none);
   struct sigaction default_action{};
   default_action.sa_handler = SIG_DFL;
   sigemptyset(&default_action.sa_mask);
   // The child of a multi-threaded parent: async-signal-safe calls only.
   auto exec_tool = [&] {
     if (::dup2(null.get(), 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0) ::_exit(127);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::sigaction(SIGPIPE, &default_action, nullptr);
+    reset_signals_for_exec();
     ::execve(program.c_str(), argv.data(), env.data());
     const int e = errno;
     (void)!::write(exec_write.get(), &e, sizeof e);

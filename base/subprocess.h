@@ -7,10 +7,8 @@
 // and everything the child needs is built before it (after it only
 // async-signal-safe calls, since callers have threads). The child gets a
 // process group of its own (a deadline kills the tool's own children too),
-// stdin from /dev/null, stdout and stderr to one descriptor, an empty
-// signal mask and SIGPIPE back to default (both survive exec: a tool
-// started by a thread that blocks SIGTERM, or by a process ignoring
-// SIGPIPE, would otherwise inherit that). An exec failure comes back
+// stdin from /dev/null, stdout and stderr to one descriptor, and default
+// signal actions with an empty mask (reset_signals_for_exec). An exec failure comes back
 // through a close-on-exec pipe as the errno, and that child is reaped.
 // `quiet_exit` starts a "clone child" with no exit signal, which never
 // execs (an exec would make it an ordinary child again): it runs the tool
@@ -47,6 +45,17 @@ struct ChildSpec {
 // executable regular file of that name in `path_env` (a PATH value; empty:
 // /usr/local/bin:/usr/bin:/bin). Empty when there is none.
 std::string find_program(const std::string& name, const std::string& path_env);
+
+// The null-terminated char* array execve takes, pointing into `strings`
+// (which must outlive it and stay unchanged): built before a fork.
+std::vector<char*> exec_array(const std::vector<std::string>& strings);
+
+// In a forked child just before execve (async-signal-safe): every signal's
+// action back to its default and an empty signal mask. Ignored signals and
+// the mask survive exec, so without this a program started by a thread that
+// blocks SIGTERM, or by a process that ignores SIGPIPE, inherits that. The
+// agent's workers (agent/spawn.cc) and start_child both call it.
+void reset_signals_for_exec();
 
 // The child's pid, or -1 with *error one line saying why ("nvidia-smi: not
 // found in PATH", "/x: Permission denied", "fork: ...").
