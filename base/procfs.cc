@@ -88,6 +88,11 @@ std::vector<DirEntry> list_dir(const std::string& path) {
   return std::move(*entries);
 }
 
+std::vector<DirEntry> list_dir_or_empty(const std::string& path) {
+  auto entries = try_list_dir(path);
+  return entries ? std::move(*entries) : std::vector<DirEntry>{};
+}
+
 std::optional<std::string> read_proc_file(const std::string& path, int* err) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {

@@ -35,6 +35,9 @@ struct DirEntry {
 std::vector<DirEntry> list_dir(const std::string& path);
 // The same; nullopt (and *err = errno when given) when it cannot be opened.
 std::optional<std::vector<DirEntry>> try_list_dir(const std::string& path, int* err = nullptr);
+// The same, empty when it cannot be opened: for sweeps that skip a folder
+// that is not there (or not theirs).
+std::vector<DirEntry> list_dir_or_empty(const std::string& path);
 
 // The whole of a (sizeless) file such as /proc/<pid>/io, at most
 // kMaxProcFileBytes; nullopt (and *err = errno when given) when it cannot
