@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "base/scoped_fd.h"
 #include "base/system_error.h"
@@ -210,6 +211,43 @@ std::optional<std::string> proc_environ_value(pid_t pid, std::string_view key) {
     if (kv.size() > key.size() && kv[key.size()] == '=' && kv.compare(0, key.size(), key) == 0)
       return kv.substr(key.size() + 1);
   return std::nullopt;
+}
+
+void for_each_entry_no_alloc(int dir_fd, void (*each)(const char* name, unsigned char type, void* ctx),
+                             void* ctx) {
+  // Records are read in place: the buffer is aligned for dirent64.
+  alignas(dirent64) static char buf[32768];
+  long n;
+  while ((n = ::syscall(SYS_getdents64, dir_fd, buf, sizeof buf)) > 0)
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const dirent64*>(buf + off);
+      off += d->d_reclen;
+      each(d->d_name, d->d_type, ctx);
+    }
+}
+
+bool proc_environ_has_no_alloc(const char* pid, const char* entry, std::size_t len) {
+  char path[64] = "/proc/";
+  std::size_t at = 6;
+  for (const char* c = pid; *c && at < 40; ++c) path[at++] = *c;
+  std::memcpy(path + at, "/environ", 9);
+  ScopedFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  static char buf[65536];
+  long matched = 0;  // chars of `entry` matched in this entry; -1: no match
+  ssize_t n;
+  while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      const char c = buf[i];
+      if (c == '\0') {
+        if (matched == static_cast<long>(len)) return true;
+        matched = 0;
+      } else if (matched >= 0) {
+        matched = static_cast<std::size_t>(matched) < len && entry[matched] == c ? matched + 1 : -1;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace ddprun::base

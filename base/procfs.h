@@ -82,4 +82,20 @@ std::optional<std::string> read_proc_exe(pid_t pid);
 // unreadable.
 std::optional<std::string> proc_environ_value(pid_t pid, std::string_view key);
 
+// For a forked child that may not allocate (the agent's guardian: forked
+// from a multi-threaded process, no exec): raw system calls into static
+// buffers, so one caller at a time. Calls each(name, d_type, ctx) for every
+// entry of the open folder `dir_fd` ("." and ".." included), by getdents64.
+void for_each_entry_no_alloc(int dir_fd, void (*each)(const char* name, unsigned char type, void* ctx),
+                             void* ctx);
+template <typename Each>  // each(const char* name, unsigned char type)
+void for_each_entry_no_alloc(int dir_fd, Each& each) {
+  for_each_entry_no_alloc(
+      dir_fd, [](const char* name, unsigned char type, void* ctx) { (*static_cast<Each*>(ctx))(name, type); },
+      &each);
+}
+// Whether /proc/<pid>/environ (pid as its decimal text) has an entry equal
+// to the `len` bytes of `entry` ("KEY=VALUE"); false when unreadable.
+bool proc_environ_has_no_alloc(const char* pid, const char* entry, std::size_t len);
+
 }  // namespace ddprun::base

@@ -1,7 +1,7 @@
 // base/procfs.h on real processes: children, grandchildren and a thread's
 // child read back, an exec'd child's environment, command line and status,
 // a process that exits between the listing and the read, a pid that never
-// existed, and the folder lister on a real folder.
+// existed, and the folder listers on a real folder.
 #include <dirent.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -171,6 +171,10 @@ TEST_CASE("procfs: an exec'd child's environment, command line and status fields
   CHECK(proc_environ_value(pid, "EMPTY") == "");
   CHECK_FALSE(proc_environ_value(pid, "DDPRUN_PROCFS"));  // a prefix is not a name
   CHECK_FALSE(proc_environ_value(pid, "HOME"));
+  const std::string pid_text = std::to_string(pid);
+  const std::string whole = "DDPRUN_PROCFS_TEST=a=b", part = "DDPRUN_PROCFS_TEST=a";
+  CHECK(proc_environ_has_no_alloc(pid_text.c_str(), whole.c_str(), whole.size()));
+  CHECK_FALSE(proc_environ_has_no_alloc(pid_text.c_str(), part.c_str(), part.size()));  // whole entries only
   CHECK(read_proc_status_field(pid, "Name") == "sh");
   CHECK(read_proc_status_field(pid, "PPid") == std::to_string(::getpid()));
   CHECK(read_proc_status_field(pid, "SigCgt")->size() == 16);  // a hex mask
@@ -256,4 +260,24 @@ TEST_CASE("list_dir: names and types without . and .., and a missing folder as a
     CHECK(std::string(e.what()) == "opendir " + missing + ": No such file or directory");
   }
   CHECK_THROWS_AS(list_dir(dir.file("file")), SystemError);  // ENOTDIR
+  CHECK(list_dir_or_empty(missing).empty());
+  CHECK(list_dir_or_empty(dir.path()).size() == 3);
+
+  std::vector<std::string> raw;  // the guardian's lister: "." and ".." too
+  auto each = [&](const char* name, unsigned char) { raw.emplace_back(name); };
+  const int fd = ::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  for_each_entry_no_alloc(fd, each);
+  ::close(fd);
+  std::sort(raw.begin(), raw.end());
+  CHECK(raw == std::vector<std::string>{".", "..", "file", "folder", "link"});
+}
+
+TEST_CASE("read_proc_file: a sizeless /proc file whole, and errno for one that is not there") {
+  const auto limits = read_proc_file("/proc/self/limits");
+  REQUIRE(limits);
+  CHECK(limits->find("Max open files") != std::string::npos);  // past the first read's size 0
+  int err = 0;
+  CHECK_FALSE(read_proc_file("/proc/self/no-such-file", &err));
+  CHECK(err == ENOENT);
 }
