@@ -7,7 +7,8 @@
 // Processes come and go while they are read: every per-pid reader returns
 // nullopt (or an empty list) for a pid that has exited or never existed,
 // and the scans skip a process that exits between listing and reading. The
-// answers are snapshots, not locks. Thread-safe: no state is kept.
+// answers are snapshots, not locks. Thread-safe (no state is kept), but for
+// the two no-allocation functions at the end, which share static buffers.
 // Files are read with open/read (no iostreams): /proc reports size 0.
 #pragma once
 
