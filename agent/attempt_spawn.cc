@@ -14,6 +14,7 @@
 #include "base/contract.h"
 #include "base/safe_file.h"
 #include "base/scoped_fd.h"
+#include "base/system_error.h"
 
 namespace ddprun::agent {
 
@@ -187,7 +188,7 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
   };
   c.on_log_error = [this, lr, alive = alive_](const std::string& path, int err) {
     if (!*alive) return;
-    std::string error = strerror(err);
+    std::string error = base::errno_text(err);
     spdlog::warn("cannot write {}: {}; its output goes on to the console", path, error);
     result_.log_errors.push_back(path + ": " + error);
     for (auto* h : hooks_) h->log_write_failed(lr, path, error);

@@ -61,7 +61,7 @@ class AgentHooks {
     (void)local_rank, (void)stream, (void)data;
   }
   virtual void worker_exited(const WorkerEnd& end) { (void)end; }
-  // A worker's log file could not be written (`error`: strerror); once per
+  // A worker's log file could not be written (`error`: errno's text); once per
   // file. Its output still reaches the console.
   virtual void log_write_failed(int local_rank, const std::string& path,
                                 const std::string& error) {

@@ -1,4 +1,5 @@
 #include "agent/port_reservation.h"
+#include "base/system_error.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -28,7 +29,7 @@ PortReservation::PortReservation(const std::string& addr, int port) {
   for (addrinfo* ai = res; ai; ai = ai->ai_next) {
     base::ScopedFd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
     if (!fd) {
-      last_error = strerror(errno);
+      last_error = base::errno_text(errno);
       continue;
     }
     int one = 1;
@@ -43,7 +44,7 @@ PortReservation::PortReservation(const std::string& addr, int port) {
                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
       break;
     }
-    last_error = strerror(errno);
+    last_error = base::errno_text(errno);
   }
   freeaddrinfo(res);
   if (!fd_)

@@ -15,6 +15,7 @@
 #include "agent/fork_into_cgroup.h"
 #include "base/scoped_fd.h"
 #include "base/subprocess.h"
+#include "base/system_error.h"
 
 namespace ddprun::agent {
 namespace {
@@ -115,7 +116,7 @@ StartedProcess start_process(const SpawnRequest& request) {
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
   report.write.reset();
-  if (pid < 0) throw SpawnError(std::string("fork: ") + strerror(fork_errno), fork_errno);
+  if (pid < 0) throw SpawnError(base::describe_error("fork", "", fork_errno), fork_errno);
   // Also set the group from the parent, so it exists before we ever signal
   // it (whoever runs first wins; the other call is a harmless EACCES/ok).
   setpgid(pid, pid);
@@ -140,12 +141,12 @@ void finish_process(StartedProcess& started) {
     while (waitpid(started.pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (child.step == ChildReport::kExec)
-      throw SpawnError("cannot execute '" + started.path + "': " + strerror(child.err),
+      throw SpawnError("cannot execute '" + started.path + "': " + base::errno_text(child.err),
                        child.err, true);
     throw SpawnError(std::string(child.step == ChildReport::kCgroup
                                      ? "cannot move the worker into its cgroup: "
                                      : "cannot set up the worker process: ") +
-                         strerror(child.err),
+                         base::errno_text(child.err),
                      child.err);
   }
 }
@@ -163,7 +164,7 @@ std::string resolve_program(const std::string& program, const std::string& path_
   if (program.find('/') == std::string::npos)
     throw SpawnError("cannot execute '" + program + "': not found in PATH", ENOENT, true);
   int err = access(program.c_str(), F_OK) == 0 ? EACCES : ENOENT;
-  throw SpawnError("cannot execute '" + program + "': " + strerror(err), err, true);
+  throw SpawnError("cannot execute '" + program + "': " + base::errno_text(err), err, true);
 }
 
 }  // namespace ddprun::agent

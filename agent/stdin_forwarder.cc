@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "base/procfs.h"
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 namespace {

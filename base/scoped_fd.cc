@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <system_error>
@@ -32,6 +33,33 @@ bool write_fully(int fd, const void* data, size_t size) {
     ssize_t n = ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool send_fully(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool read_fully(int fd, void* data, size_t size) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = ::read(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = 0;
+      return false;
+    }
     p += n;
     size -= static_cast<size_t>(n);
   }

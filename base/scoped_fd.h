@@ -65,4 +65,13 @@ void close_from(int lowest);
 // set on any other error (EPIPE, EAGAIN on a non-blocking fd).
 bool write_fully(int fd, const void* data, size_t size);
 
+// The same on a socket with send(MSG_NOSIGNAL): a peer that closed is EPIPE,
+// not SIGPIPE; EAGAIN once SO_SNDTIMEO passed.
+bool send_fully(int fd, const void* data, size_t size);
+
+// Reads exactly `size` bytes, retrying on EINTR and short reads; false at
+// end of file (errno 0) or on an error (errno set; EAGAIN once SO_RCVTIMEO
+// passed on a socket).
+bool read_fully(int fd, void* data, size_t size);
+
 }  // namespace ddprun::base

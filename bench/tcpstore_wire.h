@@ -26,86 +26,72 @@
 #include <string>
 #include <vector>
 
+#include "base/scoped_fd.h"
+#include "base/system_error.h"
+#include "rendezvous/tcpstore_codec.h"
+
 namespace ddprun::bench::tcpstore {
 
-using Bytes = std::vector<uint8_t>;
+namespace ts = ddprun::rendezvous::tcpstore;
+using Bytes = ts::Bytes;
 
+// Which of torch's two numberings a client speaks.
 struct Protocol {
   bool v2 = true;  // torch >= 2: VALIDATE first, queries shifted by one
-  uint8_t q(uint8_t v113) const { return static_cast<uint8_t>(v2 ? v113 + 1 : v113); }
-  uint8_t set() const { return q(0); }
-  uint8_t get() const { return q(2); }
-  uint8_t wait() const { return q(5); }
+  ts::Dialect dialect() const { return v2 ? ts::Dialect::kV2 : ts::Dialect::kLegacy; }
+  uint8_t op(ts::Op o) const { return ts::opcode(dialect(), o); }
   // What a client sends right after connecting.
   Bytes hello() const {
     if (!v2) return {};
-    return {0, 0xCE, 0xF7, 0x85, 0x3C};  // VALIDATE, magic
+    Bytes b{op(ts::Op::kValidate)};
+    ts::put_u32(b, ts::kValidateMagic);
+    return b;
   }
 };
 
-inline void put_u64(Bytes& b, uint64_t v) {
-  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-inline void append(Bytes& b, const Bytes& x) {
-  size_t at = b.size();
-  b.resize(at + x.size());
-  if (!x.empty()) std::memcpy(b.data() + at, x.data(), x.size());
-}
-inline void put_str(Bytes& b, const std::string& s) {
-  put_u64(b, s.size());
-  b.insert(b.end(), s.begin(), s.end());
-}
-inline void put_bytes(Bytes& b, const Bytes& v) {
-  put_u64(b, v.size());
-  b.insert(b.end(), v.begin(), v.end());
-}
+inline void append(Bytes& b, const Bytes& x) { b.insert(b.end(), x.begin(), x.end()); }
 
 // One blocking connection; every receive has a 5 s deadline.
 class Client {
  public:
-  Client(uint16_t port, Protocol p) : p_(p) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) throw std::runtime_error("TCPStore client: socket failed");
+  Client(uint16_t port, Protocol p) : p_(p), fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    if (!fd_) throw std::runtime_error("TCPStore client: socket failed");
     timeval tv{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      int err = errno;
-      ::close(fd_);
+    if (::connect(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      const int err = errno;
       // (SO_SNDTIMEO bounds a blocking connect too: EINPROGRESS after 5 s.)
       throw std::runtime_error("TCPStore client: connect to 127.0.0.1:" + std::to_string(port) +
                                (err == EINPROGRESS ? " not accepted within 5 s"
-                                                   : std::string(" failed: ") + std::strerror(err)));
+                                                   : " failed: " + ddprun::base::errno_text(err)));
     }
     send(p_.hello());
   }
-  ~Client() { ::close(fd_); }
-  Client(const Client&) = delete;
-  Client& operator=(const Client&) = delete;
 
   void set(const std::string& key, const Bytes& value) {
-    Bytes b{p_.set()};
-    put_str(b, key);
-    put_bytes(b, value);
+    Bytes b{p_.op(ts::Op::kSet)};
+    ts::put_string(b, key);
+    ts::put_string(b, value);
     send(b);
   }
   // As torch's client does: WAIT for the key, then GET it.
   Bytes get(const std::string& key) {
-    Bytes w{p_.wait()};
-    put_u64(w, 1);
-    put_str(w, key);
+    Bytes w{p_.op(ts::Op::kWait)};
+    ts::put_u64(w, 1);
+    ts::put_string(w, key);
     send(w);
     uint8_t stop = 0xff;
     recv(&stop, 1);
     if (stop != 0) throw std::runtime_error("TCPStore client: wait(" + key + ") was not answered");
-    Bytes g{p_.get()};
-    put_str(g, key);
+    Bytes g{p_.op(ts::Op::kGet)};
+    ts::put_string(g, key);
     send(g);
     uint8_t n[8];
     recv(n, 8);
@@ -119,23 +105,15 @@ class Client {
 
  private:
   void send(const Bytes& b) {
-    size_t off = 0;
-    while (off < b.size()) {
-      ssize_t n = ::send(fd_, b.data() + off, b.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) throw std::runtime_error("TCPStore client: send failed");
-      off += static_cast<size_t>(n);
-    }
+    if (!ddprun::base::send_fully(fd_.get(), b.data(), b.size()))
+      throw std::runtime_error("TCPStore client: send failed");
   }
   void recv(uint8_t* p, size_t len) {
-    size_t off = 0;
-    while (off < len) {
-      ssize_t n = ::recv(fd_, p + off, len - off, 0);
-      if (n <= 0) throw std::runtime_error("TCPStore client: no reply within 5 s, or closed");
-      off += static_cast<size_t>(n);
-    }
+    if (!ddprun::base::read_fully(fd_.get(), p, len))
+      throw std::runtime_error("TCPStore client: no reply within 5 s, or closed");
   }
   Protocol p_;
-  int fd_ = -1;
+  ddprun::base::ScopedFd fd_;
 };
 
 // --- The hostile suite's attacks, in TCPStore's bytes. ---
@@ -143,18 +121,18 @@ class Client {
 // A SET whose key announces 4 MiB, 1 MiB of it sent.
 inline Bytes partial_big_frame(Protocol p) {
   Bytes b = p.hello();
-  b.push_back(p.set());
-  put_u64(b, 4u << 20);
+  b.push_back(p.op(ts::Op::kSet));
+  ts::put_u64(b, 4u << 20);
   b.resize(b.size() + (1u << 20), 'p');
   return b;
 }
 
 // A ~4 MiB WAIT on 1,000 keys that never appear, and another behind it.
 inline Bytes wait_flood(Protocol p) {
-  Bytes one{p.wait()};
-  put_u64(one, 1000);
+  Bytes one{p.op(ts::Op::kWait)};
+  ts::put_u64(one, 1000);
   std::string pad(4000, 'w');
-  for (int i = 0; i < 1000; ++i) put_str(one, "never/" + std::to_string(i) + pad);
+  for (int i = 0; i < 1000; ++i) ts::put_string(one, "never/" + std::to_string(i) + pad);
   Bytes b = p.hello();
   append(b, one);
   append(b, one);
@@ -165,8 +143,8 @@ inline Bytes wait_flood(Protocol p) {
 inline Bytes unread_replies(Protocol p) {
   Bytes b = p.hello();
   for (int i = 0; i < 24; ++i) {
-    b.push_back(p.get());
-    put_str(b, "hostile/big");
+    b.push_back(p.op(ts::Op::kGet));
+    ts::put_string(b, "hostile/big");
   }
   return b;
 }
@@ -175,9 +153,9 @@ inline Bytes unread_replies(Protocol p) {
 inline Bytes key_flood(Protocol p, size_t conn, uint64_t round) {
   Bytes b = round == 0 ? p.hello() : Bytes{};
   for (int i = 0; i < 4096; ++i) {
-    b.push_back(p.set());
-    put_str(b, std::to_string(conn) + "." + std::to_string(round) + "." + std::to_string(i));
-    put_bytes(b, Bytes{'x'});
+    b.push_back(p.op(ts::Op::kSet));
+    ts::put_string(b, std::to_string(conn) + "." + std::to_string(round) + "." + std::to_string(i));
+    ts::put_string(b, Bytes{'x'});
   }
   return b;
 }
@@ -187,26 +165,25 @@ inline Bytes key_flood(Protocol p, size_t conn, uint64_t round) {
 // appears.
 inline Bytes wait_on_many(Protocol p, size_t conn) {
   Bytes b = p.hello();
-  b.push_back(p.wait());
-  put_u64(b, 8192);
-  for (int i = 0; i < 8191; ++i) put_str(b, "q/" + std::to_string(i));
-  put_str(b, "q/never/" + std::to_string(conn));
+  b.push_back(p.op(ts::Op::kWait));
+  ts::put_u64(b, 8192);
+  for (int i = 0; i < 8191; ++i) ts::put_string(b, "q/" + std::to_string(i));
+  ts::put_string(b, "q/never/" + std::to_string(conn));
   return b;
 }
 
 // ...and the loop that sets those shared keys and deletes them again.
-// DELETE_KEY is query 8 in both torch 1.13 (after WATCH_KEY) and 2.x
-// (after VALIDATE; WATCH_KEY gone).
+// (DELETE_KEY is query 8 in both torch 1.13, after WATCH_KEY, and 2.x.)
 inline Bytes set_delete_loop(Protocol p, uint64_t round) {
   Bytes b = round == 0 ? p.hello() : Bytes{};
   for (int i = 0; i < 8191; ++i) {
-    b.push_back(p.set());
-    put_str(b, "q/" + std::to_string(i));
-    put_bytes(b, Bytes{'s'});
+    b.push_back(p.op(ts::Op::kSet));
+    ts::put_string(b, "q/" + std::to_string(i));
+    ts::put_string(b, Bytes{'s'});
   }
   for (int i = 0; i < 8191; ++i) {
-    b.push_back(8);
-    put_str(b, "q/" + std::to_string(i));
+    b.push_back(p.op(ts::Op::kDeleteKey));
+    ts::put_string(b, "q/" + std::to_string(i));
   }
   return b;
 }

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "base/scoped_fd.h"
+#include "base/system_error.h"
 #include "introspect/control_wire.h"
 
 namespace ddprun::introspect {
@@ -42,13 +43,13 @@ nlohmann::json ask_agent(const std::string& socket, const nlohmann::json& reques
                          std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   base::ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) fail(socket, std::string("socket: ") + std::strerror(errno));
+  if (!fd) fail(socket, base::describe_error("socket", "", errno));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket.size() >= sizeof addr.sun_path) fail(socket, "path too long");
   std::memcpy(addr.sun_path, socket.c_str(), socket.size() + 1);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    fail(socket, std::string("connect: ") + std::strerror(errno));
+    fail(socket, base::describe_error("connect", "", errno));
   }
   const std::string line = request.dump() + "\n";
   std::size_t sent = 0;
@@ -59,7 +60,7 @@ nlohmann::json ask_agent(const std::string& socket, const nlohmann::json& reques
       continue;
     }
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
-      fail(socket, std::string("send: ") + std::strerror(errno));
+      fail(socket, base::describe_error("send", "", errno));
     }
     pollfd p{fd.get(), POLLOUT, 0};
     if (::poll(&p, 1, ms_left(deadline)) == 0) fail(socket, "timed out sending the request");
@@ -75,7 +76,7 @@ nlohmann::json ask_agent(const std::string& socket, const nlohmann::json& reques
       continue;
     }
     if (n == 0) break;
-    if (errno != EAGAIN && errno != EINTR) fail(socket, std::string("recv: ") + std::strerror(errno));
+    if (errno != EAGAIN && errno != EINTR) fail(socket, base::describe_error("recv", "", errno));
     const int left = ms_left(deadline);
     pollfd p{fd.get(), POLLIN, 0};
     if (left == 0 || ::poll(&p, 1, left) == 0) {

@@ -16,7 +16,9 @@
 #include <sstream>
 
 #include "introspect/doctor.h"
+#include "base/scoped_fd.h"
 #include "base/sysfs.h"
+#include "base/system_error.h"
 
 namespace ddprun::introspect {
 
@@ -149,10 +151,11 @@ Finding hostname_finding(const DoctorOptions& o) {
 
 Finding port_finding(const DoctorOptions& o) {
   Finding f{"port", Level::kOk, "", "", ""};
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const base::ScopedFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int fd = sock.get();
   if (fd < 0) {
     f.level = Level::kInfo;
-    f.finding = std::string("cannot check ports: socket: ") + std::strerror(errno);
+    f.finding = std::string("cannot check ports: socket: ") + base::errno_text(errno);
     return f;
   }
   // The store binds with SO_REUSEADDR too, so TIME_WAIT leftovers are no problem.
@@ -164,13 +167,12 @@ Finding port_finding(const DoctorOptions& o) {
   a.sin_addr.s_addr = htonl(INADDR_ANY);
   const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   const int err = errno;
-  ::close(fd);
   if (rc == 0) {
     f.finding = fmt::format("port {} is free", o.port);
   } else {
     f.level = Level::kFail;
     f.finding = fmt::format("port {} cannot be bound: {} (another job's store?)", o.port,
-                            std::strerror(err));
+                            base::errno_text(err));
     f.fix = fmt::format("pick another --master-port, or find the holder: ss -ltnp 'sport = :{}'",
                         o.port);
   }
@@ -210,17 +212,17 @@ double ntp_time(const unsigned char* p) {
 // One SNTP exchange (RFC 4330): offset of the server's clock from ours.
 std::optional<double> sntp_offset(const sockaddr* addr, socklen_t len,
                                   std::chrono::milliseconds timeout, std::string& why) {
-  const int fd = ::socket(addr->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  const base::ScopedFd sock(::socket(addr->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  const int fd = sock.get();
   if (fd < 0) {
-    why = std::string("socket: ") + std::strerror(errno);
+    why = base::describe_error("socket", "", errno);
     return std::nullopt;
   }
   unsigned char pkt[48] = {};
   pkt[0] = 0x23;  // LI 0, version 4, mode 3 (client)
   const double t1 = now_s();
   if (::sendto(fd, pkt, sizeof pkt, 0, addr, len) != sizeof pkt) {
-    why = std::string("sendto: ") + std::strerror(errno);
-    ::close(fd);
+    why = base::describe_error("sendto", "", errno);
     return std::nullopt;
   }
   pollfd p{fd, POLLIN, 0};
@@ -231,13 +233,12 @@ std::optional<double> sntp_offset(const sockaddr* addr, socklen_t len,
   const ssize_t got = n > 0 ? ::recv(fd, reply, sizeof reply, 0) : -1;
   const double t4 = now_s();
   const int err = errno;
-  ::close(fd);
   if (n == 0) {
     why = fmt::format("no NTP answer within {} ms", timeout.count());
     return std::nullopt;
   }
   if (got != sizeof reply) {
-    why = std::string("no NTP answer: ") + std::strerror(err);
+    why = base::describe_error("no NTP answer", "", err);
     return std::nullopt;
   }
   const double t2 = ntp_time(reply + 32), t3 = ntp_time(reply + 40);

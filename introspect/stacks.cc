@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "base/contract.h"
+#include "base/system_error.h"
 #include "introspect/proc_usage.h"
 
 namespace ddprun::introspect {
@@ -67,7 +68,7 @@ bool faulthandler_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) 
       *dir + "/" + base::kFilePyStackPrefix + std::to_string(pid) + ".txt";
   const uint64_t before = file_size(path);
   if (::kill(pid, sig) != 0) {
-    out.python_note = fmt::format("kill({}, {}): {}", pid, sig, std::strerror(errno));
+    out.python_note = fmt::format("kill({}, {}): {}", pid, sig, base::errno_text(errno));
     return false;
   }
   // faulthandler writes from the signal handler with a few write(2) calls:

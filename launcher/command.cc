@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "agent/interpreter_hint.h"
+#include "base/scoped_fd.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -28,11 +29,10 @@ bool is_python_interpreter(const std::string& program) {
 // magic; else execve fails with EACCES or ENOEXEC ("Exec format error").
 bool exec_can_run(const std::string& file) {
   if (::access(file.c_str(), X_OK) != 0) return false;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return true;  // let exec report what is wrong
+  const base::ScopedFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) return true;  // let exec report what is wrong
   char head[4] = {0};
-  const ssize_t n = ::read(fd, head, sizeof head);
-  ::close(fd);
+  const ssize_t n = ::read(fd.get(), head, sizeof head);
   if (n >= 2 && head[0] == '#' && head[1] == '!') return true;
   return n == 4 && head[0] == 0x7f && head[1] == 'E' && head[2] == 'L' && head[3] == 'F';
 }

@@ -13,6 +13,7 @@
 
 #include <cstring>
 
+#include "base/system_error.h"
 #include "rendezvous/store.h"
 
 namespace ddprun::rendezvous {
@@ -23,7 +24,7 @@ wire::Bytes random_nonce() {
   while (got < nonce.size()) {
     ssize_t n = getrandom(nonce.data() + got, nonce.size() - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw StoreError(std::string("store auth: getrandom failed: ") + strerror(errno));
+    if (n <= 0) throw StoreError(std::string("store auth: getrandom failed: ") + base::errno_text(errno));
     got += static_cast<size_t>(n);
   }
   return nonce;

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <thread>
 
+#include "base/scoped_fd.h"
+#include "base/system_error.h"
 #include "rendezvous/auth.h"
 
 namespace ddprun::rendezvous {
@@ -76,8 +78,8 @@ void Client::disconnect() {
 }
 
 void Client::close_fd(int fd) {
-  if (options_.canceller) options_.canceller->remove(fd);
-  ::close(fd);
+  if (options_.canceller) options_.canceller->remove(fd);  // before the number can be reused
+  const base::ScopedFd closing(fd);
 }
 
 void Client::throw_if_cancelled(const std::string& what) const {
@@ -140,7 +142,7 @@ bool Client::open_connection(Clock::time_point deadline, std::string& last_error
 int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::string& last_error) {
   int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    last_error = std::string("socket: ") + std::strerror(errno);
+    last_error = base::describe_error("socket", "", errno);
     return -1;
   }
   // Registered before connecting: a cancel wakes the poll below.
@@ -157,7 +159,7 @@ int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::stri
     }
   }
   if (err != 0) {
-    last_error = std::string("connect: ") + std::strerror(err);
+    last_error = base::describe_error("connect", "", err);
     close_fd(fd);
     return -1;
   }
@@ -167,7 +169,7 @@ int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::stri
   // a call costs one send and one recv instead of poll + recv.
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    last_error = std::string("fcntl: ") + std::strerror(errno);
+    last_error = base::describe_error("fcntl", "", errno);
     close_fd(fd);
     return -1;
   }
@@ -269,7 +271,7 @@ void Client::send_all(const Bytes& frame, Clock::time_point deadline, const std:
       continue;
     }
     throw ConnectionLost("store at " + address_ + ": connection lost during " + what + ": " +
-                         std::strerror(errno));
+                         base::errno_text(errno));
   }
 }
 
@@ -290,7 +292,7 @@ Bytes Client::read_frame(Clock::time_point deadline, const std::string& what) {
         continue;
       } else {
         throw ConnectionLost("store at " + address_ + ": connection closed by the server during " +
-                             what + (n < 0 ? std::string(": ") + std::strerror(errno) : ""));
+                             what + (n < 0 ? std::string(": ") + base::errno_text(errno) : ""));
       }
     }
   };

@@ -7,6 +7,7 @@
 #include <boost/asio/write.hpp>
 #include <list>
 
+#include "rendezvous/server_io.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/server_limits.h"
 #include "rendezvous/store.h"
@@ -31,7 +32,6 @@ constexpr size_t kReadChunk = 64 * 1024;
 // delays everyone else by one small batch, not by the whole chunk.
 constexpr size_t kRequestsPerTurn = 64;
 // Connections accepted a turn (the rest of a connect flood waits a turn).
-constexpr size_t kAcceptsPerTurn = 256;
 // Behind a blocked request a connection buffers at most this much; the rest
 // stays in the kernel (TCP pushes back on the client).
 constexpr size_t kMaxBufferedBehindWait = kReadChunk;
@@ -57,7 +57,6 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(asio::io_context& io, ServerOptions o)
       : io(io), options(std::move(o)), acceptor(io), accept_retry(io),
         table(options.max_store_bytes), log(io.get_executor()), scratch(kReadChunk) {}
-  void accept();
   // Serves a new connection, or refuses it when a connection limit is reached.
   void admit(tcp::socket s);
   void serve(tcp::socket s, const std::string& peer_addr);
@@ -107,6 +106,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   void start();
   void read_more();
+  bool read_paused() const { return closed || closing; }
   // How many more bytes this connection may buffer now (0: do not read).
   size_t read_allowance() const;
   void process();
@@ -196,42 +196,9 @@ size_t Conn::read_allowance() const {
 
 void Conn::read_more() {
   if (reading || closed || closing) return;
-  // Read directly, then wait for readiness. asio's epoll reactor is
-  // edge-triggered and its async_wait does not read speculatively, so
-  // waiting is only safe once a read came back short: data that arrives
-  // after that read raises a fresh edge. This saves the EAGAIN read
-  // async_read_some would make on every request.
-  size_t allowed = read_allowance();
+  const size_t allowed = read_allowance();
   if (allowed == 0) return;  // resumed after process() or the blocked request
-  boost::system::error_code ec;
-  size_t n = sock.read_some(asio::buffer(srv->scratch.data(), allowed), ec);
-  bool drained = ec == asio::error::would_block || ec == asio::error::try_again;
-  if (ec && !drained) return close();  // EOF or reset: the client is gone
-  if (!drained) {
-    in.insert(in.end(), srv->scratch.begin(), srv->scratch.begin() + static_cast<std::ptrdiff_t>(n));
-    account();
-    if (closed) return;
-    process();
-    if (closed || closing) return;
-  }
-  reading = true;
-  if (!drained && n == allowed) {
-    // More may be waiting, and no new edge would announce it. One chunk a
-    // turn: continue behind the other connections' ready handlers, so a
-    // client streaming megabytes (or a flood of tiny frames) costs the
-    // others one chunk's work per turn, not the whole socket's.
-    asio::post(sock.get_executor(), [self = shared_from_this()] {
-      self->reading = false;
-      if (!self->closed) self->read_more();
-    });
-    return;
-  }
-  sock.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-    self->reading = false;
-    if (self->closed) return;
-    if (ec) return self->close();
-    self->read_more();
-  });
+  read_some_into(*this, allowed);
 }
 
 void Conn::process() {
@@ -547,33 +514,6 @@ void Server::Impl::serve(tcp::socket s, const std::string& addr) {
   c->start();
 }
 
-void Server::Impl::accept() {
-  if (closed) return;
-  acceptor.async_accept([self = shared_from_this()](boost::system::error_code ec, tcp::socket s) {
-    if (self->closed) return;
-    if (ec) {
-      // Out of descriptors (or similar): back off instead of spinning.
-      self->log.warn("store: accept failed: " + ec.message());
-      self->accept_retry.expires_after(std::chrono::milliseconds(50));
-      self->accept_retry.async_wait([self](boost::system::error_code e) {
-        if (!e) self->accept();
-      });
-      return;
-    }
-    self->admit(std::move(s));
-    // Take every connection already queued, not one a turn: behind a
-    // flood of connects a good client's would otherwise wait one turn of
-    // the loop (every busy connection's chunk) per connection ahead of it.
-    for (size_t i = 1; i < kAcceptsPerTurn && !self->closed; ++i) {
-      tcp::socket next(self->io);
-      self->acceptor.accept(next, ec);
-      if (ec) break;  // drained (would block), or an error async_accept reports
-      self->admit(std::move(next));
-    }
-    self->accept();
-  });
-}
-
 void Server::Impl::listed(Conn& c) {
   auto& p = pre_auth[c.peer_addr];
   if (p.conns.empty()) p.subnet = subnet_of(c.peer_addr);
@@ -653,11 +593,11 @@ Server::Server(asio::io_context& io, ServerOptions options)
     impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
     impl_->acceptor.bind(ep);
     impl_->acceptor.listen(o.backlog);
-    impl_->acceptor.non_blocking(true);  // accept() drains the queue without blocking
+    impl_->acceptor.non_blocking(true);  // the accept loop drains the queue without blocking
   } catch (const boost::system::system_error& e) {
     throw StoreError("store server: cannot listen on " + where + ": " + e.code().message());
   }
-  impl_->accept();
+  accept_connections(impl_, "store");
 }
 
 Server::~Server() { close(); }
@@ -667,17 +607,7 @@ tcp::endpoint Server::endpoint() const {
   return impl_->acceptor.local_endpoint(ec);
 }
 
-void Server::close() {
-  if (impl_->closed) return;
-  boost::system::error_code ec;
-  impl_->acceptor.close(ec);
-  impl_->accept_retry.cancel();
-  impl_->log.cancel();
-  impl_->closed = true;
-  auto conns = std::move(impl_->conns);
-  impl_->conns.clear();
-  for (auto& c : conns) c->close();
-}
+void Server::close() { shut_down_server(*impl_); }
 
 void Server::adopt(int fd, const std::string& peer) {
   tcp::socket s(impl_->io);

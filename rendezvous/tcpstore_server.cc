@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "base/scoped_fd.h"
+#include "rendezvous/server_io.h"
 #include "rendezvous/server_limits.h"
 #include "rendezvous/tcpstore_codec.h"
 
@@ -49,7 +51,7 @@ struct TcpStoreServer::Impl : std::enable_shared_from_this<TcpStoreServer::Impl>
   Impl(asio::io_context& io, TcpStoreServerOptions o)
       : io(io), options(std::move(o)), acceptor(io), accept_retry(io), log(io.get_executor()),
         scratch(kReadChunk) {}
-  void accept();
+  void admit(tcp::socket s);
   // Table operations; `by` is closed (false returned) when the table is full.
   // Waiters of `key` are woken unless `wake_waiters` is false (a barrier
   // not yet complete).
@@ -86,6 +88,7 @@ struct TConn : std::enable_shared_from_this<TConn> {
 
   void start();
   void read_more();
+  bool read_paused() const { return closed; }  // read_more checks the rest
   void process();
   // Answers one query; false when it closed the connection.
   bool handle(tcpstore::Request& q);
@@ -124,33 +127,7 @@ void TConn::start() {
 void TConn::read_more() {
   if (reading || closed || resume_posted || writing || out.size() >= kMaxOutBuffered) return;
   if (in.size() >= tcpstore::kMaxFrameSize) return;  // the codec refuses such a frame first
-  // As server.cc: read at once, wait for readiness only after a short read
-  // (the epoll reactor is edge-triggered).
-  boost::system::error_code ec;
-  size_t n = sock.read_some(asio::buffer(srv->scratch.data(), kReadChunk), ec);
-  bool drained = ec == asio::error::would_block || ec == asio::error::try_again;
-  if (ec && !drained) return close();  // EOF or reset: the client is gone
-  if (!drained) {
-    in.insert(in.end(), srv->scratch.begin(), srv->scratch.begin() + static_cast<std::ptrdiff_t>(n));
-    account();
-    if (closed) return;
-    process();
-    if (closed) return;
-  }
-  reading = true;
-  if (!drained && n == kReadChunk) {
-    asio::post(sock.get_executor(), [self = shared_from_this()] {
-      self->reading = false;
-      self->read_more();
-    });
-    return;
-  }
-  sock.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code e) {
-    self->reading = false;
-    if (self->closed) return;
-    if (e) return self->close();
-    self->read_more();
-  });
+  read_some_into(*this, kReadChunk);
 }
 
 void TConn::process() {
@@ -539,34 +516,20 @@ void TConn::close() {
   if (!srv->closed) srv->conns.erase(self_it);
 }
 
-void TcpStoreServer::Impl::accept() {
-  if (closed) return;
-  acceptor.async_accept([self = shared_from_this()](boost::system::error_code ec, tcp::socket s) {
-    if (self->closed) return;
-    if (ec) {
-      // Out of descriptors (or similar): back off instead of spinning.
-      self->log.warn("tcpstore: accept failed: " + ec.message());
-      self->accept_retry.expires_after(std::chrono::milliseconds(50));
-      self->accept_retry.async_wait([self](boost::system::error_code e) {
-        if (!e) self->accept();
-      });
-      return;
-    }
-    boost::system::error_code ignored;
-    auto ep = s.remote_endpoint(ignored);
-    std::string peer = ignored ? "unknown peer" : ep.address().to_string() + ":" + std::to_string(ep.port());
-    if (self->conns.size() >= self->options.max_connections) {
-      self->log.warn("tcpstore: refusing a connection from " + peer + ": " +
-                     std::to_string(self->options.max_connections) + " connections is the limit");
-      s.close(ignored);
-    } else {
-      auto c = std::make_shared<TConn>(self, std::move(s));
-      c->peer = peer;
-      c->self_it = self->conns.insert(self->conns.end(), c);
-      c->start();
-    }
-    self->accept();
-  });
+void TcpStoreServer::Impl::admit(tcp::socket s) {
+  boost::system::error_code ignored;
+  auto ep = s.remote_endpoint(ignored);
+  std::string peer = ignored ? "unknown peer" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  if (conns.size() >= options.max_connections) {
+    log.warn("tcpstore: refusing a connection from " + peer + ": " +
+             std::to_string(options.max_connections) + " connections is the limit");
+    s.close(ignored);
+    return;
+  }
+  auto c = std::make_shared<TConn>(shared_from_this(), std::move(s));
+  c->peer = peer;
+  c->self_it = conns.insert(conns.end(), c);
+  c->start();
 }
 
 TcpStoreServer::TcpStoreServer(asio::io_context& io, TcpStoreServerOptions options)
@@ -578,7 +541,7 @@ TcpStoreServer::TcpStoreServer(asio::io_context& io, TcpStoreServerOptions optio
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
       if (::getsockname(o.listen_fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
-        ::close(o.listen_fd);
+        const base::ScopedFd refused(o.listen_fd);  // ours to close, as on success
         throw std::runtime_error("tcpstore: cannot serve the reserved port: getsockname failed");
       }
       impl_->acceptor.assign(ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), o.listen_fd);
@@ -591,10 +554,11 @@ TcpStoreServer::TcpStoreServer(asio::io_context& io, TcpStoreServerOptions optio
       impl_->acceptor.bind(ep);
       impl_->acceptor.listen(o.backlog);
     }
+    impl_->acceptor.non_blocking(true);  // the accept loop drains the queue without blocking
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error("tcpstore: cannot listen on " + where + ": " + e.code().message());
   }
-  impl_->accept();
+  accept_connections(impl_, "tcpstore");
 }
 
 TcpStoreServer::~TcpStoreServer() { close(); }
@@ -604,17 +568,7 @@ uint16_t TcpStoreServer::port() const {
   return impl_->acceptor.local_endpoint(ec).port();
 }
 
-void TcpStoreServer::close() {
-  if (impl_->closed) return;
-  boost::system::error_code ec;
-  impl_->acceptor.close(ec);
-  impl_->accept_retry.cancel();
-  impl_->log.cancel();
-  impl_->closed = true;
-  auto conns = std::move(impl_->conns);
-  impl_->conns.clear();
-  for (auto& c : conns) c->close();
-}
+void TcpStoreServer::close() { shut_down_server(*impl_); }
 
 void TcpStoreServer::clear() {
   impl_->data.clear();

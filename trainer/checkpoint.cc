@@ -18,6 +18,7 @@
 
 #include "base/contract.h"
 #include "base/safe_file.h"
+#include "base/system_error.h"
 #include "trainer/error.h"
 
 namespace ddprun::trainer {
@@ -152,14 +153,14 @@ void CheckpointDir::lock(const std::string& holder) {
                          (who.empty() ? std::string("another run") : base::printable(who)) +
                          ": refusing to share it (give this run its own --checkpoint-dir)");
     }
-    throw TrainerError(options_.dir + "/" + kLockFile + ": flock: " + std::strerror(e));
+    throw TrainerError(options_.dir + "/" + kLockFile + ": flock: " + base::errno_text(e));
   }
   // Ours now: say who holds it, for the run that is refused.
   const std::string line = holder + "\n";
   if (::ftruncate(fd.get(), 0) != 0 ||
       ::write(fd.get(), line.data(), line.size()) != ssize_t(line.size())) {
     spdlog::warn("cannot write the holder into {}/{}: {}", options_.dir, kLockFile,
-                 std::strerror(errno));
+                 base::errno_text(errno));
   }
   lock_ = std::move(fd);
 }

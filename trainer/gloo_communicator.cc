@@ -1,4 +1,5 @@
 #include "trainer/gloo_communicator.h"
+#include "base/scoped_fd.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -32,7 +33,8 @@ std::string local_address_towards(const std::string& peer) {
   if (peer.empty() || getaddrinfo(peer.c_str(), "9", &hints, &found) != 0) return "";
   std::string result;
   for (addrinfo* a = found; a != nullptr && result.empty(); a = a->ai_next) {
-    int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const base::ScopedFd sock(socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    const int fd = sock.get();
     if (fd < 0) continue;
     sockaddr_storage local{};
     socklen_t len = sizeof local;
@@ -44,7 +46,6 @@ std::string local_address_towards(const std::string& peer) {
                               : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
       if (inet_ntop(local.ss_family, bytes, text, sizeof text) != nullptr) result = text;
     }
-    close(fd);
   }
   freeaddrinfo(found);
   return result;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "base/system_error.h"
 #include "trainer/error.h"
 
 namespace ddprun::trainer {
@@ -13,7 +14,7 @@ namespace {
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw TrainerError(path + ": cannot open: " + std::strerror(errno));
+    throw TrainerError(path + ": cannot open: " + base::errno_text(errno));
   }
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                              std::istreambuf_iterator<char>());

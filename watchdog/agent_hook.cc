@@ -13,6 +13,7 @@
 
 #include "agent/worker_env.h"
 #include "base/contract.h"
+#include "base/system_error.h"
 
 namespace ddprun::watchdog {
 
@@ -360,7 +361,7 @@ void WatchdogHook::no_core_dumps(pid_t pid) const {
   const rlimit none{0, 0};
   if (::prlimit(pid, RLIMIT_CORE, &none, nullptr) != 0) {
     spdlog::warn("cannot set the core limit of pid {} to 0 before SIGABRT: {}", pid,
-                 std::strerror(errno));
+                 base::errno_text(errno));
   }
 }
 

@@ -13,7 +13,7 @@ class WatchdogError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "what: call(path): strerror(err)".
+// "call(path): errno's text" (base::errno_text).
 WatchdogError sys_error(const std::string& call, const std::string& path, int err);
 
 }  // namespace ddprun::watchdog

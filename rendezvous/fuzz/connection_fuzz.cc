@@ -14,6 +14,7 @@
 #include <boost/asio/io_context.hpp>
 #include <cstdlib>
 
+#include "base/scoped_fd.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/server.h"
 
@@ -40,6 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool token = data[0] & 1, answer = data[0] & 2;
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return 0;
+  const ddprun::base::ScopedFd peer(sv[1]);  // the fuzzer's end; sv[0] is the server's
   boost::asio::io_context io;
   ServerOptions o;
   o.host = "127.0.0.1";
@@ -78,6 +80,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     io.poll();
     if (server.buffered_bytes() != 0 || server.num_connections() != 0) abort();
   }
-  ::close(sv[1]);
   return 0;
 }

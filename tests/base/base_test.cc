@@ -7,12 +7,14 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include "base/pidfd.h"
 #include "base/proc_stat.h"
@@ -221,4 +223,31 @@ TEST_CASE("RawTerminal in the terminal's foreground: raw, then the saved modes b
   REQUIRE(tcgetattr(master, &after) == 0);
   CHECK(after.c_lflag == before.c_lflag);
   CHECK(after.c_iflag == before.c_iflag);
+}
+
+TEST_CASE("read_fully gathers short writes, says EOF; send_fully to a closed peer is EPIPE, no SIGPIPE") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  ScopedFd a(sv[0]), b(sv[1]);
+  // The writer sends 3 bytes at a time; the reader asks for all 12 at once.
+  bool sent = true;
+  std::thread writer([&] {
+    for (int i = 0; i < 4; ++i) sent = send_fully(b.get(), "abc", 3) && sent;
+    b.reset();  // EOF after the 12 bytes
+  });
+  char got[12];
+  CHECK(read_fully(a.get(), got, sizeof got));
+  writer.join();
+  CHECK(sent);
+  CHECK(std::string(got, sizeof got) == "abcabcabcabc");
+  errno = EINVAL;
+  CHECK_FALSE(read_fully(a.get(), got, 1));
+  CHECK(errno == 0);  // end of file, not an error
+  // The peer is gone: a plain write() would raise SIGPIPE and kill the test.
+  int again[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, again) == 0);
+  ScopedFd c(again[0]);
+  ::close(again[1]);
+  CHECK_FALSE(send_fully(c.get(), "x", 1));
+  CHECK(errno == EPIPE);
 }

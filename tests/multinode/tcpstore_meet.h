@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/scoped_fd.h"
 #include "rendezvous/tcpstore_codec.h"
 
 namespace mn {
@@ -30,29 +31,20 @@ class TcpStoreMeet {
     addrinfo* res = nullptr;
     if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0)
       throw std::runtime_error("tcpstore: cannot resolve " + host);
-    for (addrinfo* ai = res; ai && fd_ < 0; ai = ai->ai_next) {
-      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) continue;
+    for (addrinfo* ai = res; ai && !fd_; ai = ai->ai_next) {
+      ddprun::base::ScopedFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+      if (!fd) continue;
       timeval tv{static_cast<time_t>(timeout.count()), 0};
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-      if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-        fd_ = fd;
-      } else {
-        ::close(fd);
-      }
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) fd_ = std::move(fd);
     }
     freeaddrinfo(res);
-    if (fd_ < 0) throw std::runtime_error("tcpstore: cannot connect to " + host + ":" + port);
+    if (!fd_) throw std::runtime_error("tcpstore: cannot connect to " + host + ":" + port);
     ts::Bytes hello{ts::opcode(ts::Dialect::kV2, ts::Op::kValidate)};
     ts::put_u32(hello, ts::kValidateMagic);
     send(hello);
   }
-  ~TcpStoreMeet() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  TcpStoreMeet(const TcpStoreMeet&) = delete;
-  TcpStoreMeet& operator=(const TcpStoreMeet&) = delete;
 
   void set(const std::string& key, const std::string& value) {
     ts::Bytes b{ts::opcode(ts::Dialect::kV2, ts::Op::kSet)};
@@ -73,22 +65,14 @@ class TcpStoreMeet {
 
  private:
   void send(const ts::Bytes& b) {
-    size_t off = 0;
-    while (off < b.size()) {
-      ssize_t n = ::send(fd_, b.data() + off, b.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) throw std::runtime_error("tcpstore: send failed");
-      off += static_cast<size_t>(n);
-    }
+    if (!ddprun::base::send_fully(fd_.get(), b.data(), b.size()))
+      throw std::runtime_error("tcpstore: send failed");
   }
   void recv(uint8_t* p, size_t len) {
-    size_t off = 0;
-    while (off < len) {
-      ssize_t n = ::recv(fd_, p + off, len - off, 0);
-      if (n <= 0) throw std::runtime_error("tcpstore: no reply within the timeout, or closed");
-      off += static_cast<size_t>(n);
-    }
+    if (!ddprun::base::read_fully(fd_.get(), p, len))
+      throw std::runtime_error("tcpstore: no reply within the timeout, or closed");
   }
-  int fd_ = -1;
+  ddprun::base::ScopedFd fd_;
 };
 
 }  // namespace mn

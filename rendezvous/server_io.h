@@ -1,0 +1,115 @@
+// What both store servers (server.cc: ddprun's protocol; tcpstore_server.cc:
+// torch's TCPStore protocol) do with their sockets, written once: the accept
+// loop, the shutdown and a connection's read pump. `Impl` is the server's state, owned by a
+// shared_ptr (the loop's handlers keep it alive), with the members
+//   bool closed; asio::io_context& io; tcp::acceptor acceptor (non-blocking);
+//   asio::steady_timer accept_retry; RateLimitedLog log;
+//   a container `conns` of shared_ptr<connection> with close();
+//   void admit(tcp::socket) (the server's own admission rules).
+// Single-threaded: the server's event loop runs all of it.
+#pragma once
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace ddprun::rendezvous {
+
+// At most this many connections taken from the kernel's queue a turn.
+constexpr size_t kAcceptsPerTurn = 256;
+
+template <typename Impl>
+void accept_connections(const std::shared_ptr<Impl>& impl, const char* server_name) {
+  using boost::asio::ip::tcp;
+  if (impl->closed) return;
+  impl->acceptor.async_accept([self = impl, server_name](boost::system::error_code ec, tcp::socket s) {
+    if (self->closed) return;
+    if (ec) {
+      // Out of descriptors (or similar): back off instead of spinning.
+      self->log.warn(std::string(server_name) + ": accept failed: " + ec.message());
+      self->accept_retry.expires_after(std::chrono::milliseconds(50));
+      self->accept_retry.async_wait([self, server_name](boost::system::error_code e) {
+        if (!e) accept_connections(self, server_name);
+      });
+      return;
+    }
+    self->admit(std::move(s));
+    // Take every connection already queued, not one a turn: behind a
+    // flood of connects a good client's would otherwise wait one turn of
+    // the loop (every busy connection's chunk) per connection ahead of it.
+    for (size_t i = 1; i < kAcceptsPerTurn && !self->closed; ++i) {
+      tcp::socket next(self->io);
+      self->acceptor.accept(next, ec);
+      if (ec) break;  // drained (would block), or an error async_accept reports
+      self->admit(std::move(next));
+    }
+    accept_connections(self, server_name);
+  });
+}
+
+// Stops accepting and closes every connection; the second call does nothing.
+template <typename Impl>
+void shut_down_server(Impl& impl) {
+  if (impl.closed) return;
+  boost::system::error_code ec;
+  impl.acceptor.close(ec);
+  impl.accept_retry.cancel();
+  impl.log.cancel();
+  impl.closed = true;
+  auto conns = std::move(impl.conns);
+  impl.conns.clear();
+  for (auto& c : conns) c->close();
+}
+
+// One read of up to `allowed` bytes into c.in, handed to c.process(); then,
+// unless c.read_paused() (closed, closing, or held back by its output), the
+// next read is armed. Read directly, then wait for readiness: asio's epoll
+// reactor is edge-triggered and its async_wait does not read speculatively,
+// so waiting is only safe once a read came back short (data that arrives
+// after that read raises a fresh edge). This saves the EAGAIN read
+// async_read_some would make on every request. `Conn` (shared_from_this)
+// has: sock, in, reading, closed, srv->scratch, account(), process(),
+// close(), read_more() (its own preconditions, then read_some_into), and
+// bool read_paused().
+template <typename Conn>
+void read_some_into(Conn& c, size_t allowed) {
+  namespace asio = boost::asio;
+  boost::system::error_code ec;
+  const size_t n = c.sock.read_some(asio::buffer(c.srv->scratch.data(), allowed), ec);
+  const bool drained = ec == asio::error::would_block || ec == asio::error::try_again;
+  if (ec && !drained) return c.close();  // EOF or reset: the client is gone
+  if (!drained) {
+    c.in.insert(c.in.end(), c.srv->scratch.begin(),
+                c.srv->scratch.begin() + static_cast<std::ptrdiff_t>(n));
+    c.account();
+    if (c.closed) return;
+    c.process();
+    if (c.read_paused()) return;
+  }
+  c.reading = true;
+  if (!drained && n == allowed) {
+    // More may be waiting, and no new edge would announce it. One chunk a
+    // turn: continue behind the other connections' ready handlers, so a
+    // client streaming megabytes (or a flood of tiny frames) costs the
+    // others one chunk's work per turn, not the whole socket's.
+    asio::post(c.sock.get_executor(), [self = c.shared_from_this()] {
+      self->reading = false;
+      if (!self->closed) self->read_more();
+    });
+    return;
+  }
+  c.sock.async_wait(boost::asio::ip::tcp::socket::wait_read,
+                    [self = c.shared_from_this()](boost::system::error_code e) {
+                      self->reading = false;
+                      if (self->closed) return;
+                      if (e) return self->close();
+                      self->read_more();
+                    });
+}
+
+}  // namespace ddprun::rendezvous
