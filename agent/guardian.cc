@@ -1,13 +1,12 @@
 #include "agent/guardian.h"
 
-#include <dirent.h>
+#include <dirent.h>  // DT_DIR
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include <system_error>
 
 #include "agent/process_tree.h"
+#include "base/procfs.h"
 #include "base/system_error.h"
 
 namespace ddprun::agent {
@@ -63,22 +63,6 @@ bool write_one(const char* path) {
   return fd && write(fd.get(), "1", 1) == 1;
 }
 
-// Calls `each(entry)` for every entry of the open folder `dir`, read with
-// getdents64 into a static buffer: the guardian may not allocate (no
-// opendir). The records are read in place, so the buffer must be aligned
-// for dirent64, not just for char.
-template <typename Each>
-void for_each_entry(int dir, Each each) {
-  alignas(dirent64) static char buf[32768];
-  long n;
-  while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0)
-    for (long off = 0; off < n;) {
-      auto* d = reinterpret_cast<dirent64*>(buf + off);
-      off += d->d_reclen;
-      each(*d);
-    }
-}
-
 // cgroup.kill, then wait (bounded) for "populated 0" and remove the folder.
 void kill_cgroup(const GuardianPaths& p) {
   if (!write_one(p.cgroup_kill)) return;
@@ -98,43 +82,13 @@ void kill_cgroup(const GuardianPaths& p) {
   events.reset();
   // The attempt.<n> child cgroups first (job_cgroup.h): a folder with
   // children cannot be removed.
-  if (base::ScopedFd dir(open(p.cgroup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)); dir)
-    for_each_entry(dir.get(), [&](const dirent64& d) {
-      if (d.d_type == DT_DIR && d.d_name[0] != '.') unlinkat(dir.get(), d.d_name, AT_REMOVEDIR);
-    });
-  rmdir(p.cgroup_dir);
-}
-
-// True when the NUL-separated environment in /proc/<pid>/environ has an
-// entry equal to the token.
-bool has_token(const char* pid, const GuardianPaths& p) {
-  char path[64] = "/proc/";
-  size_t len = 6;
-  for (const char* c = pid; *c && len < 40; ++c) path[len++] = *c;
-  memcpy(path + len, "/environ", 9);
-  base::ScopedFd fd(open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return false;
-  static char buf[65536];
-  long matched = 0;  // chars of the token matched in this entry; -1: no match
-  bool found = false;
-  ssize_t n;
-  while (!found && (n = read(fd.get(), buf, sizeof buf)) > 0) {
-    for (ssize_t i = 0; i < n; ++i) {
-      char c = buf[i];
-      if (c == '\0') {
-        if (matched == static_cast<long>(p.env_token_len)) {
-          found = true;
-          break;
-        }
-        matched = 0;
-      } else if (matched >= 0) {
-        matched = (static_cast<size_t>(matched) < p.env_token_len && p.env_token[matched] == c)
-                      ? matched + 1
-                      : -1;
-      }
-    }
+  if (base::ScopedFd dir(open(p.cgroup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)); dir) {
+    auto each = [&](const char* name, unsigned char type) {
+      if (type == DT_DIR && name[0] != '.') unlinkat(dir.get(), name, AT_REMOVEDIR);
+    };
+    base::for_each_entry_no_alloc(dir.get(), each);
   }
-  return found;
+  rmdir(p.cgroup_dir);
 }
 
 // SIGKILLs every process carrying the token; repeats while it finds any
@@ -145,13 +99,13 @@ void kill_by_token(const GuardianPaths& p) {
     base::ScopedFd dir(open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dir) return;
     int killed = 0;
-    for_each_entry(dir.get(), [&](const dirent64& d) {
-      const char* name = d.d_name;
+    auto each = [&](const char* name, unsigned char) {
       if (name[0] < '1' || name[0] > '9') return;
       pid_t pid = static_cast<pid_t>(atoi(name));
-      if (pid == self || !has_token(name, p)) return;
+      if (pid == self || !base::proc_environ_has_no_alloc(name, p.env_token, p.env_token_len)) return;
       if (kill(pid, SIGKILL) == 0) ++killed;
-    });
+    };
+    base::for_each_entry_no_alloc(dir.get(), each);
     dir.reset();
     if (killed == 0) return;
   }

@@ -1,35 +1,33 @@
 #include "agent/job_cgroup.h"
 
-#include <dirent.h>
+#include <dirent.h>  // DT_DIR
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 #include <sstream>
 
 #include "agent/fork_into_cgroup.h"
+#include "base/procfs.h"
+#include "base/system_error.h"
 
 namespace ddprun::agent {
 namespace {
 
 // The whole of a small /proc file; nullopt with `why` set when unreadable.
 std::optional<std::string> read_text(const char* path, std::string* why) {
-  std::ifstream in(path);
-  if (!in) {
-    if (why) *why = std::string("cannot read ") + path + ": " + strerror(errno);
-    return std::nullopt;
-  }
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  int err = 0;
+  auto text = base::read_proc_file(path, &err);
+  if (!text && why) *why = base::describe_error("cannot read", path, err);
+  return text;
 }
 
 // mountinfo escapes space, tab, newline and backslash as \ooo.
@@ -93,30 +91,20 @@ int probe_join(int dir_fd, int procs_fd, bool* in_place) {
 
 // rmdir of every empty child cgroup of `path` (a job's attempt.<n>).
 void remove_child_cgroups(const std::string& path) {
-  DIR* dir = opendir(path.c_str());
-  if (!dir) return;
-  while (dirent* e = readdir(dir))
-    if (e->d_type == DT_DIR && e->d_name[0] != '.')
-      (void)unlinkat(dirfd(dir), e->d_name, AT_REMOVEDIR);
-  closedir(dir);
+  for (const auto& e : base::list_dir_or_empty(path))
+    if (e.type == DT_DIR && e.name[0] != '.') (void)rmdir((path + "/" + e.name).c_str());
 }
 
 // Removes empty job.<pid>.* cgroups whose agent is gone (one that died
 // before its guardian started). rmdir fails on a populated cgroup, and a
 // live agent's pid exists, so neither is touched.
 void remove_stale_cgroups(const std::string& parent) {
-  DIR* dir = opendir(parent.c_str());
-  if (!dir) return;
-  std::vector<std::string> stale;
-  while (dirent* e = readdir(dir)) {
-    if (strncmp(e->d_name, "job.", 4) != 0) continue;
-    pid_t pid = static_cast<pid_t>(atoi(e->d_name + 4));
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) stale.emplace_back(e->d_name);
-  }
-  closedir(dir);
-  for (const auto& name : stale) {
-    remove_child_cgroups(parent + "/" + name);
-    (void)rmdir((parent + "/" + name).c_str());
+  for (const auto& e : base::list_dir_or_empty(parent)) {
+    if (e.name.rfind("job.", 0) != 0) continue;
+    pid_t pid = static_cast<pid_t>(atoi(e.name.c_str() + 4));
+    if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    remove_child_cgroups(parent + "/" + e.name);
+    (void)rmdir((parent + "/" + e.name).c_str());
   }
 }
 
@@ -175,7 +163,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     // Not in the hierarchy's root itself: one ddprun/ folder keeps it tidy.
     parent += "/ddprun";
     if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
-      return fail("cannot create " + parent + ": " + strerror(errno));
+      return fail(base::describe_error("cannot create", parent, errno));
   }
   remove_stale_cgroups(parent);
   std::string path;
@@ -183,7 +171,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     path = parent + "/job." + std::to_string(getpid()) + "." + random_suffix();
     if (mkdir(path.c_str(), 0755) == 0) break;
     if (errno != EEXIST || tries > 16)
-      return fail("cannot create " + path + ": " + strerror(errno));
+      return fail(base::describe_error("cannot create", path, errno));
   }
   std::unique_ptr<JobCgroup> cg(new JobCgroup(path));
   auto open_file = [&](const char* name, int flags, base::ScopedFd& fd) {
@@ -191,15 +179,15 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     return fd.valid();
   };
   if (!open_file(".", O_RDONLY | O_DIRECTORY, cg->dir_))
-    reason = "cannot open " + path + ": " + strerror(errno);
+    reason = base::describe_error("cannot open", path, errno);
   else if (!open_file("cgroup.procs", O_WRONLY, cg->procs_))
-    reason = "cannot open " + path + "/cgroup.procs: " + strerror(errno);
+    reason = base::describe_error("cannot open", path + "/cgroup.procs", errno);
   else if (!open_file("cgroup.kill", O_WRONLY, cg->kill_))
-    reason = "no " + path + "/cgroup.kill (needs Linux 5.14): " + strerror(errno);
+    reason = "no " + path + "/cgroup.kill (needs Linux 5.14): " + base::errno_text(errno);
   else if (!open_file("cgroup.events", O_RDONLY, cg->events_))
-    reason = "cannot open " + path + "/cgroup.events: " + strerror(errno);
+    reason = base::describe_error("cannot open", path + "/cgroup.events", errno);
   else if (int err = probe_join(cg->dir_.get(), cg->procs_.get(), &cg->create_in_place_); err != 0)
-    reason = "cannot move processes into " + path + ": " + strerror(err);
+    reason = base::describe_error("cannot move processes into", path, err);
   if (!reason.empty()) {
     cg.reset();  // the destructor removes the folder
     return fail(reason);

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <string.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -13,8 +12,7 @@
 #include "agent/guardian.h"
 #include "agent/job_cgroup.h"
 #include "agent/process_tree.h"
-#include "base/proc_stat.h"
-#include "base/scoped_fd.h"
+#include "base/procfs.h"
 #include "base/system_error.h"
 
 namespace ddprun::agent {
@@ -83,13 +81,10 @@ bool PosixLauncher::idle(pid_t pid) {
   if (!st || st->state == 'Z' || st->state == 'X') return true;
   // schedstat's first field: nanoseconds on a CPU (stat's ticks are 10 ms,
   // coarser than a traceback being printed).
-  base::ScopedFd fd(::open(("/proc/" + std::to_string(pid) + "/schedstat").c_str(),
-                           O_RDONLY | O_CLOEXEC));
-  char buf[96];
-  ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf - 1) : -1;
-  if (n <= 0) return st->state != 'R' && st->state != 'D';  // no schedstat: the state alone
-  buf[n] = '\0';
-  const unsigned long long ns = std::strtoull(buf, nullptr, 10);
+  const auto schedstat = base::read_proc_file(pid, "schedstat");
+  if (!schedstat || schedstat->empty())
+    return st->state != 'R' && st->state != 'D';  // no schedstat: the state alone
+  const unsigned long long ns = std::strtoull(schedstat->c_str(), nullptr, 10);
   auto [it, first] = cpu_ns_.try_emplace(pid, ns);
   const bool unchanged = !first && it->second == ns;
   it->second = ns;

@@ -10,21 +10,17 @@
 
 #include <chrono>
 #include <set>
-#include <vector>
 
 namespace ddprun::agent {
 
 using Clock = std::chrono::steady_clock;
 
-// Every live or zombie process whose ancestry reaches `root`, read from
-// /proc/*/stat (a snapshot; processes may come and go meanwhile).
-std::vector<pid_t> descendants_of(pid_t root);
-
 // Waits until `pid` has exited (pidfd + poll: no sleeping) or `deadline`
 // passes; reaps it when it is our child. Returns true when it is gone.
 bool wait_gone(pid_t pid, Clock::time_point deadline);
 
-// SIGKILLs every descendant of this process except `keep`, reaps the ones
+// SIGKILLs every descendant of this process (base::process_tree: live or
+// zombie, a snapshot that the loop repeats) except `keep`, reaps the ones
 // that are (or become) our children, and repeats until none is left or
 // `deadline` passes. Returns how many processes it killed.
 int sweep_descendants(const std::set<pid_t>& keep, Clock::time_point deadline);

@@ -1,19 +1,20 @@
 #include "agent/runtime_dir.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
 #include "base/contract.h"
+#include "base/procfs.h"
 #include "base/safe_file.h"
+#include "base/system_error.h"
 
 namespace ddprun::agent {
 namespace {
@@ -45,9 +46,9 @@ std::vector<std::string> with_tmp(std::vector<std::string> out) {
 bool remove_locked_dir(const std::string& path) {
   std::error_code ec;
   bool ok = true;
-  for (const auto& e : std::filesystem::directory_iterator(path, ec))
-    if (e.path().filename() != base::kFileLock) {
-      std::filesystem::remove_all(e.path(), ec);
+  for (const auto& e : base::list_dir_or_empty(path))
+    if (e.name != base::kFileLock) {
+      std::filesystem::remove_all(path + "/" + e.name, ec);
       ok = ok && !ec;
     }
   if (!ok) return false;
@@ -107,7 +108,7 @@ RuntimeDir::RuntimeDir(const std::vector<std::string>& bases) {
       base::SafeDir made = dir.make_unique_subdir(kNewPrefix, 0700, &leaf);
       base::ScopedFd lock = made.create_file(base::kFileLock, 0600);
       if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
-        throw base::FileError(std::string("flock: ") + strerror(errno), errno);
+        throw base::FileError(base::describe_error("flock", "", errno), errno);
       for (int tries = 0; tries < 100 && path_.empty(); ++tries) {
         const std::string final_leaf = kPrefix + base::random_hex(6);
         if (dir.rename_new(leaf, final_leaf)) path_ = base + "/" + final_leaf;
@@ -129,15 +130,10 @@ RuntimeDir::RuntimeDir(const std::vector<std::string>& bases) {
 RuntimeDir::~RuntimeDir() { remove_locked_dir(path_); }
 
 int remove_stale_runtime_dirs(const std::string& base) {
-  DIR* dir = opendir(base.c_str());
-  if (!dir) return 0;
-  std::vector<std::string> names;
-  while (dirent* e = readdir(dir))
-    if (strncmp(e->d_name, kPrefix, strlen(kPrefix)) == 0) names.emplace_back(e->d_name);
-  closedir(dir);
   int removed = 0;
-  for (const auto& name : names) {
-    std::string path = base + "/" + name;
+  for (const auto& e : base::list_dir_or_empty(base)) {
+    if (e.name.rfind(kPrefix, 0) != 0) continue;
+    std::string path = base + "/" + e.name;
     struct stat st;
     // Only our own folders: in a shared /tmp, others' are not ours to judge.
     if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;

@@ -1,5 +1,4 @@
 #include "agent/stdin_forwarder.h"
-#include "base/scoped_fd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +10,9 @@
 #include <cstring>
 #include <string>
 #include <system_error>
+
+#include "base/procfs.h"
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 namespace {
@@ -31,14 +33,8 @@ bool readline_waits(int pty_master) {
 
 // The worker's main thread is blocked in read(0, ...): a plain input().
 bool blocked_reading_stdin(pid_t pid) {
-  std::string path = "/proc/" + std::to_string(pid) + "/syscall";
-  const base::ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return false;
-  char buf[64];
-  const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  return std::strncmp(buf, "0 0x0 ", 6) == 0;  // syscall 0 (read), fd 0
+  const auto syscall = base::read_proc_file(pid, "syscall");
+  return syscall && syscall->rfind("0 0x0 ", 0) == 0;  // syscall 0 (read), fd 0
 }
 
 }  // namespace

@@ -29,15 +29,17 @@ std::optional<ProcStat> parse_proc_stat(std::string_view line) {
   st.ppid = ppid;
   st.pgrp = pgrp;
   st.session = session;
-  // Skip fields 7..21 (15 of them) to reach field 22.
+  // Fields 14 utime, 15 stime, 22 starttime, 24 rss: walked once, by number.
   const char* p = rest.c_str();
-  int field = 2;  // rest starts right after field 2 (comm)
-  while (*p && field < 21) {
+  for (int field = 3; *p && field <= 24; ++field) {
     while (*p == ' ') ++p;
+    const unsigned long long v = std::strtoull(p, nullptr, 10);
+    if (field == 14) st.utime = v;
+    if (field == 15) st.stime = v;
+    if (field == 22) st.start_time = v;
+    if (field == 24) st.rss_pages = v;
     while (*p && *p != ' ') ++p;
-    ++field;
   }
-  if (field == 21) st.start_time = std::strtoull(p, nullptr, 10);
   return st;
 }
 

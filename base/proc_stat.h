@@ -1,4 +1,5 @@
-// The one reader of /proc/<pid>/stat in ddprun (agent, watchdog, tests).
+// The one reader of /proc/<pid>/stat in ddprun (agent, watchdog, introspect,
+// tests); the rest of /proc is read by base/procfs.h.
 //
 // Safe on a pid that has exited or never existed: returns nullopt. The
 // comm field may hold spaces and parentheses, so fields are read after the
@@ -26,6 +27,11 @@ struct ProcStat {
   // Start time after boot in clock ticks: with the pid, names one process
   // even after the pid is reused.
   unsigned long long start_time = 0;
+  // CPU time in user and kernel mode, in clock ticks.
+  unsigned long long utime = 0;
+  unsigned long long stime = 0;
+  // Resident set size in pages.
+  unsigned long long rss_pages = 0;
 };
 
 // Parses one stat line; nullopt when it is malformed.

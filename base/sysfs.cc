@@ -6,6 +6,8 @@
 #include <regex>
 #include <sstream>
 
+#include "base/procfs.h"
+
 namespace ddprun::base {
 
 namespace fs = std::filesystem;
@@ -63,10 +65,7 @@ std::string read_bytes(const std::string& root, const std::string& path, std::si
 
 std::vector<std::string> list_dir(const std::string& root, const std::string& path) {
   std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(join(root, path), ec), end; !ec && it != end; it.increment(ec)) {
-    out.push_back(it->path().filename().string());
-  }
+  for (auto& e : list_dir_or_empty(join(root, path))) out.push_back(std::move(e.name));
   std::sort(out.begin(), out.end());
   return out;
 }

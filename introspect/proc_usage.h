@@ -1,6 +1,7 @@
 // What /proc says about a process's progress: scheduler state, CPU time,
 // resident memory, I/O bytes. Used by the agent's status sampler and by
-// `ddprun attach`. Safe on a pid that has exited: nullopt.
+// `ddprun attach`, read through base/procfs.h. Safe on a pid that has
+// exited: nullopt.
 #pragma once
 
 #include <sys/types.h>
@@ -10,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "base/procfs.h"
 
 namespace ddprun::introspect {
 
@@ -26,10 +29,11 @@ struct ProcUsage {
 std::optional<ProcUsage> read_proc_usage(pid_t pid);
 long clock_ticks_per_second();
 
-// Direct children of `pid` (from /proc/PID/task/*/children).
-std::vector<pid_t> child_pids(pid_t pid);
-// `pid` and every descendant, parents before children.
-std::vector<pid_t> process_tree(pid_t pid);
+// Direct children of `pid`; `pid` and every descendant, parents before
+// children; the value of a key in /proc/PID/environ: base/procfs.h's.
+using base::child_pids;
+using base::proc_environ_value;
+using base::process_tree;
 
 // True once `pid` has exited (zombie) or does not exist.
 bool process_gone(pid_t pid);
@@ -42,8 +46,6 @@ std::vector<pid_t> group_members(pid_t pgid);
 // else -1.
 std::map<pid_t, int> find_ranks(const std::vector<pid_t>& roots);
 
-// Value of `key` in /proc/PID/environ; nullopt when absent or unreadable.
-std::optional<std::string> proc_environ_value(pid_t pid, const std::string& key);
 // True when the process has a handler installed for `sig` (SigCgt).
 bool catches_signal(pid_t pid, int sig);
 

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "base/contract.h"
+#include "base/procfs.h"
 #include "base/safe_file.h"
 
 namespace ddprun::introspect {
@@ -114,10 +115,10 @@ Registration::Registration(Registration&& other) noexcept : path_(std::move(othe
 
 std::vector<AgentEntry> list_agents(const std::string& dir, const std::string& run_id) {
   std::vector<AgentEntry> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().extension() != ".json") continue;
-    std::ifstream in(it->path());
+  for (const auto& entry : base::list_dir_or_empty(dir)) {
+    const fs::path path = dir + "/" + entry.name;
+    if (path.extension() != ".json") continue;
+    std::ifstream in(path);
     AgentEntry e;
     try {
       const auto j = nlohmann::json::parse(in);
@@ -130,7 +131,7 @@ std::vector<AgentEntry> list_agents(const std::string& dir, const std::string& r
     }
     if (!alive(e.pid)) {
       std::error_code ignored;
-      fs::remove(it->path(), ignored);  // the agent was killed before cleaning up
+      fs::remove(path, ignored);  // the agent was killed before cleaning up
       continue;
     }
     if (run_id.empty() || e.run_id == run_id) out.push_back(std::move(e));

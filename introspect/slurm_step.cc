@@ -1,13 +1,11 @@
 #include "introspect/slurm_step.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 
-#include "base/proc_stat.h"
+#include "base/procfs.h"
 #include "introspect/proc_usage.h"
 
 namespace ddprun::introspect {
@@ -36,26 +34,15 @@ std::optional<SlurmStep> parse_slurm_step(const std::string& text) {
 }
 
 std::vector<pid_t> slurm_step_roots(const SlurmStep& step) {
-  std::set<pid_t> mine;  // this process and its ancestors
-  for (pid_t p = ::getpid(); p > 1 && mine.insert(p).second;) {
-    const auto st = base::read_proc_stat(p);
-    if (!st) break;
-    p = st->ppid;
-  }
+  const auto up = base::ancestry(::getpid());
+  const std::set<pid_t> mine(up.begin(), up.end());  // this process and its ancestors
   std::set<pid_t> members;
   std::vector<std::pair<pid_t, pid_t>> with_parent;
-  DIR* d = ::opendir("/proc");
-  if (!d) return {};
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0 || mine.count(static_cast<pid_t>(pid))) continue;
-    const auto st = base::read_proc_stat(static_cast<pid_t>(pid));
-    if (!st || st->state == 'Z' || !in_step(static_cast<pid_t>(pid), step)) continue;
-    members.insert(static_cast<pid_t>(pid));
-    with_parent.emplace_back(static_cast<pid_t>(pid), st->ppid);
+  for (const auto& st : base::scan_processes()) {
+    if (mine.count(st.pid) || st.state == 'Z' || !in_step(st.pid, step)) continue;
+    members.insert(st.pid);
+    with_parent.emplace_back(st.pid, st.ppid);
   }
-  ::closedir(d);
   std::vector<pid_t> roots;
   for (const auto& [pid, ppid] : with_parent)
     if (!members.count(ppid)) roots.push_back(pid);

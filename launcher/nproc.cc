@@ -1,11 +1,10 @@
 #include "launcher/nproc.h"
 
-#include <dirent.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "base/procfs.h"
 #include "launcher/cli.h"
 
 namespace ddprun::launcher {
@@ -22,16 +21,13 @@ int count_gpus(const char* cuda_visible) {
     return n;
   }
   int n = 0;
-  if (DIR* dir = opendir("/dev")) {
-    while (dirent* e = readdir(dir)) {
-      const char* name = e->d_name;
-      if (std::strncmp(name, "nvidia", 6) != 0 || name[6] == '\0') continue;
-      bool digits = true;
-      for (const char* p = name + 6; *p; ++p)
-        if (*p < '0' || *p > '9') digits = false;
-      if (digits) ++n;
-    }
-    closedir(dir);
+  for (const auto& e : base::list_dir_or_empty("/dev")) {
+    const char* name = e.name.c_str();
+    if (std::strncmp(name, "nvidia", 6) != 0 || name[6] == '\0') continue;
+    bool digits = true;
+    for (const char* p = name + 6; *p; ++p)
+      if (*p < '0' || *p > '9') digits = false;
+    if (digits) ++n;
   }
   return n;
 }

@@ -16,12 +16,14 @@
 #include <random>
 #include <string>
 
-#include <dirent.h>
 #include <signal.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "base/procfs.h"
+#include "base/scoped_fd.h"
+#include "base/system_error.h"
 #include "trainer/error.h"
 
 namespace ddprun::trainer {
@@ -47,7 +49,7 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 [[noreturn]] void throw_errno(const std::string& what) {
-  throw TrainerError("shm communicator: " + what + ": " + std::strerror(errno));
+  throw TrainerError("shm communicator: " + what + ": " + base::errno_text(errno));
 }
 
 // What rank 0 publishes instead of a segment name ('!' first: a shm name
@@ -57,7 +59,7 @@ std::string no_room_message(size_t bytes, int error) {
   std::string free = "?";
   if (::statvfs("/dev/shm", &fs) == 0) free = std::to_string(fs.f_bavail * fs.f_frsize >> 20);
   return "!shm communicator: /dev/shm has " + free + " MiB free, the segment needs " +
-         std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB (" + std::strerror(error) + ")";
+         std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB (" + base::errno_text(error) + ")";
 }
 
 // Rank `rank` has read rank 0's "no room" decision.
@@ -104,16 +106,13 @@ class ShmHandle : public CollectiveHandle {
 // killed before that (SIGKILL while waiting for its peers) leaves it in
 // /dev/shm. Each new rank 0 removes those whose creator is gone.
 void remove_orphaned_segments() {
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return;
   const std::string prefix = "ddprun-train-";
-  while (dirent* e = ::readdir(dir)) {
-    std::string n = e->d_name;
+  for (const auto& e : base::list_dir_or_empty("/dev/shm")) {
+    const std::string& n = e.name;
     if (n.compare(0, prefix.size(), prefix) != 0) continue;
     const long pid = std::strtol(n.c_str() + prefix.size(), nullptr, 10);
     if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) ::shm_unlink(("/" + n).c_str());
   }
-  ::closedir(dir);
 }
 
 class ShmCommunicator : public Communicator {
@@ -127,15 +126,15 @@ class ShmCommunicator : public Communicator {
       remove_orphaned_segments();
       std::random_device rd;
       name = "/ddprun-train-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
-      fd_ = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (fd_ < 0) throw_errno("shm_open " + name);
-      if (::ftruncate(fd_, off_t(bytes_)) != 0) {
+      fd_.reset(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      if (!fd_) throw_errno("shm_open " + name);
+      if (::ftruncate(fd_.get(), off_t(bytes_)) != 0) {
         ::shm_unlink(name.c_str());
         throw_errno("ftruncate " + name + " (is /dev/shm large enough?)");
       }
-      if (const int e = ::posix_fallocate(fd_, 0, off_t(bytes_)); e != 0) {
+      if (const int e = ::posix_fallocate(fd_.get(), 0, off_t(bytes_)); e != 0) {
         ::shm_unlink(name.c_str());
-        ::close(fd_);
+        fd_.reset();
         const std::string why = no_room_message(bytes_, e);
         store.set(key, std::vector<uint8_t>(why.begin(), why.end()));  // "!..." : no segment
         // Rank 0 may exit on this (--backend shm), and it often hosts the
@@ -158,10 +157,10 @@ class ShmCommunicator : public Communicator {
         store.set(seen_key(o, o.rank), std::vector<uint8_t>{'1'});
         throw ShmNoRoom(name.substr(1));
       }
-      fd_ = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-      if (fd_ < 0) throw_errno("shm_open " + name);
+      fd_.reset(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600));
+      if (!fd_) throw_errno("shm_open " + name);
     }
-    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
     if (p == MAP_FAILED) throw_errno("mmap " + name);
     base_ = static_cast<uint8_t*>(p);
     header_ = reinterpret_cast<Header*>(base_);  // zero-filled by ftruncate
@@ -172,18 +171,12 @@ class ShmCommunicator : public Communicator {
     // still answers kill(), but its pidfd already polls readable.
     for (int r = 0; r < o.world_size; ++r) {
       const int fd = r == o.rank ? -1 : int(::syscall(SYS_pidfd_open, header_->pids[r].load(), 0));
-      peer_fds_.push_back(fd);
+      peer_fds_.emplace_back(fd);
     }
     barrier();  // no rank leaves before every pidfd is open
   }
 
-  ~ShmCommunicator() override {
-    for (int fd : peer_fds_) {
-      if (fd >= 0) ::close(fd);
-    }
-    ::munmap(base_, bytes_);
-    ::close(fd_);
-  }
+  ~ShmCommunicator() override { ::munmap(base_, bytes_); }  // the descriptors close themselves
 
   int rank() const override { return o_.rank; }
   int world_size() const override { return o_.world_size; }
@@ -364,8 +357,8 @@ class ShmCommunicator : public Communicator {
 
   void check_peers(Clock::time_point deadline) {
     for (int r = 0; r < int(peer_fds_.size()); ++r) {
-      pollfd p{peer_fds_[r], POLLIN, 0};
-      if (peer_fds_[r] >= 0 && ::poll(&p, 1, 0) > 0) {
+      pollfd p{peer_fds_[r].get(), POLLIN, 0};
+      if (peer_fds_[r] && ::poll(&p, 1, 0) > 0) {
         error_ = "shm communicator: rank " + std::to_string(r) + " (pid " +
                  std::to_string(header_->pids[r].load()) + ") exited during a collective";
         throw TrainerError(error_);
@@ -379,11 +372,11 @@ class ShmCommunicator : public Communicator {
   }
 
   ShmOptions o_;
-  int fd_ = -1;
+  base::ScopedFd fd_;
   size_t bytes_ = 0;
   uint8_t* base_ = nullptr;
   Header* header_ = nullptr;
-  std::vector<int> peer_fds_;  // pidfd per peer rank, -1 for ourselves
+  std::vector<base::ScopedFd> peer_fds_;  // pidfd per peer rank, none for ourselves
   uint64_t next_seq_ = 0;      // collectives issued; the same on every rank
   std::deque<Pending> pending_;  // posted all-reduces not yet summed, oldest first
   std::string error_;            // set once a wait failed; later calls fail with it

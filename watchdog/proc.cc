@@ -1,30 +1,19 @@
 #include "watchdog/proc.h"
 
-#include <dirent.h>
-#include <unistd.h>
-
-#include <cstring>
-#include <fstream>
+#include <cstdlib>
 #include <sstream>
 
-#include "base/proc_stat.h"
+#include "base/procfs.h"
+#include "base/system_error.h"
 #include "watchdog/error.h"
 
 namespace ddprun::watchdog {
 
 WatchdogError sys_error(const std::string& call, const std::string& path, int err) {
-  return WatchdogError(call + "(" + path + "): " + std::strerror(err));
+  return WatchdogError(call + "(" + path + "): " + base::errno_text(err));
 }
 
 namespace {
-
-std::optional<std::string> read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -34,23 +23,16 @@ std::string trim(std::string s) {
 }  // namespace
 
 bool is_same_or_descendant(pid_t pid, pid_t ancestor) {
-  // Bounded walk: pid 1 ends it, and so does a cycle-proof step limit.
-  for (int i = 0; i < 64 && pid > 1; ++i) {
-    if (pid == ancestor) return true;
-    auto st = base::read_proc_stat(pid);
-    if (!st) return false;
-    pid = st->ppid;
-  }
-  return pid == ancestor;
+  if (pid == ancestor) return true;
+  for (pid_t p : base::ancestry(pid))
+    if (p == ancestor) return true;
+  return false;
 }
 
 bool is_python_process(pid_t pid) {
-  char buf[4096];
-  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
-  const ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf) - 1);
   std::string name;
-  if (n > 0) {
-    name.assign(buf, static_cast<size_t>(n));
+  if (auto exe = base::read_proc_exe(pid)) {
+    name = std::move(*exe);
     const auto slash = name.rfind('/');
     if (slash != std::string::npos) name = name.substr(slash + 1);
   } else if (auto st = base::read_proc_stat(pid)) {
@@ -60,27 +42,25 @@ bool is_python_process(pid_t pid) {
 }
 
 std::string proc_stack_summary(pid_t pid) {
-  const std::string base = "/proc/" + std::to_string(pid);
   std::ostringstream out;
   out << "kernel view of pid " << pid << " (gdb unavailable or failed)\n";
-  DIR* dir = ::opendir((base + "/task").c_str());
-  if (dir == nullptr) {
-    out << "  process is gone: " << std::strerror(errno) << "\n";
+  int err = 0;
+  const auto tasks = base::try_list_dir("/proc/" + std::to_string(pid) + "/task", &err);
+  if (!tasks) {
+    out << "  process is gone: " << base::errno_text(err) << "\n";
     return out.str();
   }
-  while (dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] == '.') continue;
-    const std::string task = base + "/task/" + e->d_name;
-    auto st = base::read_proc_stat(static_cast<pid_t>(std::atoi(e->d_name)));
-    out << "thread " << e->d_name;
+  for (const auto& e : *tasks) {
+    const std::string task = "task/" + e.name;
+    auto st = base::read_proc_stat(static_cast<pid_t>(std::atoi(e.name.c_str())));
+    out << "thread " << e.name;
     if (st) out << " (" << st->comm << ") state " << st->state;
-    if (auto wchan = read_small_file(task + "/wchan")) out << " wchan " << trim(*wchan);
+    if (auto wchan = base::read_proc_file(pid, task + "/wchan")) out << " wchan " << trim(*wchan);
     out << "\n";
-    if (auto stack = read_small_file(task + "/stack"); stack && !stack->empty()) {
+    if (auto stack = base::read_proc_file(pid, task + "/stack"); stack && !stack->empty()) {
       out << *stack;
     }
   }
-  ::closedir(dir);
   return out.str();
 }
 

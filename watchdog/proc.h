@@ -1,6 +1,6 @@
 // Small readers of /proc for the watchdog: ancestry, whether a process runs
 // Python, and its kernel-side stack state (the fallback when gdb is not
-// installed). The stat line itself is read by base/proc_stat.h. All
+// installed), on base/procfs.h, the one reader of /proc. All
 // functions are safe on a pid that has already exited.
 #pragma once
 

@@ -14,6 +14,7 @@
 
 #include "base/contract.h"
 #include "base/pidfd.h"
+#include "base/procfs.h"
 #include "base/safe_file.h"
 #include "base/scoped_fd.h"
 #include "base/subprocess.h"
@@ -35,22 +36,6 @@ std::string read_file(const std::string& path, std::size_t max_bytes, bool tail)
   std::string out(std::min(size - start, max_bytes), '\0');
   in.read(out.data(), static_cast<std::streamsize>(out.size()));
   out.resize(static_cast<std::size_t>(in.gcount()));
-  return out;
-}
-
-// NUL-separated /proc file as a vector of strings.
-std::vector<std::string> read_nul_list(const std::string& path) {
-  std::vector<std::string> out;
-  // /proc files report size 0: read them as a stream.
-  std::ifstream in(path, std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), {});
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    if (all[i] == '\0') {
-      out.push_back(all.substr(start, i - start));
-      start = i + 1;
-    }
-  }
   return out;
 }
 
@@ -187,19 +172,15 @@ bool ignores_python_env(const std::vector<std::string>& args) {
 
 bool runs_python(pid_t pid) {
   if (is_python_process(pid)) return true;
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  for (std::string line; std::getline(maps, line);) {
-    if (line.find("/libpython") != std::string::npos) return true;
-  }
-  return false;
+  const auto maps = base::read_proc_file(pid, "maps");
+  return maps && maps->find("/libpython") != std::string::npos;
 }
 
 bool python_faulthandler_enabled(pid_t pid) {
   if (!is_python_process(pid)) return false;
-  const std::string base = "/proc/" + std::to_string(pid);
-  const auto args = read_nul_list(base + "/cmdline");
-  for (const auto& kv : ignores_python_env(args) ? std::vector<std::string>{}
-                                                 : read_nul_list(base + "/environ")) {
+  const std::vector<std::string> none;
+  const auto args = base::read_proc_cmdline(pid).value_or(none);
+  for (const auto& kv : ignores_python_env(args) ? none : base::read_proc_environ(pid).value_or(none)) {
     // Python enables faulthandler for any non-empty PYTHONFAULTHANDLER.
     const std::string name = std::string(base::kEnvPythonFaultHandler) + "=";
     if (kv.rfind(name, 0) == 0 && kv.size() > name.size()) return true;

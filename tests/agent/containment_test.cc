@@ -3,7 +3,6 @@
 // grandchildren that called setsid() and double-forked daemons, with the
 // job cgroup and with the fallback that has none (DDPRUN_CGROUP=off).
 #include <doctest/doctest.h>
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -16,7 +15,7 @@
 #include <map>
 #include <sstream>
 
-#include "base/proc_stat.h"
+#include "base/procfs.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/skip.h"
 
@@ -42,7 +41,7 @@ Escapees announced(const std::string& out) {
 }
 
 std::string cgroup_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::istringstream in(ddprun::base::read_proc_file(pid, "cgroup").value_or(""));
   for (std::string line; std::getline(in, line);)
     if (line.rfind("0::", 0) == 0) return line.substr(3);
   return "";
@@ -50,15 +49,11 @@ std::string cgroup_of(pid_t pid) {
 
 // The guardian: ddprun's child named ddprun-guardian.
 pid_t guardian_of(pid_t ddprun) {
-  DIR* d = opendir("/proc");
   pid_t found = -1;
-  while (dirent* e = d ? readdir(d) : nullptr) {
-    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0) continue;
+  for (pid_t pid : ddprun::base::child_pids(ddprun)) {
     auto st = ddprun::base::read_proc_stat(pid);
-    if (st && st->ppid == ddprun && st->comm == "ddprun-guardian") found = pid;
+    if (st && st->comm == "ddprun-guardian") found = pid;
   }
-  if (d) closedir(d);
   return found;
 }
 
@@ -66,18 +61,15 @@ pid_t guardian_of(pid_t ddprun) {
 std::string open_fds(pid_t pid) {
   std::map<int, std::string> fds;
   const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  DIR* d = opendir(dir.c_str());
-  while (dirent* e = d ? readdir(d) : nullptr) {
-    if (e->d_name[0] == '.') continue;
+  for (const auto& e : ddprun::base::list_dir_or_empty(dir)) {
     char target[256];
-    ssize_t n = readlink((dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+    ssize_t n = readlink((dir + "/" + e.name).c_str(), target, sizeof target - 1);
     if (n < 0) continue;
     target[n] = '\0';
     std::string t = target;
     if (t.rfind("pipe:", 0) == 0) t = "pipe";
-    fds[std::atoi(e->d_name)] = t;
+    fds[std::atoi(e.name.c_str())] = t;
   }
-  if (d) closedir(d);
   std::string out;
   for (const auto& [fd, t] : fds) out += std::to_string(fd) + " -> " + t + "\n";
   return out;
