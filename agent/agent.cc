@@ -58,6 +58,8 @@ Agent::~Agent() {
   rendezvous_.reset();
   if (!log_sink_) return;
   log_sink_->attach_console(nullptr);
+  // agent.log: bounded like the workers' logs, then on without it.
+  log_sink_->close_file(Clock::now() + std::chrono::milliseconds(pending_signal_ ? 250 : 2000));
   if (consoles_.err && !pending_signal_)
     consoles_.err->drain_until(Clock::now() + std::chrono::milliseconds(100));
 }
@@ -287,6 +289,9 @@ int Agent::run_all() {
   worker_nofile_limit_ = base::raise_fd_limit().before;
   consoles_ = open_consoles(io_);
   if (log_sink_) log_sink_->attach_console(consoles_.err);
+  base::QueuedWriter::Options files;
+  files.on_error = [](const std::string& what) { spdlog::warn("log files: {}", what); };
+  log_files_ = std::make_shared<base::QueuedWriter>(std::move(files));
   if (options_.stdin_rank >= 0 && isatty(STDIN_FILENO)) {
     try {
       stdin_ = std::make_unique<StdinForwarder>(io_, STDIN_FILENO, [this] {
@@ -340,6 +345,11 @@ int Agent::run_all() {
     for (const auto& e : log_errors_) text += "  " + e + "\n";
     print(text);
   }
+  // The workers' log files: a folder that stopped taking bytes (NFS) must
+  // not hold the exit; past the deadline the line says what they lack.
+  const std::string unwritten =
+      log_files_->close(Clock::now() + std::chrono::milliseconds(pending_signal_ ? 250 : 5000));
+  if (!unwritten.empty()) print("ddprun: log files: " + unwritten + "\n");
   drain_consoles();
   return status;
 }

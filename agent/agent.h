@@ -41,6 +41,7 @@
 #include "agent/options.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/restart_policy.h"
+#include "base/queued_writer.h"
 #include "base/steady_clock.h"
 
 namespace ddprun::agent {
@@ -111,6 +112,8 @@ class Agent {
   // Ctrl-Z (SIGTSTP), fg/bg (SIGCONT), a resized terminal (SIGWINCH).
   boost::asio::signal_set job_control_;
   Consoles consoles_;
+  // Writes the workers' log files off the loop (base/queued_writer.h).
+  std::shared_ptr<base::QueuedWriter> log_files_;
   std::shared_ptr<LogSink> log_sink_;
   std::unique_ptr<StdinForwarder> stdin_;
   // Log files that failed during the job, repeated at its end.

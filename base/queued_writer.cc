@@ -26,6 +26,7 @@ struct File {
   bool writing = false;     // the thread has its bytes
   bool released = false;    // the handle is gone: close once drained
   int error = 0;
+  std::string unwritten;    // after error: what the file did not take
 };
 
 struct Job {
@@ -121,6 +122,12 @@ int QueuedFile::error() const {
   if (!file_) return 0;
   std::lock_guard<std::mutex> lk(state_->mu);
   return file_->error;
+}
+
+std::string QueuedFile::take_unwritten() {
+  if (!file_) return "";
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return std::move(file_->unwritten);
 }
 
 size_t QueuedFile::queued() const {
@@ -303,6 +310,8 @@ void QueuedWriter::thread_main(std::shared_ptr<State> s) {
       }
     } else {
       f->error = err ? err : EIO;
+      f->unwritten = std::move(batch);
+      f->unwritten += f->pending;
       f->pending.clear();
       f->dropping = false;
     }

@@ -62,6 +62,10 @@ class QueuedFile {
   // errno of the write that failed (nothing more is written then); 0 while
   // the file takes its bytes.
   int error() const;
+  // After error(): the bytes the file did not take (the failed write's whole
+  // chunk, so its start may be in the file too, and what was queued behind
+  // it), for the owner to show elsewhere; each byte is handed out once.
+  std::string take_unwritten();
   // Bytes queued or being written now.
   size_t queued() const;
   // Bytes written to the file so far (notices included).

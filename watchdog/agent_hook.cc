@@ -128,7 +128,7 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   if (!events_) {
     const std::string run_dir = fs::path(attempt_dir_).parent_path().string();
     try {
-      events_ = std::make_unique<EventLog>(run_dir + "/" + base::kFileEvents);
+      events_ = std::make_unique<EventLog>(run_dir + "/" + base::kFileEvents, files_);
       events_->echo_to_console(options_.events_to_console);
       events_->write("start", attempt_, {}, "job started",
                      {{"heartbeat_timeout_s", options_.detect.heartbeat_timeout.count() / 1e3},
@@ -448,11 +448,7 @@ void WatchdogHook::finish_hang() {
     if (!w.stdout_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stdout_log);
     if (!w.stderr_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stderr_log);
   }
-  try {
-    report_->write(attempt_dir_);
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot write the hang report: {}", e.what());
-  }
+  report_->write_later(*files_, attempt_dir_);  // off the loop
   if (events_) {
     events_->write("hang_detected", attempt_, report_->stalled, event.detail,
                    {{"kind", to_string(event.kind)},
@@ -472,11 +468,7 @@ void WatchdogHook::finish_hang() {
   // The one warning, culprit first (the summary's headline).
   spdlog::warn("freeze: rank {} is the culprit; {}. {}", report_->culprit, what, summary);
   if (options_.on_hang == OnHang::kReport) {
-    try {
-      report_->write(attempt_dir_);
-    } catch (const std::exception& e) {
-      spdlog::warn("cannot write the hang report: {}", e.what());
-    }
+    report_->write_later(*files_, attempt_dir_);  // off the loop
     last_report_dir_ = attempt_dir_;
     report_.reset();
     if (dog_) dog_->rearm_after_report();
@@ -521,11 +513,7 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
     // Python tracebacks arrive only now, after the headline named the
     // culprit: they go in the report (stack_culprit_rank), the blame stays.
     report_->find_culprit(false);
-    try {
-      report_->write(attempt_dir_);
-    } catch (const std::exception& e) {
-      spdlog::warn("cannot write the hang report: {}", e.what());
-    }
+    report_->write_later(*files_, attempt_dir_);  // off the loop
     if (!options_.logs_kept) {
       spdlog::warn("hang report (not kept on disk without --log-dir):\n{}", report_->to_text());
     }

@@ -155,6 +155,9 @@ class WatchdogHook : public agent::AgentHooks {
   boost::asio::io_context& io_;
   base::SteadyClock clock_{io_};  // the watchdog's deadlines
   HookOptions options_;
+  // events.jsonl and the hang reports, written off the loop; before events_,
+  // so it outlives it.
+  std::shared_ptr<base::QueuedWriter> files_ = make_watchdog_writer();
   std::unique_ptr<EventLog> events_;
   // Per job (one run id): learned timeouts survive restarts.
   TimeoutLearner learner_;

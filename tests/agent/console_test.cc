@@ -180,6 +180,8 @@ TEST_CASE("ddprun.log keeps the lines logged before its run folder existed") {
   const std::string path = dir.path() + "/ddprun.log";
   sink->attach_file(ddprun::base::ScopedFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644)));
   logger.info("after the folder");
+  // Written by the sink's writer thread: closing waits for it (bounded).
+  sink->close_file(std::chrono::steady_clock::now() + std::chrono::seconds(30));
   CHECK(slurp(path) == "before the folder\nafter the folder\n");
   char buf[64];
   CHECK(read(pipe.read.get(), buf, sizeof buf) == static_cast<ssize_t>(sizeof "before the folder"));

@@ -169,6 +169,8 @@ TEST_CASE("a file that fails says why and takes nothing more; a released one is 
     full.write("lost\n");
     REQUIRE(eventually([&] { return full.error() != 0; }));
     CHECK(full.error() == ENOSPC);
+    CHECK(full.take_unwritten() == "lost\n");  // for the owner to show elsewhere
+    CHECK(full.take_unwritten().empty());       // once
     full.write("more\n");
     CHECK(full.queued() == 0);
   }
