@@ -93,8 +93,10 @@ class Agent {
   // The restart back-off; a stop signal ends it early.
   void back_off(std::chrono::milliseconds delay);
   void make_cgroup(EnvMap& worker_env);
+  // `call` runs on an OffLoopTask; it must capture by value (it may be left
+  // running past a stop signal, see the definition).
   template <class T>
-  T off_loop(const std::function<T()>& call);
+  T off_loop(std::function<T()> call);
   RoundInfo next_round(int restart);
   GroupVerdict group_ended(GroupOutcome outcome);
   std::string make_run_dir(const EnvMap& env, bool keep);
