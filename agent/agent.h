@@ -7,10 +7,12 @@
 // attempt; other children, orphans re-parented to the subreaper agent, are
 // simply reaped), the handled signals, pipe output and timers. Nothing polls.
 // Waits on other nodes (a multi-node join, the exit barrier) run on a thread
-// of their own and post back (off_loop); a stop signal meanwhile abandons
-// them through RendezvousHandler::abandon, so ddprun exits at once.
-// Console output is queued to writer threads (console.h), so a console
-// nobody reads slows the workers, never the loop.
+// of their own and post back (off_loop, base/off_loop_task.h); a stop
+// signal meanwhile abandons them through RendezvousHandler::abandon, so
+// ddprun exits at once (a call stuck where nothing cancels it, getaddrinfo,
+// is left behind after 3 s). Console output is queued to writer threads
+// (console.h), so a console nobody reads slows the workers, never the loop;
+// the log files are written by base::QueuedWriter's thread (bounded).
 //
 // Containment: the workers run in a job cgroup of their own where one can be
 // made (job_cgroup.h), watched over by the guardian (guardian.h), so that
