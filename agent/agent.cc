@@ -20,6 +20,7 @@
 
 #include "agent/exit_status.h"
 #include "base/fd_limit.h"
+#include "base/off_loop_task.h"
 #include "agent/failure_summary.h"
 #include "agent/guardian.h"
 #include "agent/output_pump.h"
@@ -32,6 +33,9 @@
 
 namespace ddprun::agent {
 namespace {
+
+// How long a rendezvous call abandoned by a stop signal may take to return.
+constexpr std::chrono::milliseconds kAbandonWait{3000};
 
 std::string env_value(const EnvMap& env, const char* key) {
   auto it = env.find(key);
@@ -58,6 +62,8 @@ Agent::~Agent() {
   rendezvous_.reset();
   if (!log_sink_) return;
   log_sink_->attach_console(nullptr);
+  // agent.log: bounded like the workers' logs, then on without it.
+  log_sink_->close_file(Clock::now() + std::chrono::milliseconds(pending_signal_ ? 250 : 2000));
   if (consoles_.err && !pending_signal_)
     consoles_.err->drain_until(Clock::now() + std::chrono::milliseconds(100));
 }
@@ -182,41 +188,65 @@ void Agent::run_until(const std::function<bool()>& done) {
 }
 
 template <class T>
-T Agent::off_loop(const std::function<T()>& call) {
-  // The call blocks on other nodes (a join, the exit barrier): a thread of
-  // its own, while the loop goes on serving signals, children and output.
-  // A stop signal that arrives meanwhile abandons it (the handler cancels
-  // its store connections), so it returns within milliseconds.
-  std::optional<T> value;
-  std::exception_ptr error;
-  bool done = false;
+T Agent::off_loop(std::function<T()> call) {
+  // The call blocks on other nodes (a join, the exit barrier): a task of its
+  // own (base/off_loop_task.h), while the loop goes on serving signals,
+  // children and output. A stop signal that arrives meanwhile abandons it
+  // (the handler cancels its store connections), so it returns within
+  // milliseconds, unless it sits where nothing cancels it (getaddrinfo on
+  // a resolver that does not answer): past kAbandonWait ddprun goes on
+  // without it. The call then runs on after this frame and perhaps after
+  // the Agent: it captures by value, its outcome lives in a shared_ptr, and
+  // the handler it uses is leaked (never destroyed) rather than freed under
+  // it. What that costs: the handler's farewell to the other nodes (they
+  // learn of this node from its missing heartbeats instead).
+  struct Outcome {
+    std::optional<T> value;
+    std::exception_ptr error;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  bool done = false;  // on the loop only; `done` is never run after abandon()
   const int signals_before = signals_seen_;
-  std::thread thread([&] {
-    try {
-      value.emplace(call());
-    } catch (...) {
-      error = std::current_exception();
-    }
-    boost::asio::post(io_, [&] { done = true; });
-  });
+  base::OffLoopTask task;
+  task.start(
+      [call = std::move(call), outcome](const base::OffLoopTask::Token&) {
+        try {
+          outcome->value.emplace(call());
+        } catch (...) {
+          outcome->error = std::current_exception();
+        }
+      },
+      [this](std::function<void()> f) { boost::asio::post(io_, std::move(f)); },
+      [&done] { done = true; });
   run_until([&] { return done || signals_seen_ != signals_before; });
   if (!done) {
     rendezvous_->abandon(pending_signal_);
-    run_until([&] { return done; });
+    const auto by = Clock::now() + kAbandonWait;
+    while (!done && Clock::now() < by) io_.run_one_until(by);
   }
-  thread.join();
-  if (error) std::rethrow_exception(error);
-  return std::move(*value);
+  if (!done || !task.join_until(Clock::now() + kAbandonWait)) {
+    spdlog::warn("the rendezvous call did not end within {} s of {} (a name lookup cannot be "
+                 "cancelled); exiting without it",
+                 std::chrono::duration_cast<std::chrono::seconds>(kAbandonWait).count(),
+                 signal_name(pending_signal_));
+    task.abandon();
+    (void)rendezvous_.release();  // still in use by the abandoned call: leaked, never freed
+    throw std::runtime_error("the rendezvous call was abandoned");
+  }
+  if (outcome->error) std::rethrow_exception(outcome->error);
+  return std::move(*outcome->value);
 }
 
 RoundInfo Agent::next_round(int restart) {
   if (options_.max_nodes <= 1) return rendezvous_->next_round(restart);
-  return off_loop<RoundInfo>([&] { return rendezvous_->next_round(restart); });
+  return off_loop<RoundInfo>(
+      [handler = rendezvous_.get(), restart] { return handler->next_round(restart); });
 }
 
 GroupVerdict Agent::group_ended(GroupOutcome outcome) {
   if (options_.max_nodes <= 1) return rendezvous_->group_ended(outcome);
-  return off_loop<GroupVerdict>([&] { return rendezvous_->group_ended(outcome); });
+  return off_loop<GroupVerdict>(
+      [handler = rendezvous_.get(), outcome] { return handler->group_ended(outcome); });
 }
 
 std::string Agent::make_run_dir(const EnvMap& env, bool keep) {
@@ -287,6 +317,9 @@ int Agent::run_all() {
   worker_nofile_limit_ = base::raise_fd_limit().before;
   consoles_ = open_consoles(io_);
   if (log_sink_) log_sink_->attach_console(consoles_.err);
+  base::QueuedWriter::Options files;
+  files.on_error = [](const std::string& what) { spdlog::warn("log files: {}", what); };
+  log_files_ = std::make_shared<base::QueuedWriter>(std::move(files));
   if (options_.stdin_rank >= 0 && isatty(STDIN_FILENO)) {
     try {
       stdin_ = std::make_unique<StdinForwarder>(io_, STDIN_FILENO, [this] {
@@ -324,10 +357,14 @@ int Agent::run_all() {
   if (options_.max_nodes > 1 && rendezvous_ && !pending_signal_) {
     // The exit hand-shake waits on other nodes: off the loop, so a stop
     // signal still ends ddprun at once.
-    off_loop<bool>([&] {
-      rendezvous_->finish_job();
-      return true;
-    });
+    try {
+      off_loop<bool>([handler = rendezvous_.get()] {
+        handler->finish_job();
+        return true;
+      });
+    } catch (const std::exception&) {
+      if (!pending_signal_) throw;  // abandoned after a stop signal: said above
+    }
     if (pending_signal_) {
       spdlog::warn("got {} while the other nodes were reading the job's outcome; exiting",
                    signal_name(pending_signal_));
@@ -340,6 +377,11 @@ int Agent::run_all() {
     for (const auto& e : log_errors_) text += "  " + e + "\n";
     print(text);
   }
+  // The workers' log files: a folder that stopped taking bytes (NFS) must
+  // not hold the exit; past the deadline the line says what they lack.
+  const std::string unwritten =
+      log_files_->close(Clock::now() + std::chrono::milliseconds(pending_signal_ ? 250 : 5000));
+  if (!unwritten.empty()) print("ddprun: log files: " + unwritten + "\n");
   drain_consoles();
   return status;
 }

@@ -7,10 +7,12 @@
 // attempt; other children, orphans re-parented to the subreaper agent, are
 // simply reaped), the handled signals, pipe output and timers. Nothing polls.
 // Waits on other nodes (a multi-node join, the exit barrier) run on a thread
-// of their own and post back (off_loop); a stop signal meanwhile abandons
-// them through RendezvousHandler::abandon, so ddprun exits at once.
-// Console output is queued to writer threads (console.h), so a console
-// nobody reads slows the workers, never the loop.
+// of their own and post back (off_loop, base/off_loop_task.h); a stop
+// signal meanwhile abandons them through RendezvousHandler::abandon, so
+// ddprun exits at once (a call stuck where nothing cancels it, getaddrinfo,
+// is left behind after 3 s). Console output is queued to writer threads
+// (console.h), so a console nobody reads slows the workers, never the loop;
+// the log files are written by base::QueuedWriter's thread (bounded).
 //
 // Containment: the workers run in a job cgroup of their own where one can be
 // made (job_cgroup.h), watched over by the guardian (guardian.h), so that
@@ -41,6 +43,7 @@
 #include "agent/options.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/restart_policy.h"
+#include "base/queued_writer.h"
 #include "base/steady_clock.h"
 
 namespace ddprun::agent {
@@ -92,8 +95,10 @@ class Agent {
   // The restart back-off; a stop signal ends it early.
   void back_off(std::chrono::milliseconds delay);
   void make_cgroup(EnvMap& worker_env);
+  // `call` runs on an OffLoopTask; it must capture by value (it may be left
+  // running past a stop signal, see the definition).
   template <class T>
-  T off_loop(const std::function<T()>& call);
+  T off_loop(std::function<T()> call);
   RoundInfo next_round(int restart);
   GroupVerdict group_ended(GroupOutcome outcome);
   std::string make_run_dir(const EnvMap& env, bool keep);
@@ -111,6 +116,8 @@ class Agent {
   // Ctrl-Z (SIGTSTP), fg/bg (SIGCONT), a resized terminal (SIGWINCH).
   boost::asio::signal_set job_control_;
   Consoles consoles_;
+  // Writes the workers' log files off the loop (base/queued_writer.h).
+  std::shared_ptr<base::QueuedWriter> log_files_;
   std::shared_ptr<LogSink> log_sink_;
   std::unique_ptr<StdinForwarder> stdin_;
   // Log files that failed during the job, repeated at its end.

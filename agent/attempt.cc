@@ -337,6 +337,12 @@ void Attempt::finish() {
     if (lr >= 0 && lr < static_cast<int>(workers_.size()))
       result_.root->error = read_error_file(workers_[lr].info.error_file);
   }
+  // Hooks read what the workers wrote last (faulthandler's traceback in
+  // stderr.log): the log writer's queue goes first. Bounded: a stalled log
+  // folder costs the loop at most this once per attempt, and the hook then
+  // finds the file as far as it got.
+  if (setup_.log_writer)
+    (void)setup_.log_writer->flush(std::chrono::steady_clock::now() + std::chrono::seconds(2));
   for (auto* h : hooks_) h->attempt_ended(result_);
 }
 

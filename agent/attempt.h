@@ -62,6 +62,8 @@ struct AttemptSetup {
   // ddprun's consoles (console.h); a terminal stdout makes workers' stdout
   // and stderr pseudo-terminals.
   Consoles consoles;
+  // Writes the log files off the loop; null: each pump makes its own.
+  std::shared_ptr<base::QueuedWriter> log_writer;
   // Typed input for the stdin rank when ddprun's stdin is a terminal; null
   // otherwise (that rank then inherits ddprun's stdin).
   StdinForwarder* stdin_forwarder = nullptr;

@@ -169,6 +169,7 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
   c.shown = shown;
   c.log_path = stream == Stream::kStdout ? w.stdout_log : w.stderr_log;
   c.log = std::move(log);
+  c.log_writer = setup_.log_writer;
   if (!hooks_.empty())
     c.on_data = [this, lr, stream](std::string_view data) {
       for (auto* h : hooks_) h->output(lr, stream, data);

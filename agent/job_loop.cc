@@ -40,6 +40,7 @@ std::optional<int> Agent::prepare_job(AttemptSetup& setup, EnvMap env) {
   setup.worker_nofile_limit = worker_nofile_limit_;
   setup.log_every_stream = !options_.log_dir.empty();
   setup.consoles = consoles_;
+  setup.log_writer = log_files_;
   setup.stdin_forwarder = stdin_.get();
   // Teed streams have files too (torchrun's tee), kept like redirected ones.
   bool redirected = options_.redirects.all != kStdNone || !options_.redirects.per_rank.empty() ||

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "base/contract.h"
+
 namespace ddprun::agent {
 
 void LogSink::attach_console(std::shared_ptr<Console> console) {
@@ -11,14 +13,35 @@ void LogSink::attach_console(std::shared_ptr<Console> console) {
 
 void LogSink::attach_file(base::ScopedFd file) {
   std::lock_guard<std::mutex> lock(mutex_);
-  file_ = std::move(file);
+  file_ = base::QueuedFile();
+  if (file) {
+    // No on_error: the writer must not log (its line would come back here).
+    base::QueuedWriter::Options o;
+    o.close_wait = std::chrono::milliseconds(1000);
+    if (!writer_) writer_ = std::make_unique<base::QueuedWriter>(std::move(o));
+    file_ = writer_->add(std::move(file), base::kFileAgentLog);
+  }
   // The lines logged before the run folder existed (the rendezvous join,
   // the first store connection) go first, so the file has all of them.
-  if (file_ && !early_.empty() && !base::write_fully(file_.get(), early_.data(), early_.size()))
-    file_.reset();
+  if (file_) file_.write(early_);
   early_.clear();
   early_.shrink_to_fit();
   early_closed_ = true;
+}
+
+void LogSink::close_file(std::chrono::steady_clock::time_point deadline) {
+  std::unique_ptr<base::QueuedWriter> writer;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    file_ = base::QueuedFile();
+    writer = std::move(writer_);
+  }
+  if (!writer) return;
+  // Not under the sink's mutex: other threads may log while this waits.
+  const std::string left = writer->close(deadline);
+  if (left.empty()) return;
+  const std::string line = "ddprun: " + left + "\n";
+  (void)base::write_fully(STDERR_FILENO, line.data(), line.size());
 }
 
 size_t LogSink::lines_not_shown() {
@@ -31,7 +54,8 @@ void LogSink::sink_it_(const spdlog::details::log_msg& msg) {
   formatter_->format(msg, line);
   const std::string_view text(line.data(), line.size());
   // A file that fails is dropped: its lines still reach the console.
-  if (file_ && !base::write_fully(file_.get(), text.data(), text.size())) file_.reset();
+  if (file_ && file_.error()) file_ = base::QueuedFile();
+  if (file_) file_.write(text);
   if (!file_ && !early_closed_ && early_.size() + text.size() <= kEarlyBytes) early_.append(text);
   if (!console_) {
     (void)base::write_fully(STDERR_FILENO, text.data(), text.size());

@@ -10,18 +10,22 @@
 // line the console has no room for is counted, not shown, and the count is
 // reported at exit. With a log file attached (--log-dir) every line also
 // goes there, shown or not, and so do the lines logged before it was
-// attached (up to kEarlyBytes of them).
+// attached (up to kEarlyBytes of them); a writer thread of its own writes
+// the file (base/queued_writer.h), so a stalled log folder stalls no
+// thread that logs either.
 //
 // Thread safety: every method on any thread (spdlog's sink mutex).
 #pragma once
 
 #include <spdlog/sinks/base_sink.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "agent/console.h"
+#include "base/queued_writer.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::agent {
@@ -33,6 +37,9 @@ class LogSink : public spdlog::sinks::base_sink<std::mutex> {
   void attach_console(std::shared_ptr<Console> console);
   // Every line from now on is appended to `file` too (an invalid fd: none).
   void attach_file(base::ScopedFd file);
+  // Waits up to `deadline` for the file's queued lines, then lets it go;
+  // what it could not take is said on stderr. Later lines skip the file.
+  void close_file(std::chrono::steady_clock::time_point deadline);
   // Lines the console had no room for.
   size_t lines_not_shown();
 
@@ -42,7 +49,8 @@ class LogSink : public spdlog::sinks::base_sink<std::mutex> {
 
  private:
   std::shared_ptr<Console> console_;
-  base::ScopedFd file_;
+  std::unique_ptr<base::QueuedWriter> writer_;  // made by attach_file
+  base::QueuedFile file_;
   size_t not_shown_ = 0;
   // Lines logged before attach_file, kept for the file (bounded: a run
   // without --log-dir never attaches one).

@@ -13,7 +13,12 @@ OutputPump::OutputPump(boost::asio::io_context& io, base::ScopedFd read_fd, Pump
     : pipe_(io, read_fd.release()),  // Asio owns it from here (closed in finish())
       config_(std::move(config)),
       splitter_(config_.prefix),
-      quiet_(io) {}
+      quiet_(io) {
+  if (config_.log.valid()) {
+    if (!config_.log_writer) config_.log_writer = std::make_shared<base::QueuedWriter>();
+    log_ = config_.log_writer->add(std::move(config_.log), config_.log_path);
+  }
+}
 
 OutputPump::~OutputPump() { *alive_ = false; }
 
@@ -51,14 +56,8 @@ void OutputPump::read_more() {
 }
 
 void OutputPump::handle(const char* data, size_t size) {
-  if (config_.log.valid()) {
-    if (!base::write_fully(config_.log.get(), data, size)) {
-      int err = errno;
-      config_.log.reset();
-      config_.shown = true;  // the console keeps what the file cannot
-      if (config_.on_log_error) config_.on_log_error(config_.log_path, err);
-    }
-  }
+  check_log();
+  if (log_) log_.write(std::string_view(data, size));
   const std::string_view bytes(data, size);
   if (config_.before_console) config_.before_console();  // may call set_interactive
   const size_t nl = bytes.rfind('\n');
@@ -83,6 +82,19 @@ void OutputPump::handle(const char* data, size_t size) {
     to_lines(data, size);
   }
   if (config_.on_data) config_.on_data(std::string_view(data, size));
+}
+
+void OutputPump::check_log() {
+  // The writer's thread found the file failing since the last read: from
+  // here on the console keeps what the file cannot.
+  const int err = log_ ? log_.error() : 0;
+  if (!err) return;
+  // What the file did not take reaches the console, unless it did already.
+  std::string lost = config_.shown ? std::string() : log_.take_unwritten();
+  log_ = base::QueuedFile();
+  config_.shown = true;
+  if (config_.on_log_error) config_.on_log_error(config_.log_path, err);
+  if (!lost.empty()) to_lines(lost.data(), lost.size());
 }
 
 void OutputPump::to_lines(const char* data, size_t size) {
@@ -197,6 +209,7 @@ void OutputPump::finish() {
   open_ = false;
   quiet_.cancel();
   stop_interactive();  // the worker is gone, perhaps in its prompt
+  check_log();  // a failure the writer found since the last read
   if (config_.console && config_.shown && config_.raw) {
     batch_.swap(raw_pending_);
     raw_pending_.clear();
@@ -209,6 +222,7 @@ void OutputPump::finish() {
   }
   boost::system::error_code ignored;
   pipe_.close(ignored);
+  log_ = base::QueuedFile();  // the writer closes it once its bytes are out
   if (config_.on_eof) config_.on_eof();
 }
 

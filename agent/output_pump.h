@@ -10,9 +10,12 @@
 // byte either way. On a terminal, text without a newline is shown once the
 // stream has been quiet for kQuiet.
 //
-// A log file that fails (full disk, quota, EIO) is reported once through
-// on_log_error, its stream then goes to the console even if it was
-// redirected, so nothing is lost silently.
+// The log file is written by a QueuedWriter's thread (base/queued_writer.h),
+// never on the loop: a stalled log folder (NFS) costs bytes past the
+// writer's bound, marked in the file, not the agent's responsiveness. A log
+// file that fails (full disk, quota, EIO) is reported once through
+// on_log_error when the pump next reads; its stream then goes to the
+// console even if it was redirected, so nothing more is lost silently.
 //
 // Owns its descriptors; close() stops reading and releases them.
 #pragma once
@@ -29,8 +32,9 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "agent/console.h"
-#include "base/scoped_fd.h"
 #include "agent/line_splitter.h"
+#include "base/queued_writer.h"
+#include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 
@@ -42,7 +46,9 @@ struct PumpConfig {
   std::shared_ptr<Console> console;  // null: never on the console
   bool shown = true;                 // false: console only if the log file fails
   base::ScopedFd log;                // none: no log file
-  std::string log_path;              // for the error message
+  std::string log_path;              // for the error message and the drop notice
+  // Writes `log` off the loop; null: the pump makes one of its own.
+  std::shared_ptr<base::QueuedWriter> log_writer;
   std::function<void(std::string_view)> on_data;  // may be empty
   // Runs on each read before the console gets its bytes (may be empty):
   // the input forwarder looks at the worker's terminal mode there, so the
@@ -93,10 +99,13 @@ class OutputPump {
   // Prefixed lines (or untouched bytes) to the console.
   void to_lines(const char* data, size_t size);
   void stop_interactive();
+  // Reports a log file the writer found failing (once) and shows what it lost.
+  void check_log();
   void finish();
 
   boost::asio::posix::stream_descriptor pipe_;
   PumpConfig config_;
+  base::QueuedFile log_;  // config_.log, queued to config_.log_writer
   LineSplitter splitter_;
   boost::asio::steady_timer quiet_;
   std::chrono::steady_clock::time_point last_data_;

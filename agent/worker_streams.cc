@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
-#include <string.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -11,13 +10,14 @@
 #include <iterator>
 
 #include "agent/spawn.h"
+#include "base/system_error.h"
 
 namespace ddprun::agent {
 namespace {
 
 [[noreturn]] void fail(const std::string& call) {
   int err = errno;
-  throw SpawnError(call + ": " + strerror(err), err);
+  throw SpawnError(base::describe_error(call, "", err), err);
 }
 
 void open_pipe(base::ScopedFd& read, base::ScopedFd& write) {

@@ -132,7 +132,10 @@ void IntrospectHook::set_up(const std::string& agent_runtime_dir) {
 IntrospectHook::~IntrospectHook() {
   *alive_ = false;
   cancel_->cancel();  // kills a stack tool still running
-  if (capture_.joinable()) capture_.join();
+  capture_.cancel();
+  // Bounded: a tool that outlives its cancel is left behind (it holds copies).
+  if (!capture_.join_until(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
+    capture_.abandon();
   board_.reset();
   registration_.reset();
   server_.reset();

@@ -30,6 +30,7 @@
 
 #include "agent/hooks.h"
 #include "agent/options.h"
+#include "base/off_loop_task.h"
 #include "introspect/control_server.h"
 #include "introspect/node_board.h"
 #include "introspect/registry.h"
@@ -121,7 +122,7 @@ class IntrospectHook : public agent::AgentHooks {
   int restarts_ = 0;
   std::vector<Worker> workers_;
   StepRates rates_;
-  std::thread capture_;
+  base::OffLoopTask capture_;  // `ddprun stacks`' capture (agent_hook_stacks.cc)
   std::shared_ptr<watchdog::CaptureCancel> cancel_ = std::make_shared<watchdog::CaptureCancel>();
   bool capturing_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

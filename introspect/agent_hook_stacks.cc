@@ -82,20 +82,26 @@ void IntrospectHook::stacks(int rank, ControlServer::Reply reply) {
   o.dir = runtime_dir_ + "/stacks";
   o.native = options_.stacks;
   o.cancel = cancel_.get();
-  if (capture_.joinable()) capture_.join();  // finished: capturing_ is false
+  // capturing_ is false: the last capture returned, so this wait is short.
+  (void)capture_.join_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  capture_.abandon();  // a no-op once joined
   capturing_ = true;
-  // The thread holds the cancel flag it was given (o.cancel) through `keep`.
-  capture_ = std::thread([this, targets, o, reply, alive = alive_, run_id = options_.run_id,
-                          host = host_, keep = cancel_] {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& s : collect_stacks(targets, o)) list.push_back(to_json(s));
-    nlohmann::json result = {{"run_id", run_id}, {"host", host}, {"stacks", list}};
-    boost::asio::post(io_, [this, alive, reply, result] {
-      if (!*alive) return;
-      capturing_ = false;
-      reply(result);
-    });
-  });
+  // The work holds only copies (base/off_loop_task.h), the cancel flag it
+  // was given (o.cancel) through `keep`: it may be left behind safely.
+  auto result = std::make_shared<nlohmann::json>();
+  capture_.start(
+      [targets, o, run_id = options_.run_id, host = host_, keep = cancel_,
+       result](const base::OffLoopTask::Token&) {
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& s : collect_stacks(targets, o)) list.push_back(to_json(s));
+        *result = {{"run_id", run_id}, {"host", host}, {"stacks", list}};
+      },
+      [this](std::function<void()> done) { boost::asio::post(io_, std::move(done)); },
+      [this, alive = alive_, reply, result] {
+        if (!*alive) return;
+        capturing_ = false;
+        reply(*result);
+      });
 }
 
 }  // namespace ddprun::introspect

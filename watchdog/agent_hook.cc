@@ -129,7 +129,7 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   if (!events_) {
     const std::string run_dir = fs::path(attempt_dir_).parent_path().string();
     try {
-      events_ = std::make_unique<EventLog>(run_dir + "/" + base::kFileEvents);
+      events_ = std::make_unique<EventLog>(run_dir + "/" + base::kFileEvents, files_);
       events_->echo_to_console(options_.events_to_console);
       events_->write("start", attempt_, {}, "job started",
                      {{"heartbeat_timeout_s", options_.detect.heartbeat_timeout.count() / 1e3},
@@ -416,29 +416,38 @@ void WatchdogHook::on_hang(const HangEvent& event) {
   spdlog::info("capturing the stacks of {} hung rank(s)", natives.size());
   join_capture();
   capture_cancel_ = std::make_shared<CaptureCancel>();
-  capture_thread_ = std::thread([this, natives, dir = attempt_dir_, stacks = options_.stacks,
-                                 cancel = capture_cancel_, attempt = attempt_,
-                                 alive = alive_] {
-    std::vector<StackCapture> captured;
-    for (const auto& [pid, rank] : natives) {
-      // A Python worker that will not print its own traceback (no
-      // faulthandler: `python -I`, a reset PYTHONPATH; or --on-hang=report,
-      // where SIGABRT would end it): its frames read from outside.
-      if (runs_python(pid)) captured.push_back(capture_python_stack(pid, rank, dir, stacks, cancel.get()));
-      captured.push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
-    }
-    boost::asio::post(io_, [this, captured = std::move(captured), attempt, cancel, alive] {
-      if (!*alive || attempt != attempt_ || cancel != capture_cancel_ || !report_) return;
-      report_->stacks.insert(report_->stacks.end(), captured.begin(), captured.end());
-      finish_hang();
-    });
-  });
+  // The work holds only copies (base/off_loop_task.h): it may be left
+  // running, past join_capture's deadline, without touching this hook.
+  auto captured = std::make_shared<std::vector<StackCapture>>();
+  capture_.start(
+      [natives, dir = attempt_dir_, stacks = options_.stacks, cancel = capture_cancel_,
+       captured](const base::OffLoopTask::Token&) {
+        for (const auto& [pid, rank] : natives) {
+          // A Python worker that will not print its own traceback (no
+          // faulthandler: `python -I`, a reset PYTHONPATH; or --on-hang=report,
+          // where SIGABRT would end it): its frames read from outside.
+          if (runs_python(pid))
+            captured->push_back(capture_python_stack(pid, rank, dir, stacks, cancel.get()));
+          captured->push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
+        }
+      },
+      [this](std::function<void()> done) { boost::asio::post(io_, std::move(done)); },
+      [this, captured, attempt = attempt_, cancel = capture_cancel_, alive = alive_] {
+        if (!*alive || attempt != attempt_ || cancel != capture_cancel_ || !report_) return;
+        report_->stacks.insert(report_->stacks.end(), captured->begin(), captured->end());
+        finish_hang();
+      });
 }
 
 void WatchdogHook::join_capture() {
   if (capture_cancel_) capture_cancel_->cancel();
-  // Bounded: cancel kills the tool running, and the thread tries no other.
-  if (capture_thread_.joinable()) capture_thread_.join();
+  capture_.cancel();
+  // Bounded: cancel kills the tool running, and the thread tries no other;
+  // a tool that outlives even that is left behind, not waited for.
+  if (!capture_.join_until(std::chrono::steady_clock::now() + std::chrono::seconds(10))) {
+    spdlog::warn("a stack capture did not stop within 10 s of its cancel; left behind");
+    capture_.abandon();
+  }
   // A result still queued in the loop is for workers that are gone: dropped.
   capture_cancel_.reset();
 }
@@ -449,11 +458,7 @@ void WatchdogHook::finish_hang() {
     if (!w.stdout_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stdout_log);
     if (!w.stderr_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stderr_log);
   }
-  try {
-    report_->write(attempt_dir_);
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot write the hang report: {}", e.what());
-  }
+  report_->write_later(*files_, attempt_dir_);  // off the loop
   if (events_) {
     events_->write("hang_detected", attempt_, report_->stalled, event.detail,
                    {{"kind", to_string(event.kind)},
@@ -473,11 +478,7 @@ void WatchdogHook::finish_hang() {
   // The one warning, culprit first (the summary's headline).
   spdlog::warn("freeze: rank {} is the culprit; {}. {}", report_->culprit, what, summary);
   if (options_.on_hang == OnHang::kReport) {
-    try {
-      report_->write(attempt_dir_);
-    } catch (const std::exception& e) {
-      spdlog::warn("cannot write the hang report: {}", e.what());
-    }
+    report_->write_later(*files_, attempt_dir_);  // off the loop
     last_report_dir_ = attempt_dir_;
     report_.reset();
     if (dog_) dog_->rearm_after_report();
@@ -522,11 +523,7 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
     // Python tracebacks arrive only now, after the headline named the
     // culprit: they go in the report (stack_culprit_rank), the blame stays.
     report_->find_culprit(false);
-    try {
-      report_->write(attempt_dir_);
-    } catch (const std::exception& e) {
-      spdlog::warn("cannot write the hang report: {}", e.what());
-    }
+    report_->write_later(*files_, attempt_dir_);  // off the loop
     if (!options_.logs_kept) {
       spdlog::warn("hang report (not kept on disk without --log-dir):\n{}", report_->to_text());
     }

@@ -33,6 +33,7 @@
 #include "agent/hooks.h"
 #include "agent/options.h"
 #include "agent/restart_policy.h"
+#include "base/off_loop_task.h"
 #include "base/steady_clock.h"
 #include "watchdog/event_log.h"
 #include "watchdog/file_timer_server.h"
@@ -155,6 +156,9 @@ class WatchdogHook : public agent::AgentHooks {
   boost::asio::io_context& io_;
   base::SteadyClock clock_{io_};  // the watchdog's deadlines
   HookOptions options_;
+  // events.jsonl and the hang reports, written off the loop; before events_,
+  // so it outlives it.
+  std::shared_ptr<base::QueuedWriter> files_ = make_watchdog_writer();
   std::unique_ptr<EventLog> events_;
   // Per job (one run id): learned timeouts survive restarts.
   TimeoutLearner learner_;
@@ -175,7 +179,7 @@ class WatchdogHook : public agent::AgentHooks {
   std::optional<HangReport> report_;
   HangEvent hang_event_;
   std::vector<int> abort_targets_;  // local ranks SIGABRTed for a traceback
-  std::thread capture_thread_;
+  base::OffLoopTask capture_;  // the stack capture tool's run (on_hang)
   std::shared_ptr<CaptureCancel> capture_cancel_;
   // False once destroyed: a capture's result still queued must not land.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

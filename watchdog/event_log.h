@@ -5,25 +5,36 @@
 //   log_write_failed",
 //   "time": ISO 8601 UTC wall clock, "monotonic_s": steady clock seconds,
 //   "attempt": N, "ranks": [global ranks], "reason": "...", ...extra fields}
-// Lines are appended with one write(2) on an O_APPEND descriptor, so a
-// reader never sees half a line.
+// Lines are queued to a writer thread (base/queued_writer.h), which appends
+// each batch of whole lines with one write(2) on an O_APPEND descriptor, so
+// the loop never waits for the log folder (NFS) and a reader never sees half
+// a line. Past the writer's bound lines are dropped, and once the file has
+// caught up one line {"event": "events_dropped", "bytes": N, ...} says so.
 //
 // Thread safety: not thread-safe (the agent's loop thread writes).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "base/scoped_fd.h"
+#include "base/queued_writer.h"
 
 namespace ddprun::watchdog {
+
+// The writer the watchdog's files share (events.jsonl, the hang reports):
+// its failures are logged; at exit it waits up to 2 s for them.
+std::shared_ptr<base::QueuedWriter> make_watchdog_writer();
 
 class EventLog {
  public:
   // Opens (creating, appending) `path`; throws WatchdogError naming it.
-  explicit EventLog(std::string path);
+  // `writer` writes it (shared with the hang reports); null: one of its own
+  // (make_watchdog_writer()).
+  explicit EventLog(std::string path, std::shared_ptr<base::QueuedWriter> writer = nullptr);
   ~EventLog();
   EventLog(EventLog&& other) noexcept;
   EventLog& operator=(EventLog&&) = delete;
@@ -38,11 +49,15 @@ class EventLog {
   const std::string& path() const { return path_; }
   // Also log every line on ddprun's stderr (--event-log-handler=console).
   void echo_to_console(bool on) { echo_ = on; }
+  // Waits up to `deadline` until the lines written so far are in the file.
+  bool flush(std::chrono::steady_clock::time_point deadline) { return writer_->flush(deadline); }
 
  private:
   std::string path_;
   bool echo_ = false;
-  base::ScopedFd fd_;
+  bool said_failed_ = false;
+  std::shared_ptr<base::QueuedWriter> writer_;
+  base::QueuedFile file_;
 };
 
 }  // namespace ddprun::watchdog

@@ -317,6 +317,18 @@ void HangReport::write(const std::string& dir) const {
   }
 }
 
+void HangReport::write_later(base::QueuedWriter& writer, const std::string& dir) const {
+  std::string json = to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::string text = to_text();
+  const size_t bytes = json.size() + text.size();
+  (void)writer.run(dir + "/" + base::kFileHangReportJson, bytes,
+                   [dir, json = std::move(json), text = std::move(text)] {
+                     const base::SafeDir folder = base::SafeDir::open(dir);
+                     folder.write_atomically(base::kFileHangReportJson, json, false);
+                     folder.write_atomically(base::kFileHangReportText, text, false);
+                   });
+}
+
 void HangReport::write(const base::SafeDir& folder) const {
   try {
     folder.write_atomically(

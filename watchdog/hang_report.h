@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/queued_writer.h"
 #include "base/safe_file.h"
 #include "watchdog/stack_capture.h"
 #include "watchdog/watchdog.h"
@@ -64,6 +65,11 @@ struct HangReport {
   // The same into a folder already opened (`ddprun attach` opens
   // --report-dir once, at its start).
   void write(const base::SafeDir& folder) const;
+  // The agent's way: rendered now, written whole (write_atomically, through
+  // SafeDir) on `writer`'s thread after what was queued there before, so
+  // the loop never waits for the log folder; a failure is the writer's
+  // on_error line.
+  void write_later(base::QueuedWriter& writer, const std::string& dir) const;
 };
 
 // True when a stack (native frames or a Python traceback) waits inside a

@@ -172,14 +172,16 @@ TEST_CASE("ddprun.log keeps the lines logged before its run folder existed") {
   auto sink = std::make_shared<ddprun::agent::LogSink>();
   spdlog::logger logger("test", sink);
   logger.set_pattern("%v");
-  const int saved_stderr = dup(STDERR_FILENO);  // early lines also go to stderr
+  ddprun::base::ScopedFd saved_stderr(dup(STDERR_FILENO));  // early lines also go to stderr
   REQUIRE(dup2(pipe.write.get(), STDERR_FILENO) == STDERR_FILENO);
   logger.info("before the folder");
-  REQUIRE(dup2(saved_stderr, STDERR_FILENO) == STDERR_FILENO);
-  close(saved_stderr);
+  REQUIRE(dup2(saved_stderr.get(), STDERR_FILENO) == STDERR_FILENO);
+  saved_stderr.reset();
   const std::string path = dir.path() + "/ddprun.log";
   sink->attach_file(ddprun::base::ScopedFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644)));
   logger.info("after the folder");
+  // Written by the sink's writer thread: closing waits for it (bounded).
+  sink->close_file(std::chrono::steady_clock::now() + std::chrono::seconds(30));
   CHECK(slurp(path) == "before the folder\nafter the folder\n");
   char buf[64];
   CHECK(read(pipe.read.get(), buf, sizeof buf) == static_cast<ssize_t>(sizeof "before the folder"));

@@ -1,11 +1,23 @@
 // Console lines are whole and prefixed; log files per attempt and rank.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
+#include <boost/asio/io_context.hpp>
+
+#include "agent/output_pump.h"
+#include "base/queued_writer.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/run_folder.h"
 #include "tests/common/temp_dir.h"
@@ -157,4 +169,87 @@ TEST_CASE("a rank whose input() or pdb finds no input is told about --stdin-rank
   auto r = run_ddprun({"--nproc-per-node=2", "--stdin-rank=none", worker, "input-rank1"});
   CHECK(count_of(r.err, "rank 1 read standard input, but no rank gets it (--stdin-rank=none); "
                         "--stdin-rank=1 gives it to rank 1") == 1);
+}
+
+TEST_CASE("a log file that stops taking bytes never stalls the loop: all is read, the gap is marked") {
+  // The log file is a FIFO nobody reads yet (it takes 64 KiB, then its
+  // writer blocks, as on a stalled NFS folder). The pump on this loop must
+  // still read all 2 MiB the worker side writes: a loop blocked in the log
+  // file's write() would never get to the end, and the deadline fails it.
+  using Clock = std::chrono::steady_clock;
+  TempDir dir;
+  const std::string fifo = dir.path() + "/stdout.log";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  ddprun::base::ScopedFd reader(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  REQUIRE(reader.valid());
+  ddprun::base::ScopedFd log(::open(fifo.c_str(), O_WRONLY | O_CLOEXEC));
+  REQUIRE(log.valid());
+  auto worker = ddprun::base::make_pipe();
+
+  boost::asio::io_context io;
+  ddprun::base::QueuedWriter::Options o;
+  o.max_queued = 256 << 10;
+  ddprun::agent::PumpConfig c;
+  c.shown = false;  // redirected: the file only
+  c.log = std::move(log);
+  c.log_path = fifo;
+  c.log_writer = std::make_shared<ddprun::base::QueuedWriter>(o);
+  size_t seen = 0;
+  bool eof = false;
+  c.on_data = [&](std::string_view d) { seen += d.size(); };
+  c.on_eof = [&] { eof = true; };
+  ddprun::agent::OutputPump pump(io, std::move(worker.read), std::move(c));
+  pump.start();
+
+  std::string expected;
+  for (int i = 0; expected.size() < (2u << 20); ++i) expected += "line " + std::to_string(i) + "\n";
+  std::thread producer([&, fd = std::move(worker.write)]() mutable {
+    (void)ddprun::base::write_fully(fd.get(), expected.data(), expected.size());
+    fd.reset();  // EOF for the pump
+  });
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  // Were the loop stuck in the file's write(), it would never look at the
+  // deadline: past it this thread reads the FIFO empty to free it, and the
+  // test fails instead of hanging.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool loop_done = false, rescued = false;
+  std::thread rescuer([&] {
+    std::unique_lock<std::mutex> lk(mu);
+    if (cv.wait_until(lk, deadline, [&] { return loop_done; })) return;
+    rescued = true;
+    lk.unlock();
+    char sink[65536];
+    for (;;) {
+      pollfd p{reader.get(), POLLIN, 0};
+      if (::poll(&p, 1, 1000) <= 0) break;
+      if (::read(reader.get(), sink, sizeof sink) <= 0) break;
+    }
+  });
+  while (!eof && Clock::now() < deadline) io.run_one_for(std::chrono::milliseconds(100));
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    loop_done = true;
+  }
+  cv.notify_one();
+  rescuer.join();
+  producer.join();
+  REQUIRE_FALSE(rescued);
+  REQUIRE(eof);
+  CHECK(seen == expected.size());
+
+  // The reader catches up: a prefix of the lines, in order, then the notice.
+  std::string text;
+  char buf[65536];
+  while (text.find("did not keep up\n") == std::string::npos && Clock::now() < deadline) {
+    pollfd p{reader.get(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::read(reader.get(), buf, sizeof buf);
+    if (n > 0) text.append(buf, static_cast<size_t>(n));
+  }
+  const size_t at = text.find("ddprun: ");
+  REQUIRE(at != std::string::npos);
+  CHECK(expected.compare(0, at, text, 0, at) == 0);
+  const size_t dropped = expected.size() - at;  // all after the gap was dropped
+  CHECK(text.substr(at) == ddprun::base::QueuedWriter::drop_notice(dropped, fifo));
 }

@@ -101,6 +101,7 @@ TEST_CASE("event log lines are JSON with time, attempt, ranks and reason") {
   }
   wd::EventLog again(path);  // appends
   again.write("done", 1, {0, 1}, "succeeded");
+  REQUIRE(again.flush(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
   std::ifstream in(path);
   std::vector<nlohmann::json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
