@@ -204,6 +204,21 @@ std::optional<std::string> read_proc_exe(pid_t pid) {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
+std::string installed_or(const std::string& relative, const std::string& marker,
+                         const std::string& fallback) {
+  const auto exe = read_proc_exe(::getpid());
+  if (!exe) return fallback;
+  // <prefix>/bin/<name> -> <prefix>
+  std::string prefix = *exe;
+  for (int up = 0; up < 2; ++up) {
+    const size_t slash = prefix.rfind('/');
+    if (slash == std::string::npos) return fallback;
+    prefix.resize(slash);
+  }
+  const std::string dir = prefix + "/" + relative;
+  return ::access((dir + "/" + marker).c_str(), F_OK) == 0 ? dir : fallback;
+}
+
 std::optional<std::string> proc_environ_value(pid_t pid, std::string_view key) {
   const auto env = read_proc_environ(pid);
   if (!env) return std::nullopt;

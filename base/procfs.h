@@ -79,6 +79,14 @@ std::optional<std::vector<std::string>> read_proc_cmdline(pid_t pid);
 // The target of /proc/<pid>/exe (the program's path); nullopt when
 // unreadable (gone, a kernel thread, another user's).
 std::optional<std::string> read_proc_exe(pid_t pid);
+// Where an installed ddprun keeps its files: `relative` (e.g.
+// "share/ddprun/python") below the prefix this program runs from (its own
+// path, /proc/self/exe, is <prefix>/bin/<name>), when that folder holds
+// `marker`; else `fallback` (the source tree's, for a program run from the
+// build tree). How ddprun, train and the watchdog find their Python helpers
+// and data, the .deb's, the wheel's and `cmake --install`'s alike.
+std::string installed_or(const std::string& relative, const std::string& marker,
+                         const std::string& fallback);
 // The value of `key` in /proc/<pid>/environ; nullopt when absent or
 // unreadable.
 std::optional<std::string> proc_environ_value(pid_t pid, std::string_view key);

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "base/contract.h"
+#include "base/procfs.h"
 #include "base/system_error.h"
 #include "introspect/proc_usage.h"
 
@@ -22,14 +23,8 @@ using Clock = std::chrono::steady_clock;
 int pystack_signal() { return SIGRTMIN + 6; }
 
 std::string python_dir() {
-  std::error_code ec;
-  const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
-  const fs::path installed =
-      fs::path(exe).parent_path().parent_path() / DDPRUN_INTROSPECT_PYTHON_INSTALL_DIR;
-  if (!exe.empty() && fs::exists(installed / "sitecustomize.py", ec)) {
-    return installed.lexically_normal().string();
-  }
-  return DDPRUN_INTROSPECT_PYTHON_DIR;
+  return base::installed_or(DDPRUN_INTROSPECT_PYTHON_INSTALL_DIR, "sitecustomize.py",
+                            DDPRUN_INTROSPECT_PYTHON_DIR);
 }
 
 namespace {

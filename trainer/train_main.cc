@@ -17,6 +17,7 @@
 #include <c10/util/Exception.h>
 
 #include "base/contract.h"
+#include "base/procfs.h"
 #include "trainer/blas_setup.h"
 #include "trainer/error.h"
 #include "trainer/log.h"
@@ -47,14 +48,9 @@ int env_int(const char* name, int fallback) {
 // .deb's and `cmake --install`'s) beside the program, as ddprun finds its
 // Python helpers; else the source tree's, for the build tree's program.
 std::string default_data_dir() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  const fs::path installed = exe.parent_path().parent_path() / DDPRUN_DATA_INSTALL_DIR / "digits";
-  if (!ec && fs::exists(installed / "train-images-idx3-ubyte", ec)) {
-    return installed.lexically_normal().string();
-  }
-  return std::string(DDPRUN_SOURCE_DIR) + "/data/digits";
+  return ddprun::base::installed_or(std::string(DDPRUN_DATA_INSTALL_DIR) + "/digits",
+                                    "train-images-idx3-ubyte",
+                                    std::string(DDPRUN_SOURCE_DIR) + "/data/digits");
 }
 
 std::string env_str(const char* name, const std::string& fallback) {

@@ -13,6 +13,7 @@
 
 #include "agent/worker_env.h"
 #include "base/contract.h"
+#include "base/procfs.h"
 #include "base/system_error.h"
 
 namespace ddprun::watchdog {
@@ -20,14 +21,8 @@ namespace ddprun::watchdog {
 namespace fs = std::filesystem;
 
 std::string heartbeat_python_dir() {
-  std::error_code ec;
-  const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
-  const fs::path installed =
-      fs::path(exe).parent_path().parent_path() / DDPRUN_WATCHDOG_PYTHON_INSTALL_DIR;
-  if (!exe.empty() && fs::exists(installed / "ddprun_heartbeat.py", ec)) {
-    return installed.lexically_normal().string();
-  }
-  return DDPRUN_WATCHDOG_PYTHON_DIR;
+  return base::installed_or(DDPRUN_WATCHDOG_PYTHON_INSTALL_DIR, "ddprun_heartbeat.py",
+                            DDPRUN_WATCHDOG_PYTHON_DIR);
 }
 
 namespace {

@@ -281,3 +281,14 @@ TEST_CASE("read_proc_file: a sizeless /proc file whole, and errno for one that i
   CHECK_FALSE(read_proc_file("/proc/self/no-such-file", &err));
   CHECK(err == ENOENT);
 }
+
+TEST_CASE("installed_or finds a folder below this program's prefix only when it holds the marker") {
+  // This test program is <build>/bin/base_tests: its prefix is <build>.
+  const auto exe = ddprun::base::read_proc_exe(::getpid());
+  REQUIRE(exe.has_value());
+  const std::string prefix = exe->substr(0, exe->rfind('/', exe->rfind('/') - 1));
+  ddprun::testing::TempDir unused;  // a fallback that is surely not the answer
+  CHECK(ddprun::base::installed_or("bin", "base_tests", unused.path()) == prefix + "/bin");
+  CHECK(ddprun::base::installed_or("bin", "no-such-marker", unused.path()) == unused.path());
+  CHECK(ddprun::base::installed_or("no/such/folder", "x", "fallback") == "fallback");
+}
