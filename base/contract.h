@@ -79,6 +79,13 @@ inline constexpr const char* kEnvPythonExec = "PYTHON_EXEC";
 inline constexpr const char* kEnvDdprunPython = "DDPRUN_PYTHON";
 // The --stdin-rank fallback.
 inline constexpr const char* kEnvStdinRank = "DDPRUN_STDIN_RANK";
+// --- --restart-scope=rank (docs/RECOVERY.md): the recovery channel.
+inline constexpr const char* kEnvRestartScope = "DDPRUN_RESTART_SCOPE";
+// An inherited AF_UNIX SOCK_SEQPACKET socket: the agent's failed/ready/
+// fallback messages in, the worker's joined messages out.
+inline constexpr const char* kEnvRecoveryFd = "DDPRUN_RECOVERY_FD";
+// The generation a worker starts in: 0, or G for generation G's replacement.
+inline constexpr const char* kEnvGeneration = "DDPRUN_GENERATION";
 // "0": ignore the Slurm step ddprun runs in.
 inline constexpr const char* kEnvSlurm = "DDPRUN_SLURM";
 // Where agents register for `ddprun status` (default: $XDG_RUNTIME_DIR/
