@@ -181,6 +181,49 @@ TEST_CASE("--restart-scope=group is today's behaviour: no channel, the whole gro
   CHECK(digits_masked(plain.err) == digits_masked(group.err));
 }
 
+namespace {
+
+std::set<long> fds_of(const std::string& start_line) {
+  std::set<long> out;
+  const size_t at = start_line.find(" fds=");
+  if (at == std::string::npos) return out;
+  std::string list = start_line.substr(at + 5);
+  for (size_t p = 0; p < list.size();) {
+    size_t comma = list.find(',', p);
+    if (comma == std::string::npos) comma = list.size();
+    out.insert(std::strtol(list.substr(p, comma - p).c_str(), nullptr, 10));
+    p = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("each worker inherits its own channel end and nothing more than with group scope") {
+  auto group = run_rank_scope({"--nproc-per-node=3", "--hang-timeout=0"}, {"--recoveries=0"});
+  auto rank = run_rank_scope({"--nproc-per-node=3", "--hang-timeout=0", "--restart-scope=rank",
+                              "--max-restarts=1"},
+                             {"--recoveries=0"});
+  REQUIRE(group.status == 0);
+  REQUIRE(rank.status == 0);
+  auto group_lines = lines_with(group.out, "[default");
+  auto rank_lines = lines_with(rank.out, "[default");
+  REQUIRE(group_lines.size() == 3);
+  REQUIRE(rank_lines.size() == 3);
+  std::vector<long> channels;
+  for (const auto& l : rank_lines) channels.push_back(field(l, "fd"));
+  for (size_t i = 0; i < 3; ++i) {
+    CAPTURE(rank_lines[i]);
+    const auto fds = fds_of(rank_lines[i]);
+    CHECK(fds.count(channels[i]) == 1);
+    for (size_t j = 0; j < 3; ++j)
+      if (j != i) CHECK(fds.count(channels[j]) == 0);  // a peer's end is close-on-exec
+    // What a worker inherits besides (the agent's own, the test's): as many
+    // as under group scope.
+    CHECK(fds.size() == fds_of(group_lines[i]).size() + 1);
+  }
+}
+
 TEST_CASE("--restart-scope=rank is refused on more than one node, in one line, status 2") {
   auto r = run_ddprun({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
                        "--restart-scope=rank", "/bin/true"});

@@ -2,7 +2,8 @@
 tests/agent/restart_scope_test.cc. Plain python3, standard library only.
 
 Every rank prints one line at start:
-  start rank=R local=L world=W pid=P gen=G restart=C fd=F
+  start rank=R local=L world=W pid=P gen=G restart=C fd=F fds=D[,D...]|none
+(fds: the descriptors it inherited above 2)
 and one line per packet it reads from DDPRUN_RECOVERY_FD:
   got rank=R pid=P <the packet>
 
@@ -10,7 +11,7 @@ Flags (a failure or hang happens in the first attempt only, restart 0):
   --fail R:G:CODE   rank R exits with CODE when it starts in generation G
   --hang R:G        rank R stops beating and blocks: at once in generation
                     0, after the generation formed in a later one
-  --recoveries N    survivors exit 0 once generation N formed
+  --recoveries N    survivors exit 0 once generation N formed (0: at once)
   --beat            beat every 20 ms on DDPRUN_HEARTBEAT_SOCKET ("hb R step")
   --ignore-channel  never read the channel (a program that does not take part)
 
@@ -68,8 +69,11 @@ def main():
     gen = int(os.environ.get("DDPRUN_GENERATION", "0"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     fd_text = os.environ.get("DDPRUN_RECOVERY_FD", "none")
+    # Descriptors inherited past 2 (listdir's own is gone once it returns).
+    fds = sorted(int(f) for f in os.listdir("/proc/self/fd") if int(f) > 2)
+    fds = [f for f in fds if os.path.exists(f"/proc/self/fd/{f}")]
     say(f"start rank={rank} local={local} world={world} pid={os.getpid()} gen={gen} "
-        f"restart={restart} fd={fd_text}")
+        f"restart={restart} fd={fd_text} fds={','.join(map(str, fds)) or 'none'}")
     if restart > 0:
         return 0
     for spec in a.fail:
@@ -77,6 +81,8 @@ def main():
         if r == rank and g == gen:
             say(f"failing rank={rank} gen={gen} code={code}")
             return code
+    if a.recoveries == 0:
+        return 0
     if fd_text == "none":
         # Group scope: a survivor waits to be stopped, as one blocked in a
         # collective with the dead rank would.
