@@ -7,10 +7,14 @@
 // dead rank in a collective), the slot's process group is SIGKILLed (what
 // it started dies with it), the replacement starts in the same slot with
 // the same ranks and DDPRUN_GENERATION=G, and the survivors get `ready`.
-// It ends when every local rank has sent `joined` for G. Anything that
-// makes that impossible (a second failure, no restart left, the spawn
-// failing, --recovery-timeout) falls back to the group teardown, which
-// the workers hear of as `fallback`.
+// It ends when every local rank has sent `joined` for G; then every rank
+// gets `recovered`. Anything that makes that impossible (a second failure,
+// no restart left, the spawn failing, --recovery-timeout) falls back to
+// the group teardown, which the workers hear of as `fallback`.
+//
+// A hang (recover_hang) differs only in its start: the culprit may first
+// get its traceback signal, for up to the hook's wait, then SIGKILL; its
+// reaped end (Worker::replacing) starts the replacement.
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>

@@ -179,7 +179,11 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
 
 void WatchdogHook::add_worker_env(const agent::AttemptInfo& attempt, int local_rank,
                                   agent::EnvMap& env) {
-  if (local_rank == 0 || attempt.restart_count != attempt_) begin_attempt(attempt);
+  // A new attempt's first worker; not a replacement (--restart-scope=rank),
+  // spawned into an attempt whose workers all exist: its peers keep this
+  // attempt's socket and watchdog.
+  if ((local_rank == 0 && attempt.workers.empty()) || attempt.restart_count != attempt_)
+    begin_attempt(attempt);
   if (heartbeats_) env[base::kEnvHeartbeatSocket] = heartbeats_->path();
   if (timers_) env[base::kEnvTimerFile] = timers_->path();
   const bool detecting = options_.learn || options_.detect.any_enabled() || options_.file_timer;

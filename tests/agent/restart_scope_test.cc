@@ -6,6 +6,7 @@
 // is bounded (run_ddprun's deadline, the worker's own 60 s); ctest entry
 // agent.restart_scope, skipped (77) without /usr/bin/python3.
 #include <doctest/doctest.h>
+#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -136,29 +137,32 @@ TEST_CASE("no restart left: the failure ends the job as with group scope, said i
 }
 
 TEST_CASE("a hung rank is SIGKILLed and replaced, and the watchdog watches its replacement") {
-  // Rank 1 stops beating in generation 0, and its replacement in generation
-  // 1 once that formed: two hangs, two replacements, the survivors the same.
+  // Local rank 0 stops beating in generation 0, and its replacement in
+  // generation 1 once that formed: two hangs, two replacements, the
+  // survivor the same process throughout. (Rank 0: the watchdog's socket
+  // and state belong to the attempt, not to its first worker.)
   auto r = run_rank_scope({"--nproc-per-node=2", "--max-restarts=2", "--restart-scope=rank",
                            "--heartbeat-timeout=1", "--heartbeat-grace=20", "--stack-capture=none",
                            "--term-timeout=5"},
-                          {"--beat", "--recoveries=2", "--hang", "1:0", "--hang", "1:1"});
+                          {"--beat", "--recoveries=2", "--hang", "0:0", "--hang", "0:1"});
   REQUIRE_FALSE(r.timed_out);
   CHECK(r.status == 0);
-  auto rank1 = lines_with(r.out, "[default1]:start ");
-  REQUIRE(rank1.size() == 3);
-  CHECK(rank1[1].find(" gen=1 ") != std::string::npos);
-  CHECK(rank1[2].find(" gen=2 ") != std::string::npos);
-  CHECK(lines_with(r.out, "[default0]:start ").size() == 1);
-  CHECK(count_of(r.err, "freeze: rank 1 is the culprit; replacing that rank") == 2);
+  auto rank0 = lines_with(r.out, "[default0]:start ");
+  REQUIRE(rank0.size() == 3);
+  CHECK(rank0[1].find(" gen=1 ") != std::string::npos);
+  CHECK(rank0[2].find(" gen=2 ") != std::string::npos);
+  CHECK(lines_with(r.out, "[default1]:start ").size() == 1);
+  CHECK(count_of(r.err, "freeze: rank 0 is the culprit; replacing that rank") == 2);
   CHECK(count_of(r.err, ") hung; replacing only that rank, generation 1 ") == 1);
   CHECK(count_of(r.err, ") hung; replacing only that rank, generation 2 ") == 1);
-  auto got = lines_with(r.out, "[default0]:got ");
+  auto got = lines_with(r.out, "[default1]:got ");
   REQUIRE(got.size() == 6);
-  CHECK(got[0].find("event=failed generation=1 ranks=1 cause=hang") != std::string::npos);
-  CHECK(got[3].find("event=failed generation=2 ranks=1 cause=hang") != std::string::npos);
+  CHECK(got[0].find("event=failed generation=1 ranks=0 cause=hang") != std::string::npos);
+  CHECK(got[2].find("event=recovered generation=1 ranks=0") != std::string::npos);
+  CHECK(got[3].find("event=failed generation=2 ranks=0 cause=hang") != std::string::npos);
   // Both hung processes are gone (SIGKILLed or ended by their SIGABRT).
   for (size_t i = 0; i < 2; ++i) {
-    const pid_t pid = static_cast<pid_t>(field(rank1[i], "pid"));
+    const pid_t pid = static_cast<pid_t>(field(rank0[i], "pid"));
     CHECK((kill(pid, 0) != 0 && errno == ESRCH));
   }
   CHECK(count_of(r.err, "restarting the group") == 0);
