@@ -323,3 +323,30 @@ TEST_CASE("learned: a rank replaced after its hang (--restart-scope=rank) is wat
   CHECK(w.hang->pid == kPid + 10);
   CHECK(w.dog.culprit(*w.hang) == 1);
 }
+
+TEST_CASE("learned: same step everywhere (train --hang-at-step): the last beat names the culprit, "
+          "so the waiting ranks' forward beat on entering the next collective is what makes it right") {
+  for (const bool forward : {false, true}) {
+    CAPTURE(forward);
+    wd::TimeoutLearner learner(small_floor());
+    Learned w(learner);
+    w.dog.add_worker(0, 0, kPid);
+    w.dog.add_worker(1, 1, kPid + 1);
+    w.steps({0, 1}, 1, 49, 400ms);
+    // Step 50 ends on both ranks at once (its all-reduce); rank 0's beat
+    // happens to go out first, then rank 1 stops for good after its own.
+    w.clock.advance(400ms);
+    w.dog.on_beat(beat(0, 50, w.clock.now(), BeatKind::kAuto));
+    w.clock.advance(1ms);
+    w.dog.on_beat(beat(1, 50, w.clock.now(), BeatKind::kAuto));
+    if (forward) {  // rank 0 enters step 51's all-reduce, where it waits
+      w.clock.advance(5ms);
+      w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kForward));
+    }
+    w.clock.advance(3s);  // past 5 x the longest step (now 0.401 s)
+    REQUIRE(w.hang);
+    // Without the forward beat the one that stopped is indistinguishable
+    // (its beat was the later one): rank 0 is blamed. With it, rank 1.
+    CHECK(w.dog.culprit(*w.hang) == (forward ? 1 : 0));
+  }
+}
