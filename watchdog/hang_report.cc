@@ -56,10 +56,37 @@ bool stack_in_collective(const std::string& stack_text) {
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
   for (const char* word : {"allreduce", "all_reduce", "barrier", "broadcast", "allgather",
                            "all_gather", "reduce_scatter", "reducescatter", "alltoall",
-                           "all_to_all", "ncclgroupend", "processgroupgloo::", "processgroupnccl::"}) {
+                           "all_to_all", "ncclgroupend", "processgroupgloo::", "processgroupnccl::",
+                           // ddprun's own `train`: its communicators' waits
+                           // (ShmCommunicator::complete_through) and DDP's wait
+                           // for the gradient buckets name no collective.
+                           "communicator::", "distributeddataparallel::finish_backward"}) {
     if (t.find(word) != std::string::npos) return true;
   }
   return false;
+}
+
+std::string main_thread_stack(const std::string& text, pid_t pid) {
+  // eu-stack: "TID <tid>:" opens each thread; gdb's "thread apply all bt":
+  // "Thread <n> (Thread 0x... (LWP <tid>) ...):". The main thread's id is
+  // the process's.
+  const std::string eu = "TID " + std::to_string(pid) + ":";
+  const std::string lwp = "(LWP " + std::to_string(pid) + ")";
+  std::string out;
+  bool in_main = false, structured = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind("TID ", 0) == 0 || line.rfind("Thread ", 0) == 0) {
+      structured = true;
+      in_main = line == eu || line.find(lwp) != std::string::npos;
+    }
+    if (in_main) out += line + "\n";
+  }
+  return structured && pid > 0 && !out.empty() ? out : text;
 }
 
 void HangReport::find_culprit(bool may_blame) {
@@ -69,21 +96,35 @@ void HangReport::find_culprit(bool may_blame) {
   // A rank may have two stacks. Its Python one, when there is one, decides:
   // the native one also shows the communicator's idle threads (every Gloo
   // rank has ProcessGroupGloo::runLoop waiting), whatever the main thread
-  // does. Otherwise any native thread inside a collective counts.
+  // does. Otherwise any native thread inside a collective counts (then, if
+  // that puts every rank inside, the main thread's).
   auto is_python = [](StackMethod m) {
     return m == StackMethod::kPythonFaulthandler || m == StackMethod::kPySpy ||
            m == StackMethod::kPyStack;
   };
-  std::map<int, std::pair<bool, bool>> ranks;  // rank: (has a Python stack, inside)
-  for (const auto& s : stacks) {
-    if (s.text.empty()) continue;  // not captured (yet): says nothing
-    auto& [python, inside] = ranks[s.global_rank];
-    if (is_python(s.method) && !python) inside = false;  // the Python stack replaces the native verdict
-    if (is_python(s.method) || !python) inside = inside || stack_in_collective(s.text);
-    python = python || is_python(s.method);
-  }
-  for (const auto& [rank, verdict] : ranks)
-    (verdict.second ? in_collective : outside).push_back(rank);
+  // `main_only`: a native stack counts by its main thread alone.
+  auto verdicts = [&](bool main_only) {
+    std::map<int, std::pair<bool, bool>> ranks;  // rank: (has a Python stack, inside)
+    for (const auto& s : stacks) {
+      if (s.text.empty()) continue;  // not captured (yet): says nothing
+      auto& [python, inside] = ranks[s.global_rank];
+      if (is_python(s.method) && !python) inside = false;  // the Python stack replaces the native verdict
+      const std::string& text =
+          main_only && !is_python(s.method) ? main_thread_stack(s.text, s.pid) : s.text;
+      if (is_python(s.method) || !python) inside = inside || stack_in_collective(text);
+      python = python || is_python(s.method);
+    }
+    in_collective.clear();
+    outside.clear();
+    for (const auto& [rank, verdict] : ranks)
+      (verdict.second ? in_collective : outside).push_back(rank);
+  };
+  verdicts(false);
+  // Every rank inside by some thread: a native program's communicator keeps
+  // idle threads on every rank (ProcessGroupGloo::runLoop), so its main
+  // threads tell instead (`train` on Gloo: the one that stopped is in
+  // pause(), the others in DDP's wait for the gradients).
+  if (outside.empty() && !in_collective.empty()) verdicts(true);
   if (in_collective.empty() || outside.empty()) return;
   // Of the ranks outside a collective, the one behind in steps, then the one
   // whose last beat is oldest, stopped first.

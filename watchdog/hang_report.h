@@ -76,6 +76,10 @@ struct HangReport {
 // collective: all_reduce, barrier, broadcast, all_gather, ... in torch,
 // Gloo, NCCL or our own communicators.
 bool stack_in_collective(const std::string& stack_text);
+// The main thread's part of a native stack capture (eu-stack's or gdb's
+// layout; the main thread's id is `pid`); the whole text when it has no
+// thread structure or the thread is not found.
+std::string main_thread_stack(const std::string& stack_text, pid_t pid);
 
 // Snapshot of `dog` for `event` (stacks and logs are filled in by the caller).
 HangReport make_hang_report(const Watchdog& dog, const HangEvent& event, int attempt);

@@ -81,6 +81,21 @@ class HeartbeatClient {
     send(buf, n);
   }
 
+  // Sends "fw <rank>\n": progress without a step. Call it where each step
+  // enters its first collective wait (before the gradients' all-reduce):
+  // when a rank stops after step N and the others wait for it in step
+  // N+1's collective, every rank reports step N, and the watchdog tells the
+  // one that stopped by its older last beat (Watchdog::culprit); without
+  // this beat the step-N beats of all ranks came at the same moment. Not
+  // rate-limited (the Python client's automatic ones are): once per step.
+  void forward() noexcept {
+    if (!fd_) return;
+    char buf[heartbeat_wire::kMaxDatagramBytes];
+    const int n = std::snprintf(buf, sizeof(buf), "%s%" PRId64 "\n",
+                                heartbeat_wire::kPrefixForward, rank_);
+    send(buf, n);
+  }
+
   // Sends "ss <rank> <name>\n" unless a section of that name is already open.
   void start_section(std::string_view name) noexcept { section(name, true); }
   // Sends "se <rank> <name>\n" when the outermost one of that name ends; an

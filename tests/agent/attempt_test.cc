@@ -10,66 +10,14 @@
 #include <optional>
 #include <vector>
 
-#include "agent/attempt.h"
-#include "base/clock.h"
-#include "tests/agent/fake_launcher.h"
-#include "tests/common/temp_dir.h"
+#include "tests/agent/attempt_harness.h"
 
 namespace ag = ddprun::agent;
 using namespace std::chrono_literals;
 using ag::test::exited_with;
 using ag::test::FakeLauncher;
+using ag::test::Harness;
 using ag::test::killed_by;
-
-namespace {
-
-// Records what the attempt tells its hooks.
-struct Recorder : ag::AgentHooks {
-  ag::AttemptControl* control = nullptr;
-  std::vector<int> exited;  // local ranks, in order
-  std::optional<ag::Failure> failed;
-  std::optional<ag::AttemptResult> ended;
-  void workers_started(const ag::AttemptInfo&, ag::AttemptControl& c) override { control = &c; }
-  void worker_exited(const ag::WorkerEnd& end) override { exited.push_back(end.worker.local_rank); }
-  void attempt_failed(const ag::Failure& root) override { failed = root; }
-  void attempt_ended(const ag::AttemptResult& result) override { ended = result; }
-};
-
-// One attempt of `workers` workers, with its fakes.
-struct Harness {
-  explicit Harness(int workers, double term_timeout_s = 5.0) {
-    options.command = {"/bin/true"};
-    options.term_timeout_s = term_timeout_s;
-    options.nproc_per_node = workers;
-    ag::AttemptSetup setup;
-    setup.round.local_world_size = workers;
-    setup.round.world_size = workers;
-    setup.run_id = "unit";
-    setup.run_dir = dir.path();
-    setup.runtime_dir = dir.path();
-    setup.program_path = "/bin/true";
-    attempt.emplace(io, clock, launcher, options, setup, std::vector<ag::AgentHooks*>{&hooks});
-  }
-  // Starts the workers; their pipes (held by no process) reach EOF at once.
-  void start() {
-    attempt->start();
-    io.poll();
-  }
-  void reap() {
-    launcher.reap(*attempt);
-    io.poll();
-  }
-
-  ddprun::testing::TempDir dir;
-  boost::asio::io_context io;
-  ddprun::base::ManualClock clock;
-  FakeLauncher launcher;
-  ag::Options options;
-  Recorder hooks;
-  std::optional<ag::Attempt> attempt;
-};
-
-}  // namespace
 
 TEST_CASE("every worker exiting 0 is success, and nothing is signalled before they are reaped") {
   Harness h(3);

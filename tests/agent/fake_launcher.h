@@ -3,7 +3,9 @@
 // would (ends by it, or ignores it when told to), and its exit waits in a
 // queue until the test reaps it, as the agent's SIGCHLD reaper would. Every
 // signal is logged, so a test reads back what the teardown sent, to whom
-// and in which order.
+// and in which order. A worker's inherited descriptors (the recovery
+// channel's end, SpawnRequest::inherit_fds) are kept open for the test,
+// which then speaks for the worker (channel()).
 #pragma once
 
 #include <errno.h>
@@ -59,6 +61,12 @@ class FakeLauncher : public ProcessLauncher {
   // Spawn number `worker` leaves its stdout and stderr open after it exits,
   // as a grandchild or daemon that inherited them would.
   void hold_streams(int worker) { held_workers_.insert(worker); }
+  // Spawn number `worker`'s end of its recovery channel (rank scope); -1
+  // when it got none.
+  int channel(int worker) const {
+    auto it = channels_.find(worker);
+    return it == channels_.end() ? -1 : it->second.get();
+  }
   // The holder of those streams ends.
   void drop_streams() { held_.clear(); }
   // From now on `worker` looks idle (asleep, no CPU) to idle(); the others
@@ -69,6 +77,7 @@ class FakeLauncher : public ProcessLauncher {
     if (!alive_.count(worker)) return;
     alive_.erase(worker);
     exits_.emplace_back(pid_of(worker), wait_status);
+    channels_.erase(worker);  // its end closes with the process
   }
   // Hands every queued exit to `attempt` in order, as the agent does.
   void reap(Attempt& attempt) {
@@ -96,6 +105,7 @@ class FakeLauncher : public ProcessLauncher {
       held_.emplace_back(::dup(request.stdout_fd));
       held_.emplace_back(::dup(request.stderr_fd));
     }
+    if (!request.inherit_fds.empty()) channels_[n] = base::ScopedFd(::dup(request.inherit_fds[0]));
     requests.push_back(std::move(request));
     alive_.insert(n);
     return pid_of(n);
@@ -130,6 +140,7 @@ class FakeLauncher : public ProcessLauncher {
   std::set<int> held_workers_;
   std::vector<base::ScopedFd> held_;
   std::map<int, std::set<int>> ignored_;
+  std::map<int, base::ScopedFd> channels_;
   std::vector<std::pair<pid_t, int>> exits_;
 };
 

@@ -165,6 +165,23 @@ TEST_CASE("sections from the C++ client: outermost start and end, guard ends on 
   CHECK(server.malformed_received() == 0);
 }
 
+TEST_CASE("forward beats from the C++ client arrive as progress without a step") {
+  TempDir dir;
+  boost::asio::io_context io;
+  std::vector<wd::Beat> beats;
+  wd::HeartbeatServer server(io, wd::choose_socket_path(dir.path()),
+                             [&](const wd::Beat& b) { beats.push_back(b); });
+  Child child({WATCHDOG_TEST_WORKER, "forward"},
+              {{"DDPRUN_HEARTBEAT_SOCKET", server.path()}, {"RANK", "2"}});
+  REQUIRE(run_until(io, [&] { return beats.size() == 2; }));
+  CHECK(WEXITSTATUS(child.wait()) == 0);
+  CHECK(beats[0].kind == wd::BeatKind::kForward);
+  CHECK(beats[0].global_rank == 2);
+  CHECK(beats[1].kind == wd::BeatKind::kExplicit);
+  CHECK(beats[1].step == 3);
+  CHECK(server.malformed_received() == 0);
+}
+
 TEST_CASE("C++ client is a no-op outside ddprun") {
   Child child({WATCHDOG_TEST_WORKER, "beat", "3", "1", "exit"}, {{"DDPRUN_HEARTBEAT_SOCKET", ""}});
   const int status = child.wait();

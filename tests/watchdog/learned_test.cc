@@ -282,3 +282,71 @@ TEST_CASE("after a hang that was only reported, the watchdog watches again from 
   w.clock.advance(1s);
   CHECK(w.hang);
 }
+
+TEST_CASE("learned: a rank replaced after its hang (--restart-scope=rank) is watched afresh, and "
+          "the learned timeout is kept") {
+  wd::TimeoutLearner learner(small_floor());
+  Learned w(learner);
+  w.dog.add_worker(0, 0, kPid);
+  w.dog.add_worker(1, 1, kPid + 1);
+  w.steps({0, 1}, 1, 49, 400ms);
+  w.steps({0}, 50, 1, 400ms);  // rank 1 stops after step 49
+  w.clock.advance(2s);
+  REQUIRE(w.hang);
+  CHECK(w.dog.culprit(*w.hang) == 1);
+  const auto timeout = learner.timeout(wd::TimeoutLearner::kStep);
+  CHECK(timeout == 2s);
+  w.hang.reset();
+  w.dog.replace_worker(1, kPid + 10);
+  CHECK_FALSE(w.dog.fired());
+  const auto& fresh = w.dog.workers().at(1);
+  CHECK(fresh.pid == kPid + 10);
+  CHECK(fresh.beats == 0);
+  CHECK(fresh.step == -1);
+  CHECK(fresh.global_rank == 1);
+  CHECK(fresh.spawned == w.clock.now());
+  // The replacement's setup (start-up, the state from a survivor) holds
+  // rank 0 up, not a hang, far past a step's timeout.
+  w.clock.advance(10s);
+  CHECK_FALSE(w.hang);
+  // Both step on; the 10 s across the recovery is no step to learn from.
+  w.steps({0, 1}, 50, 5, 400ms);
+  CHECK(learner.timeout(wd::TimeoutLearner::kStep) == timeout);
+  // The replacement hangs too: caught one learned timeout later, blamed.
+  w.steps({0}, 55, 1, 400ms);
+  const auto last = w.clock.now();
+  w.clock.advance(2s - 1ms);
+  CHECK_FALSE(w.hang);
+  w.clock.advance(1ms);
+  REQUIRE(w.hang);
+  CHECK(w.hang->due == last + 2s);
+  CHECK(w.hang->pid == kPid + 10);
+  CHECK(w.dog.culprit(*w.hang) == 1);
+}
+
+TEST_CASE("learned: same step everywhere (train --hang-at-step): the last beat names the culprit, "
+          "so the waiting ranks' forward beat on entering the next collective is what makes it right") {
+  for (const bool forward : {false, true}) {
+    CAPTURE(forward);
+    wd::TimeoutLearner learner(small_floor());
+    Learned w(learner);
+    w.dog.add_worker(0, 0, kPid);
+    w.dog.add_worker(1, 1, kPid + 1);
+    w.steps({0, 1}, 1, 49, 400ms);
+    // Step 50 ends on both ranks at once (its all-reduce); rank 0's beat
+    // happens to go out first, then rank 1 stops for good after its own.
+    w.clock.advance(400ms);
+    w.dog.on_beat(beat(0, 50, w.clock.now(), BeatKind::kAuto));
+    w.clock.advance(1ms);
+    w.dog.on_beat(beat(1, 50, w.clock.now(), BeatKind::kAuto));
+    if (forward) {  // rank 0 enters step 51's all-reduce, where it waits
+      w.clock.advance(5ms);
+      w.dog.on_beat(beat(0, -1, w.clock.now(), BeatKind::kForward));
+    }
+    w.clock.advance(3s);  // past 5 x the longest step (now 0.401 s)
+    REQUIRE(w.hang);
+    // Without the forward beat the one that stopped is indistinguishable
+    // (its beat was the later one): rank 0 is blamed. With it, rank 1.
+    CHECK(w.dog.culprit(*w.hang) == (forward ? 1 : 0));
+  }
+}

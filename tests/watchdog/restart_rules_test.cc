@@ -171,6 +171,15 @@ TEST_CASE("the rank outside a collective is the culprit, ranks waiting in one ar
       "in barrier\n"));
   CHECK(wd::stack_in_collective("#3 0x00 in c10d::ProcessGroupGloo::allreduce(...)\n"));
   CHECK(wd::stack_in_collective("#1 ddprun::trainer::ShmCommunicator::allreduce_mean_async\n"));
+  // train --hang-at-step: the ranks waiting for the one that stopped.
+  CHECK(wd::stack_in_collective(
+      "#0 0x00007f705351f829 syscall\n"
+      "#1 0x0000558f5a306b17 ddprun::trainer::(anonymous namespace)::ShmCommunicator::"
+      "complete_through(unsigned long)\n"
+      "#2 0x0000558f5a2f91e7 ddprun::trainer::DistributedDataParallel::finish_backward()\n"));
+  CHECK_FALSE(wd::stack_in_collective(
+      "#0 0x00007f7126cf1df2 pause\n"
+      "#1 0x000055ea762b640d ddprun::trainer::run_training(ddprun::trainer::TrainOptions const&)\n"));
   CHECK_FALSE(wd::stack_in_collective("  File \"train.py\", line 40 in load_batch\n"));
 
   wd::HangReport r;
@@ -231,4 +240,29 @@ TEST_CASE("the rank outside a collective is the culprit, ranks waiting in one ar
   r.find_culprit();
   CHECK(r.stack_culprit == 1);
   CHECK(r.in_collective == std::vector<int>{0});
+  // Native only, every rank with Gloo's idle threads (train --backend gloo
+  // --hang-at-step): the main threads tell, in eu-stack's and gdb's layout.
+  auto native = [&](int rank, pid_t pid, const std::string& text) {
+    auto s = with(rank, wd::StackMethod::kEuStack, text);
+    s.pid = pid;
+    return s;
+  };
+  const std::string gloo_idle =
+      "TID 9001:\n#0 epoll_wait\n#1 gloo::transport::tcp::Loop::run()\n"
+      "TID 9002:\n#2 c10d::ProcessGroupGloo::runLoop(int)\n";
+  r.stacks = {native(0, 100, "PID 100 - process\nTID 100:\n#0 pthread_cond_wait\n"
+                             "#1 c10d::Work::wait()\n"
+                             "#2 ddprun::trainer::DistributedDataParallel::finish_backward()\n" +
+                                 gloo_idle),
+              native(1, 101, "PID 101 - process\nTID 101:\n#0 pause\n"
+                             "#1 ddprun::trainer::run_training()\n" + gloo_idle),
+              native(2, 102, "Thread 2 (Thread 0x7f (LWP 9003) \"pt_main\"):\n"
+                             "#0 c10d::ProcessGroupGloo::runLoop(int)\n"
+                             "Thread 1 (Thread 0x7e (LWP 102) \"train\"):\n"
+                             "#0 ddprun::trainer::ShmCommunicator::complete_through()\n")};
+  r.find_culprit();
+  CHECK(r.stack_culprit == 1);
+  CHECK(r.in_collective == std::vector<int>{0, 2});
+  CHECK(wd::main_thread_stack("no threads here", 100) == "no threads here");
+  CHECK(wd::main_thread_stack("TID 5:\n#0 x\n", 100) == "TID 5:\n#0 x\n");  // not found: all
 }

@@ -119,6 +119,12 @@ int deaf() {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "deaf") == 0) return deaf();
   if (argc >= 2 && std::strcmp(argv[1], "sections") == 0) return sections();
+  if (argc >= 2 && std::strcmp(argv[1], "forward") == 0) {
+    ddprun::watchdog::HeartbeatClient client;
+    client.forward();
+    client.beat(3);
+    return 0;
+  }
   if (argc >= 2 && std::strcmp(argv[1], "hang") == 0) ddprun_test_hang_here();
   if (argc >= 3 && std::strcmp(argv[1], "scenario") == 0) return scenario(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "collective") == 0) return collective(argv[2]);

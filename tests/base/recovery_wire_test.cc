@@ -1,0 +1,49 @@
+// base/recovery_wire.h: the recovery channel's packets (docs/RECOVERY.md),
+// formatted and parsed; what a malformed packet is.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "base/recovery_wire.h"
+
+namespace wire = ddprun::base::recovery_wire;
+
+TEST_CASE("recovery packets round-trip: failed, ready, recovered, fallback, joined") {
+  wire::Message m;
+  m.event = "failed";
+  m.generation = 3;
+  m.ranks = {1, 7};
+  m.cause = "hang";
+  CHECK(wire::format(m) == "event=failed generation=3 ranks=1,7 cause=hang");
+  auto back = wire::parse(wire::format(m));
+  REQUIRE(back);
+  CHECK(back->event == "failed");
+  CHECK(back->generation == 3);
+  CHECK(back->ranks == std::vector<int>{1, 7});
+  CHECK(back->cause == "hang");
+  wire::Message f;
+  f.event = "fallback";
+  f.reason = "second_failure";
+  CHECK(wire::format(f) == "event=fallback reason=second_failure");
+  auto j = wire::parse("event=joined generation=2 rank=5\n");  // a newline is allowed
+  REQUIRE(j);
+  CHECK(j->event == "joined");
+  CHECK(j->generation == 2);
+  CHECK(j->rank == 5);
+}
+
+TEST_CASE("recovery packets: unknown keys and order are free; malformed ones are rejected") {
+  auto m = wire::parse("rank=4 future=yes  event=joined generation=1");
+  REQUIRE(m);
+  CHECK(m->rank == 4);
+  CHECK(m->generation == 1);
+  CHECK_FALSE(wire::parse(""));
+  CHECK_FALSE(wire::parse("generation=1 rank=0"));          // no event
+  CHECK_FALSE(wire::parse("event=joined generation=x"));    // not a number
+  CHECK_FALSE(wire::parse("event=joined generation=-1"));
+  CHECK_FALSE(wire::parse("event=joined rank=16777216"));   // past kMaxRank
+  CHECK_FALSE(wire::parse("event=failed ranks=1,,2"));
+  CHECK_FALSE(wire::parse("event=joined junk"));            // not key=value
+  CHECK_FALSE(wire::parse("event="));
+  CHECK_FALSE(wire::parse("event=joined " + std::string(600, 'x') + "=1"));  // over 512 bytes
+}
