@@ -1,0 +1,119 @@
+"""Recovery without rollback from Python (docs/RECOVERY.md, "Python"): a tiny
+model on gloo that survives a rank's death without reading a checkpoint.
+
+    ddprun --restart-scope=rank --max-restarts=1 --nproc-per-node=2 \\
+        examples/rank_recovery.py --steps 40 --kill-rank 1 --kill-step 10
+
+Deterministic: one seed for the model, every batch a function of (step,
+rank), gradients averaged by one flat all_reduce. When a peer dies, the
+survivors abandon the step in flight, ddprun starts a replacement, and
+ddprun_recovery re-forms the group and sends the replacement the model, the
+momentum and the step from a survivor; the step in flight is then redone.
+The final parameters are bit-identical to those of a run without the
+failure. Each rank prints, at the end:
+
+    rank R done 40 steps, generation G, parameters identical on W ranks: True
+
+--kill-rank R --kill-step K: rank R SIGKILLs itself at step K, after its
+backward and before the all_reduce (its peers are then waiting in it), in
+generation 0 only: its replacement goes on. --out FILE: rank 0 writes the
+final parameters there (float32, raw bytes), for a test to compare.
+Outside ddprun (torchrun, or ddprun without --restart-scope=rank) it trains
+the same way and a failure ends the run, as it would without the module.
+"""
+import argparse
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+try:
+    from ddprun import recovery  # the wheel's package
+except ImportError:
+    import ddprun_recovery as recovery  # ddprun's PYTHONPATH folder
+
+
+def build(seed):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return model, opt
+
+
+def batch(seed, step, rank):
+    # The data order is the step's: a replacement that resumes at step S
+    # draws what the dead rank would have drawn.
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + rank)
+    x = torch.randn(16, 8, generator=g)
+    return x, x[:, :4].sin() * 2.0
+
+
+def train_step(model, opt, x, y, kill):
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])  # fresh each step
+    if kill:
+        os.kill(os.getpid(), signal.SIGKILL)
+    recovery.all_reduce(grads, timeout=60)
+    grads /= dist.get_world_size()
+    offset = 0
+    for p in model.parameters():
+        p.grad.copy_(grads[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+    opt.step()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kill-rank", type=int, default=-1)
+    ap.add_argument("--kill-step", type=int, default=-1)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+
+    model, opt = build(a.seed)
+    # The collective timeout bounds what ddprun's notification does not
+    # interrupt (the state broadcast; a DDP backward).
+    recovery.init_process_group("gloo", timeout=60)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    progress = {"step": 0}
+    if recovery.is_replacement():
+        progress = recovery.recover(model, opt, None, timeout=60)
+        print(f"rank {rank} replacement joined generation {recovery.generation()} "
+              f"at step {progress['step']}", flush=True)
+    while progress["step"] < a.steps:
+        step = progress["step"]
+        kill = (rank == a.kill_rank and step == a.kill_step and recovery.generation() == 0)
+        try:
+            train_step(model, opt, *batch(a.seed, step, rank), kill)
+            progress["step"] = step + 1  # committed: the all_reduce finished here
+        except (recovery.PeerFailed, RuntimeError) as error:
+            began = time.monotonic()
+            progress = recovery.recover(model, opt, progress, error, timeout=60)
+            print(f"rank {rank} recovered into generation {recovery.generation()} at step "
+                  f"{progress['step']} (was at {step}, {type(error).__name__}) in "
+                  f"{(time.monotonic() - began) * 1000:.0f} ms", flush=True)
+
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    mine = flat.clone()
+    dist.broadcast(flat, 0)
+    same = torch.equal(flat, mine)
+    agree = torch.tensor([1 if same else 0])
+    dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+    print(f"rank {rank} done {progress['step']} steps, generation {recovery.generation()}, "
+          f"parameters identical on {world} ranks: {bool(agree.item())}", flush=True)
+    if rank == 0 and a.out:
+        with open(a.out + ".tmp", "wb") as f:
+            f.write(mine.numpy().tobytes())
+        os.replace(a.out + ".tmp", a.out)
+    dist.destroy_process_group()
+    return 0 if agree.item() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
