@@ -16,7 +16,8 @@ failure. Each rank prints, at the end:
 
 --kill-rank R --kill-step K: rank R SIGKILLs itself at step K, after its
 backward and before the all_reduce (its peers are then waiting in it), in
-generation 0 only: its replacement goes on. --out FILE: rank 0 writes the
+generation 0 only: its replacement goes on. --progress: a line per step.
+--out FILE: rank 0 writes the
 final parameters there (float32, raw bytes), for a test to compare.
 Outside ddprun (torchrun, or ddprun without --restart-scope=rank) it trains
 the same way and a failure ends the run, as it would without the module.
@@ -74,6 +75,7 @@ def main():
     ap.add_argument("--kill-rank", type=int, default=-1)
     ap.add_argument("--kill-step", type=int, default=-1)
     ap.add_argument("--out", default="")
+    ap.add_argument("--progress", action="store_true", help="print 'rank R step S' per step")
     a = ap.parse_args()
 
     model, opt = build(a.seed)
@@ -88,6 +90,8 @@ def main():
               f"at step {progress['step']}", flush=True)
     while progress["step"] < a.steps:
         step = progress["step"]
+        if a.progress:
+            print(f"rank {rank} step {step}", flush=True)
         kill = (rank == a.kill_rank and step == a.kill_step and recovery.generation() == 0)
         try:
             train_step(model, opt, *batch(a.seed, step, rank), kill)
