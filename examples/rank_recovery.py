@@ -98,9 +98,10 @@ def main():
             progress["step"] = step + 1  # committed: the all_reduce finished here
         except (recovery.PeerFailed, RuntimeError) as error:
             began = time.monotonic()
+            print(f"rank {rank} abandoned step {step}: {type(error).__name__}", flush=True)
             progress = recovery.recover(model, opt, progress, error, timeout=60)
             print(f"rank {rank} recovered into generation {recovery.generation()} at step "
-                  f"{progress['step']} (was at {step}, {type(error).__name__}) in "
+                  f"{progress['step']} in "
                   f"{(time.monotonic() - began) * 1000:.0f} ms", flush=True)
 
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])

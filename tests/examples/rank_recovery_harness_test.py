@@ -60,8 +60,9 @@ def read_line(stream, deadline, what):
 class Job:
     """One run: the store helper, the ranks, and their channels (our ends)."""
 
-    def __init__(self, py, script, work, name, args, channel):
+    def __init__(self, py, script, work, name, args, world, channel):
         self.py, self.script, self.args, self.channel = py, script, args, channel
+        self.world = world
         self.work = os.path.join(work, name)
         os.makedirs(self.work, exist_ok=True)
         self.out = os.path.join(self.work, "params.bin")
@@ -74,8 +75,8 @@ class Job:
         self.logs = []
 
     def start(self, rank, generation=0, extra=()):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                   LOCAL_WORLD_SIZE="2", GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(self.world),
+                   LOCAL_WORLD_SIZE=str(self.world), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(self.port), TORCHELASTIC_RESTART_COUNT="0",
                    TORCHELASTIC_USE_AGENT_STORE="True", OMP_NUM_THREADS="1")
         pass_fds = ()
@@ -149,55 +150,72 @@ class Job:
             s.close()
 
 
-def uninterrupted(py, script, work):
-    job = Job(py, script, work, "reference", [], channel=False)
+def uninterrupted(py, script, work, world):
+    job = Job(py, script, work, f"reference_{world}", [], world, channel=False)
     try:
-        for r in (0, 1):
+        for r in range(world):
             job.start(r)
-        for r in (0, 1):
+        for r in range(world):
             job.wait_exit(r)
         return job.finish()
     finally:
         job.close()
 
 
-def recovered(py, script, work, name, victim, self_kill_step=None, kill_at=7):
-    """One run where `victim` dies; the test plays the agent's recovery."""
-    extra = ["--kill-rank", str(victim), "--kill-step", str(self_kill_step)] \
-        if self_kill_step is not None else []
-    job = Job(py, script, work, name, extra, channel=True)
+def recovered(py, script, work, name, world, victim, how, at):
+    """One run where `victim` fails at step `at`; the test plays the agent.
+
+    how: "kill" (the test SIGKILLs it once it reports step `at`), "self"
+    (--kill-rank: it SIGKILLs itself before that step's all_reduce), "hang"
+    (the test SIGSTOPs it at step `at`: its peers wait in the all_reduce on
+    a live socket, which gloo would wait out to the group's timeout; they
+    must abandon it on `failed` alone, before the hung rank is SIGKILLed)."""
+    extra = ["--kill-rank", str(victim), "--kill-step", str(at)] if how == "self" else []
+    job = Job(py, script, work, name, extra, world, channel=True)
+    survivors = [r for r in range(world) if r != victim]
     try:
-        for r in (0, 1):
+        for r in range(world):
             job.start(r)
-        survivor = 1 - victim
         p = job.ranks[victim]
-        if self_kill_step is None:
-            # The test's SIGKILL, wherever in step kill_at the rank is (it
-            # reports each step's start on stdout).
-            wait_for_step(p, job, kill_at)
-            os.kill(p.pid, signal.SIGKILL)
+        if how in ("kill", "hang"):
+            wait_for(p, job, rf"rank \d step {at}\n")
+            os.kill(p.pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        cause = "hang" if how == "hang" else "exit"
+        for r in survivors:
+            job.send(r, f"event=failed generation=1 ranks={victim} cause={cause}")
+        if how == "hang":
+            for r in survivors:
+                wait_for(job.ranks[r], job, rf"rank {r} abandoned step {at}: PeerFailed\n")
+            os.kill(p.pid, signal.SIGKILL)  # the agent ends a hung rank so
         code = job.wait_exit(victim)
         if code != -signal.SIGKILL:
             raise Failed(f"rank {victim} exited {code}, not by SIGKILL")
-        job.send(survivor, f"event=failed generation=1 ranks={victim} cause=exit")
         job.chans.pop(victim).close()
         job.start(victim, generation=1)
-        job.send(survivor, f"event=ready generation=1 ranks={victim}")
-        job.expect_joined([0, 1], 1)
-        for r in (0, 1):
+        for r in survivors:
+            job.send(r, f"event=ready generation=1 ranks={victim}")
+        job.expect_joined(range(world), 1)
+        for r in range(world):
             job.send(r, f"event=recovered generation=1 ranks={victim}")
-        for r in (0, 1):
+        for r in range(world):
             job.wait_exit(r)
         return job.finish()
     finally:
         job.close()
 
 
-def wait_for_step(p, job, step):
-    """Reads the rank's `rank R step S` lines (--progress) until S == step."""
-    while not re.match(rf"rank \d step {step}\n", read_line(p.stdout, job.deadline,
-                                                            f"rank pid {p.pid}")):
+def wait_for(p, job, pattern):
+    """Reads the rank's stdout lines until one matches `pattern`."""
+    while not re.match(pattern, read_line(p.stdout, job.deadline, f"rank pid {p.pid}")):
         pass
+
+
+# name, world size, victim, how, step
+SCENARIOS = [
+    ("kill_rank1_of_2", 2, 1, "kill", 7),
+    ("self_kill_rank0_of_2", 2, 0, "self", 13),
+    ("hang_rank2_of_3", 3, 2, "hang", 9),
+]
 
 
 def main():
@@ -206,23 +224,30 @@ def main():
                                                      capture_output=True, timeout=300).returncode:
         print(f"SKIP: {py} cannot `import torch` (scripts/setup-torch.sh)")
         return SKIP
+    only = sys.argv[5:]  # scenario names, to run a few
     # `import ddprun` (pkg/python) and `import ddprun_recovery` (its folder).
     os.environ["PYTHONPATH"] = python_dir
     script = os.path.join(examples, "rank_recovery.py")
-    done = r"rank (\d) done 30 steps, generation (\d), parameters identical on 2 ranks: True"
+    references = {}
     try:
-        out, reference = uninterrupted(py, script, work)
-        if sorted(re.findall(done, out)) != [("0", "0"), ("1", "0")]:
-            raise Failed(f"uninterrupted run: {out}")
-        print(f"uninterrupted: {len(reference)} bytes of parameters")
-        for name, victim, self_kill in (("kill_rank1", 1, None), ("self_kill_rank0", 0, 13)):
-            out, params = recovered(py, script, work, name, victim, self_kill)
-            if sorted(re.findall(done, out)) != [("0", "1"), ("1", "1")]:
+        for name, world, victim, how, at in SCENARIOS:
+            if only and name not in only:
+                continue
+            done = rf"rank (\d) done {STEPS} steps, generation (\d), parameters identical on " \
+                   rf"{world} ranks: True"
+            if world not in references:
+                out, references[world] = uninterrupted(py, script, work, world)
+                if sorted(re.findall(done, out)) != [(str(r), "0") for r in range(world)]:
+                    raise Failed(f"uninterrupted run on {world} ranks: {out}")
+                print(f"uninterrupted on {world} ranks: {len(references[world])} bytes of "
+                      "parameters")
+            out, params = recovered(py, script, work, name, world, victim, how, at)
+            if sorted(re.findall(done, out)) != [(str(r), "1") for r in range(world)]:
                 raise Failed(f"{name}: {out}")
-            if "replacement joined generation 1" not in out or "recovered into generation 1" \
-                    not in out:
+            if f"rank {victim} replacement joined generation 1" not in out or \
+                    "recovered into generation 1" not in out:
                 raise Failed(f"{name}: no recovery said: {out}")
-            if params != reference:
+            if params != references[world]:
                 raise Failed(f"{name}: final parameters differ from the uninterrupted run's")
             said = [line for line in out.splitlines() if not re.match(r"rank \d step", line)]
             print(f"ok: {name}: recovered, parameters bit-identical", *said, sep="\n  ")
