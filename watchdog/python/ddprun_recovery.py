@@ -261,11 +261,17 @@ def wait_failed(timeout):
 
 def send_joined(gen=None):
     """Tells ddprun this rank's group for `gen` (default: the current
-    generation) formed and its state is synchronised. False if not sent."""
+    generation) formed and its state is synchronised; from here `gen` is
+    this rank's generation and a failure up to it is no longer pending.
+    False if not sent (not enabled, or the agent is gone)."""
     ch = _get()
     if ch is None:
         return False
     g = ch.current if gen is None else gen
+    # Joined G: this rank is in G, and a failure up to G is dealt with.
+    ch.current = max(ch.current, g)
+    if ch.failed is not None and ch.failed.generation <= g:
+        ch.failed = None
     rank = _env_int("RANK", 0)
     try:
         ch.sock.send(f"event=joined generation={g} rank={rank}".encode("ascii"))
