@@ -1,23 +1,26 @@
 """examples/rank_recovery.py recovering from a SIGKILLed rank, with this test
 playing ddprun's agent (docs/RECOVERY.md): no ddprun binary involved.
 
-    rank_recovery_harness_test.py <examples folder> <python folder> <venv python> <work>
+    rank_recovery_harness_test.py <examples folder> <python path> <venv python> <work> [scenario...]
 
 The driver is Debian's /usr/bin/python3, stdlib only; the store helper and
 the ranks run the torch 2.x venv's python (exit 77, skipped, without it).
 Per run, as the agent does:
   - a helper process hosts a torch TCPStore (TORCHELASTIC_USE_AGENT_STORE);
-  - 2 ranks start with torchrun's environment and one end of an AF_UNIX
+  - the ranks start with torchrun's environment and one end of an AF_UNIX
     SOCK_SEQPACKET socket pair each as DDPRUN_RECOVERY_FD;
-  - a failure: the test SIGKILLs rank 1 once it reported reaching step
-    KILL_AT (or rank 0 SIGKILLs itself, --kill-rank), reaps it, sends
-    `event=failed generation=1 ...` to the survivor, starts the replacement
-    with DDPRUN_GENERATION=1, sends `ready`, waits for `joined` from both,
-    sends `recovered`.
+  - a failure (SCENARIOS): the test SIGKILLs rank 1 of 2 once it reported
+    reaching step 7; rank 0 of 2 SIGKILLs itself at step 13 (--kill-rank);
+    the test SIGSTOPs rank 2 of 3 at step 9 (a hang: its peers wait on live
+    sockets, and must abandon the all_reduce on `failed` alone before the
+    test SIGKILLs it);
+  - then: the victim reaped, `event=failed generation=1 ...` to the
+    survivors, the replacement started with DDPRUN_GENERATION=1, `ready`,
+    `joined` awaited from every rank, `recovered`.
 Checks: each recovered run's final parameters are bit-identical to an
-uninterrupted run's (which runs without the channel: the module's no-op
-path), and every rank says its peers hold the same. Every wait has a
-deadline; nothing sleeps.
+uninterrupted run's on as many ranks (which runs without the channel: the
+module's no-op path), and every rank says its peers hold the same. Every
+wait has a deadline; nothing sleeps. Extra arguments: scenario names to run.
 """
 import os
 import re
@@ -185,7 +188,7 @@ def recovered(py, script, work, name, world, victim, how, at):
             job.send(r, f"event=failed generation=1 ranks={victim} cause={cause}")
         if how == "hang":
             for r in survivors:
-                wait_for(job.ranks[r], job, rf"rank {r} abandoned step {at}: PeerFailed\n")
+                wait_for(job.ranks[r], job, rf"rank {r} abandoned step \d+: PeerFailed\n")
             os.kill(p.pid, signal.SIGKILL)  # the agent ends a hung rank so
         code = job.wait_exit(victim)
         if code != -signal.SIGKILL:
