@@ -396,7 +396,10 @@ def _abandon_group():
         # Kept referenced: a gloo thread may still block in the abandoned
         # collective (see _abandoned); destroy only unregisters it then.
         _abandoned.append((dist.group.WORLD, None))
-        dist.destroy_process_group()
+        # torch's own: ddprun_autobeat's wrapper would open a "teardown"
+        # heartbeat section that only the process's end closes.
+        destroy = getattr(dist.destroy_process_group, "__wrapped__", dist.destroy_process_group)
+        destroy()
 
 
 def recover(model, optimizer, progress, error=None, timeout=DEFAULT_TIMEOUT_S):
