@@ -183,16 +183,20 @@ def recovered(py, script, work, name, world, victim, how, at):
         if how in ("kill", "hang"):
             wait_for(p, job, rf"rank \d step {at}\n")
             os.kill(p.pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-        cause = "hang" if how == "hang" else "exit"
-        for r in survivors:
-            job.send(r, f"event=failed generation=1 ranks={victim} cause={cause}")
         if how == "hang":
+            # As the agent: `failed` at once, then the hung rank SIGKILLed.
+            for r in survivors:
+                job.send(r, f"event=failed generation=1 ranks={victim} cause=hang")
             for r in survivors:
                 wait_for(job.ranks[r], job, rf"rank {r} abandoned step \d+: PeerFailed\n")
-            os.kill(p.pid, signal.SIGKILL)  # the agent ends a hung rank so
+            os.kill(p.pid, signal.SIGKILL)
         code = job.wait_exit(victim)
         if code != -signal.SIGKILL:
             raise Failed(f"rank {victim} exited {code}, not by SIGKILL")
+        if how != "hang":
+            # As the agent: `failed` once the worker's exit was reaped.
+            for r in survivors:
+                job.send(r, f"event=failed generation=1 ranks={victim} cause=exit")
         job.chans.pop(victim).close()
         job.start(victim, generation=1)
         for r in survivors:
