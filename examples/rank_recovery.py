@@ -16,7 +16,8 @@ failure. Each rank prints, at the end:
 
 --kill-rank R --kill-step K: rank R SIGKILLs itself at step K, after its
 backward and before the all_reduce (its peers are then waiting in it), in
-generation 0 only: its replacement goes on. --progress: a line per step.
+generation 0 only: its replacement goes on; with --hang it sleeps there
+instead, for ddprun's watchdog to find (--heartbeat-timeout). --progress: a line per step.
 --out FILE: rank 0 writes the
 final parameters there (float32, raw bytes), for a test to compare.
 Outside ddprun (torchrun, or ddprun without --restart-scope=rank) it trains
@@ -33,9 +34,10 @@ import torch.distributed as dist
 import torch.nn as nn
 
 try:
-    from ddprun import recovery  # the wheel's package
-except ImportError:
-    import ddprun_recovery as recovery  # ddprun's PYTHONPATH folder
+    from ddprun import beat, recovery  # the wheel's package
+except ImportError:  # ddprun's PYTHONPATH folder
+    import ddprun_recovery as recovery
+    from ddprun_heartbeat import beat
 
 
 def build(seed):
@@ -53,12 +55,19 @@ def batch(seed, step, rank):
     return x, x[:, :4].sin() * 2.0
 
 
-def train_step(model, opt, x, y, kill):
+def train_step(model, opt, step, x, y, fault):
     opt.zero_grad()
     nn.functional.mse_loss(model(x), y).backward()
     grads = torch.cat([p.grad.flatten() for p in model.parameters()])  # fresh each step
-    if kill:
+    if fault == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "hang":
+        time.sleep(600)  # ddprun's watchdog SIGKILLs it long before
+        sys.exit(3)
+    # At the collective: a rank hung before it is then a step behind the
+    # ranks waiting in it, which is how ddprun's watchdog tells which one
+    # to replace (with equal steps it would blame the oldest beat).
+    beat(step)
     recovery.all_reduce(grads, timeout=60)
     grads /= dist.get_world_size()
     offset = 0
@@ -74,6 +83,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kill-rank", type=int, default=-1)
     ap.add_argument("--kill-step", type=int, default=-1)
+    ap.add_argument("--hang", action="store_true",
+                    help="--kill-rank stops at --kill-step instead (alive, asleep)")
     ap.add_argument("--out", default="")
     ap.add_argument("--progress", action="store_true", help="print 'rank R step S' per step")
     a = ap.parse_args()
@@ -92,9 +103,11 @@ def main():
         step = progress["step"]
         if a.progress:
             print(f"rank {rank} step {step}", flush=True)
-        kill = (rank == a.kill_rank and step == a.kill_step and recovery.generation() == 0)
+        fault = None
+        if rank == a.kill_rank and step == a.kill_step and recovery.generation() == 0:
+            fault = "hang" if a.hang else "kill"
         try:
-            train_step(model, opt, *batch(a.seed, step, rank), kill)
+            train_step(model, opt, step, *batch(a.seed, step, rank), fault)
             progress["step"] = step + 1  # committed: the all_reduce finished here
         except (recovery.PeerFailed, RuntimeError) as error:
             began = time.monotonic()
