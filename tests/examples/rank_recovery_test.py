@@ -3,9 +3,10 @@
 
     rank_recovery_test.py <ddprun> <examples folder> <python folder> <venv python> <work>
 
-Runs the example three times: uninterrupted, then with rank 1 SIGKILLing
-itself at step 10, then rank 0 at step 25 (--kill-rank/--kill-step, in
-generation 0 only). Each failed run must recover without a group restart
+Runs the example four times: uninterrupted, then with rank 1 SIGKILLing
+itself at step 10, rank 0 at step 25 (--kill-rank/--kill-step, in
+generation 0 only), and rank 1 hanging at step 30 (--hang: asleep before the
+all_reduce, found by ddprun's watchdog, --hang-timeout-floor=3). Each failed run must recover without a group restart
 (ddprun says generation 1 formed; every rank ends in generation 1, the
 replacement joined at the step in flight) and end with final parameters
 bit-identical to the uninterrupted run's. The driver is Debian's
@@ -22,11 +23,11 @@ STEPS = 40
 DEADLINE_S = 300
 
 
-def run(ddprun, examples, py, work, name, extra):
+def run(ddprun, examples, py, work, name, extra, flags=()):
     out_file = os.path.join(work, name + ".params")
     log_dir = os.path.join(work, name)
     argv = [ddprun, "--restart-scope=rank", "--max-restarts=1", "--nproc-per-node=2",
-            "--log-dir=" + log_dir, "--rdzv-id=" + name,
+            "--log-dir=" + log_dir, "--rdzv-id=" + name, *flags,
             os.path.join(examples, "rank_recovery.py"), "--steps", str(STEPS), "--out", out_file,
             *extra]
     try:
@@ -53,15 +54,22 @@ def main():
     out, _, reference = run(ddprun, examples, py, work, "uninterrupted", [])
     if sorted(re.findall(done, out)) != [("0", "0"), ("1", "0")]:
         raise SystemExit("FAILED: the uninterrupted run did not end in generation 0 on 2 ranks")
-    for victim, step in ((1, 10), (0, 25)):
-        name = f"kill_rank{victim}_step{step}"
+    # (victim, step, hang): a hang is found by the default (learned)
+    # detector, its floor lowered from 60 s; the replacement's setup keeps
+    # the survivors' deadlines waiting.
+    for victim, step, hang in ((1, 10, False), (0, 25, False), (1, 30, True)):
+        name = f"{'hang' if hang else 'kill'}_rank{victim}_step{step}"
         out, err, params = run(ddprun, examples, py, work, name,
-                               ["--kill-rank", str(victim), "--kill-step", str(step)])
+                               ["--kill-rank", str(victim), "--kill-step", str(step)] +
+                               (["--hang"] if hang else []),
+                               ["--hang-timeout-floor=3"] if hang else [])
         problems = []
         if sorted(re.findall(done, out)) != [("0", "1"), ("1", "1")]:
             problems.append("not every rank ended in generation 1")
         if f"rank {victim} replacement joined generation 1 at step {step}" not in out:
             problems.append(f"no replacement of rank {victim} joined at step {step}")
+        if hang and f"rank {victim} (local rank {victim}, " not in err:
+            problems.append(f"ddprun did not blame rank {victim}'s hang")
         if "generation 1 formed" not in err:
             problems.append("ddprun did not say generation 1 formed")
         if "gives up" in err:
