@@ -22,6 +22,7 @@ The whole loop (examples/rank_recovery.py runs it):
             opt.zero_grad()
             loss.backward()
             grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+            ddprun_heartbeat.beat(progress["step"])  # at the collective: who hung
             recovery.all_reduce(grads)         # raises PeerFailed, or gloo's error
             ...copy grads / world back into p.grad...
             opt.step()
