@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../
 from check_report import report  # noqa: E402
 
 COMPONENTS = ["agent", "base", "introspect", "launcher", "rendezvous", "trainer", "watchdog"]
-PYTHON_HELPERS = ["watchdog/python/ddprun_heartbeat.py", "introspect/python/sitecustomize.py"]
+PYTHON_HELPERS = ["watchdog/python/ddprun_heartbeat.py", "watchdog/python/ddprun_recovery.py",
+                  "introspect/python/sitecustomize.py"]
 HEADER = "base/contract.h"
 # A literal on a line carrying this marker, or just below one, is not the
 # contract's name (e.g. a column title "RANK" in `ddprun status`).

@@ -93,7 +93,7 @@ def main():
     if not re.fullmatch(r"ddprun \d+\.\d+\.\d+( \(git \S+\))?\n", version):
         errors.append(f"ddprun --version printed {version!r}")
     py = os.path.join(venv, "bin", "python")
-    probe = run([py, "-c", "import ddprun, ddprun_heartbeat, os; "
+    probe = run([py, "-c", "import ddprun, ddprun_heartbeat, ddprun.recovery, os; "
                  "print(ddprun.__version__); print(os.path.isfile(os.path.join("
                  "ddprun.bootstrap_dir(), 'ddprun_autobeat.py'))); print(ddprun.executable())"],
                 60, env=env).stdout.split()

@@ -9,6 +9,9 @@ The same functions as `import ddprun_heartbeat` (which keeps working, and is
 the one module both names share: an explicit beat through either stops the
 automatic ones). Outside ddprun every call is a no-op.
 
+`from ddprun import recovery` is rank-scoped recovery (--restart-scope=rank,
+docs/RECOVERY.md "Python"): opt-in, not imported here.
+
 The `ddprun` command itself is the C++ binary the wheel puts in the
 environment's bin folder, not a Python wrapper.
 """
