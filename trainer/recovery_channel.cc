@@ -125,16 +125,17 @@ int64_t RecoveryChannel::wait_failed(Clock::time_point deadline, const std::stri
       throw TrainerError("rank-scoped recovery gave up (event=fallback reason=" +
                          fallback_reason_ + "): the agent restarts the group");
     }
-    if (failed_generation_ > generation_) return failed_generation_;
+    if (failed_generation_ > generation_) return generation_ = failed_generation_;
     if (closed_) {
       throw TrainerError("recovery channel closed by the agent while waiting for event=failed");
     }
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
       throw TrainerError("no event=failed for generation " + std::to_string(generation_ + 1) +
                          " within " + what);
     }
+    // Rounded up: a poll that ends just short of the deadline would spin.
+    const long long left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
     pollfd p{fd_.get(), POLLIN, 0};
     if (::poll(&p, 1, int(std::min<long long>(left, 60000))) < 0 && errno != EINTR) {
       throw TrainerError("recovery channel: poll: " + base::errno_text(errno));
@@ -142,11 +143,10 @@ int64_t RecoveryChannel::wait_failed(Clock::time_point deadline, const std::stri
   }
 }
 
-void RecoveryChannel::joined(int64_t g, int rank) {
-  generation_ = g;
+void RecoveryChannel::joined(int rank) {
   wire::Message m;
   m.event = std::string(wire::kEventJoined);
-  m.generation = g;
+  m.generation = generation_;
   m.rank = rank;
   const std::string packet = wire::format(m);
   if (closed_) return;

@@ -46,27 +46,26 @@ class RecoveryChannel : public AbortSource {
   // Owns `fd` (made close-on-exec); `generation` is the one this process
   // starts in.
   RecoveryChannel(int fd, int64_t generation);
-  RecoveryChannel(RecoveryChannel&&) = default;
-  RecoveryChannel& operator=(RecoveryChannel&&) = default;
 
   int fd() const override { return closed_ ? -1 : fd_.get(); }
   bool requested() override;
 
-  // The generation this rank trains in now.
+  // The generation this rank trains in, or is forming (once wait_failed()
+  // returned it): only a failure beyond it asks for an abort.
   int64_t generation() const { return generation_; }
   // The ranks the newest failed packet named (empty before one).
   const std::vector<int>& failed_ranks() const { return failed_ranks_; }
 
   // The generation to re-form as: returns once event=failed for a
-  // generation above generation() arrived (at once when it already has).
-  // Throws TrainerError when `deadline` passes first (naming `what`, the
-  // deadline's flag), on event=fallback, and when the agent's end closed.
+  // generation above generation() arrived (at once when it already has),
+  // and makes it generation(). Throws TrainerError when `deadline` passes
+  // first (naming `what`, the deadline's flag), on event=fallback, and when
+  // the agent's end closed.
   int64_t wait_failed(Clock::time_point deadline, const std::string& what);
 
-  // This rank formed generation `g` and holds its state: generation()
-  // becomes g and event=joined goes to the agent (a full socket drops it,
-  // as the contract allows; logged).
-  void joined(int64_t g, int rank);
+  // This rank formed generation() and holds its state: event=joined goes
+  // to the agent (a full socket drops it, as the contract allows; logged).
+  void joined(int rank);
 
  private:
   void drain();

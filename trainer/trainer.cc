@@ -258,7 +258,7 @@ class TrainingLoop {
     log_formed(w_.rank, g, r);
     log_info("rank %d: recovered in %.0f ms", w_.rank,
              std::chrono::duration<double, std::milli>(Clock::now() - failed_at).count());
-    channel_->joined(g, w_.rank);
+    channel_->joined(w_.rank);
   }
 
   void train_step() {
@@ -403,7 +403,7 @@ TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
     const PeerResume r = resume_from_peer(*s.comm, s.state, s.device, -1, Resume{});
     resume = r.resume;
     log_formed(w.rank, generation, r);
-    channel->joined(generation, w.rank);
+    channel->joined(w.rank);
   }
   TrainingLoop loop(o, w, s, store, channel, dir, resume, stop_requested);
   loop.run();

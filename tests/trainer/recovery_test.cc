@@ -179,7 +179,8 @@ TrialResult run_trial(const Config& c, int kill_step, int victim, const std::str
   // The agent's part: see the death, tell the survivors at once, then start
   // the replacement.
   const int killed = ranks[victim]->wait_for(deadline);
-  INFO("logs before the replacement:\n", dump());
+  const std::string before = dump();  // INFO stringifies only on failure, later
+  INFO("logs before the replacement:\n", before);
   REQUIRE(killed == 128 + SIGKILL);
   const Clock::time_point failed_at = Clock::now();
   wire::Message failed;
