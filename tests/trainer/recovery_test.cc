@@ -7,7 +7,8 @@
 // the survivors as the agent would, starts the replacement with
 // DDPRUN_GENERATION=1 and waits for every rank's event=joined. The final
 // parameters (--save-params) must be bit-identical to an uninterrupted run
-// of the same seed, and the replacement must read no checkpoint.
+// of the same seed, and the replacement must read no checkpoint. The hang
+// variant (--hang-at-step) leaves the hung rank alive until everyone joined.
 //
 // The kill steps and ranks come from a printed seed (DDPRUN_RECOVERY_SEED
 // repeats a run); DDPRUN_RECOVERY_TRIALS sets the trials per case (5).
@@ -15,6 +16,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <poll.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -139,20 +141,51 @@ std::string reference_sha(const Config& c) {
   return done[key] = sha_of(tmp.file("params"));
 }
 
+// Waits (inotify on `folder`, the log's, deadline) until p's log holds `text`.
+bool wait_for_output(const Process& p, const std::string& folder, const std::string& text,
+                     Clock::time_point deadline) {
+  const ScopedFd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (!watch || ::inotify_add_watch(watch.get(), folder.c_str(), IN_MODIFY) < 0) return false;
+  for (;;) {
+    if (p.output().find(text) != std::string::npos) return true;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{watch.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, int(left.count())) > 0) {
+      alignas(inotify_event) char buf[4096];
+      while (::read(watch.get(), buf, sizeof buf) > 0) {
+      }
+    }
+  }
+}
+
+// kKill: --kill-at-step (SIGKILL in the middle of the step, the agent sees
+// the exit). kHang: --hang-at-step, the last rank stops after the step,
+// alive, holding its sockets and shm pid: the survivors can leave their
+// collective only through event=failed. The hung process stays alive until
+// every rank of generation 1 joined (the agent would SIGKILL it; not
+// killing it proves the channel alone frees the survivors).
+enum class Fault { kKill, kHang };
+
 struct TrialResult {
   double recovery_ms = 0;
   int source = -1;
   long long state_step = -1;
 };
 
-// One trial: rank `victim` dies in the middle of step `kill_step`.
-TrialResult run_trial(const Config& c, int kill_step, int victim, const std::string& reference) {
+// One trial: rank `victim` dies in the middle of step `kill_step` (kKill),
+// or hangs after it (kHang).
+TrialResult run_trial(const Config& c, Fault fault, int kill_step, int victim,
+                      const std::string& reference) {
   TempDir tmp;
   ddprun::rendezvous::testing::ServerThread store;
   std::vector<std::string> argv = train_argv(c, tmp.path());
-  for (const std::string& a : {std::string("--kill-at-step"), std::to_string(kill_step),
-                               std::string("--kill-rank"), std::to_string(victim)})
-    argv.push_back(a);
+  const std::vector<std::string> fault_flags =
+      fault == Fault::kKill
+          ? std::vector<std::string>{"--kill-at-step", std::to_string(kill_step), "--kill-rank",
+                                     std::to_string(victim)}
+          : std::vector<std::string>{"--hang-at-step", std::to_string(kill_step)};
+  argv.insert(argv.end(), fault_flags.begin(), fault_flags.end());
   auto env_of = [&](int rank, int generation) {
     auto env = rank_env(c, rank, store.port(), "trial/");
     env["DDPRUN_RESTART_SCOPE"] = "rank";
@@ -178,20 +211,30 @@ TrialResult run_trial(const Config& c, int kill_step, int victim, const std::str
   };
   // The agent's part: see the death, tell the survivors at once, then start
   // the replacement.
-  const int killed = ranks[victim]->wait_for(deadline);
-  const std::string before = dump();  // INFO stringifies only on failure, later
-  INFO("logs before the replacement:\n", before);
-  REQUIRE(killed == 128 + SIGKILL);
+  std::unique_ptr<Process> hung;
+  if (fault == Fault::kKill) {
+    const int killed = ranks[victim]->wait_for(deadline);
+    const std::string before = dump();  // INFO stringifies only on failure, later
+    INFO("logs before the replacement:\n", before);
+    REQUIRE(killed == 128 + SIGKILL);
+  } else {
+    const bool stopped = wait_for_output(*ranks[victim], tmp.path(),
+                                         "hangs here (injected)", deadline);
+    const std::string before = dump();
+    INFO("logs before the replacement:\n", before);
+    REQUIRE(stopped);
+    hung = std::move(ranks[victim]);
+  }
   const Clock::time_point failed_at = Clock::now();
   wire::Message failed;
   failed.event = std::string(wire::kEventFailed);
   failed.generation = 1;
   failed.ranks = {victim};
-  failed.cause = std::string(wire::kCauseExit);
+  failed.cause = std::string(fault == Fault::kKill ? wire::kCauseExit : wire::kCauseHang);
   for (int r = 0; r < c.world; ++r) {
     if (r != victim) chans[r].send(failed);
   }
-  const std::string first_log = ranks[victim]->output();
+  const std::string first_log = (hung ? hung : ranks[victim])->output();
   chans[victim] = Channel::open();
   ranks[victim] = std::make_unique<Process>(
       argv, env_of(victim, 1), tmp.file("rank" + std::to_string(victim) + ".gen1.log"),
@@ -229,6 +272,10 @@ TrialResult run_trial(const Config& c, int kill_step, int victim, const std::str
   TrialResult result;
   result.recovery_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - failed_at).count();
+  if (hung) {
+    hung->signal(SIGKILL);  // the agent's part, once nobody waits on it
+    CHECK(hung->wait_for(deadline) == 128 + SIGKILL);
+  }
   for (int r = 0; r < c.world; ++r) {
     const int code = ranks[r]->wait_for(deadline);
     INFO("logs:\n", dump());
@@ -254,22 +301,30 @@ TrialResult run_trial(const Config& c, int kill_step, int victim, const std::str
     CHECK(source != victim);
     CHECK(out.find("resuming from") == std::string::npos);
   }
-  // The in-flight step: committed by some survivors at most (kill_step), never
-  // past it, and never lost (kill_step - 1 were done by everyone).
-  CHECK(result.state_step >= kill_step - 1);
-  CHECK(result.state_step <= kill_step);
-  INFO("the killed rank's log:\n", first_log);
-  CHECK(first_log.find("--kill-at-step " + std::to_string(kill_step)) != std::string::npos);
+  INFO("the failed rank's log:\n", first_log);
+  if (fault == Fault::kKill) {
+    // The in-flight step: committed by some survivors at most (kill_step),
+    // never past it, and never lost (kill_step - 1 were done by everyone).
+    CHECK(result.state_step >= kill_step - 1);
+    CHECK(result.state_step <= kill_step);
+    CHECK(first_log.find("--kill-at-step " + std::to_string(kill_step)) != std::string::npos);
+  } else {
+    CHECK(result.state_step == kill_step);  // every rank finished it; the next is in flight
+    CHECK(first_log.find("--hang-at-step " + std::to_string(kill_step)) != std::string::npos);
+  }
   INFO("logs:\n", dump());
   CHECK(sha_of(tmp.file("params")) == reference);
   return result;
 }
 
-void run_case(const std::string& backend, int world) {
+void run_case(const std::string& backend, int world, Fault fault = Fault::kKill) {
   const uint64_t seed = seed_from_env();
-  const int trials = trials_from_env();
-  std::printf("recovery %s %d ranks: seed %llu (DDPRUN_RECOVERY_SEED=%llu repeats it), %d trials\n",
-              backend.c_str(), world, (unsigned long long)seed, (unsigned long long)seed, trials);
+  const int trials = fault == Fault::kKill ? trials_from_env() : (trials_from_env() + 1) / 2;
+  const char* what = fault == Fault::kKill ? "killed in" : "hung after";
+  std::printf("recovery %s %d ranks, a rank %s a step: seed %llu (DDPRUN_RECOVERY_SEED=%llu "
+              "repeats it), %d trials\n",
+              backend.c_str(), world, what, (unsigned long long)seed, (unsigned long long)seed,
+              trials);
   std::fflush(stdout);
   std::mt19937_64 gen(seed);
   std::vector<double> times;
@@ -278,22 +333,24 @@ void run_case(const std::string& backend, int world) {
     // Up to kSteps - 1: a later collective must exist for the survivors to
     // notice (a death in the last step can leave them nothing to wait on).
     const int kill_step = 1 + int(gen() % (kSteps - 1));
-    const int victim = int(gen() % uint64_t(world));
+    const int drawn = int(gen() % uint64_t(world));
+    const int victim = fault == Fault::kKill ? drawn : world - 1;  // --hang-at-step's rank
     CAPTURE(t);
     CAPTURE(kill_step);
     CAPTURE(victim);
     CAPTURE(c.bucket_mb);
     const std::string reference = reference_sha(c);
-    const TrialResult r = run_trial(c, kill_step, victim, reference);
-    std::printf("  trial %d: rank %d killed in step %d (bucket %.2f MiB): state from rank %d at "
-                "step %lld, all joined %.0f ms after the death, params bit-identical\n",
-                t, victim, kill_step, c.bucket_mb, r.source, r.state_step, r.recovery_ms);
+    const TrialResult r = run_trial(c, fault, kill_step, victim, reference);
+    std::printf("  trial %d: rank %d %s step %d (bucket %.2f MiB): state from rank %d at "
+                "step %lld, all joined %.0f ms after event=failed, params bit-identical\n",
+                t, victim, what, kill_step, c.bucket_mb, r.source, r.state_step, r.recovery_ms);
     std::fflush(stdout);
     times.push_back(r.recovery_ms);
   }
   std::sort(times.begin(), times.end());
   if (!times.empty()) {
-    std::printf("recovery %s %d ranks: death to all joined min %.0f median %.0f max %.0f ms\n",
+    std::printf("recovery %s %d ranks: event=failed to all joined min %.0f median %.0f max %.0f "
+                "ms\n",
                 backend.c_str(), world, times.front(), times[times.size() / 2], times.back());
   }
 }
@@ -311,6 +368,19 @@ TEST_CASE("rank scope on shm with 2 ranks: a rank killed mid-step is replaced, p
 }
 TEST_CASE("rank scope on shm with 4 ranks: a rank killed mid-step is replaced, parameters bit-identical") {
   run_case("shm", 4);
+}
+
+TEST_CASE("rank scope on gloo with 2 ranks and a hang: event=failed alone frees the survivors") {
+  run_case("gloo", 2, Fault::kHang);
+}
+TEST_CASE("rank scope on gloo with 4 ranks and a hang: event=failed alone frees the survivors") {
+  run_case("gloo", 4, Fault::kHang);
+}
+TEST_CASE("rank scope on shm with 2 ranks and a hang: event=failed alone frees the survivors") {
+  run_case("shm", 2, Fault::kHang);
+}
+TEST_CASE("rank scope on shm with 4 ranks and a hang: event=failed alone frees the survivors") {
+  run_case("shm", 4, Fault::kHang);
 }
 
 int main(int argc, char** argv) { return ddprun::testing::main_with_skips(argc, argv); }
