@@ -43,13 +43,17 @@ Attempt::Attempt(boost::asio::io_context& io, base::Clock& clock, ProcessLaunche
       options_(options),
       setup_(std::move(setup)),
       hooks_(std::move(hooks)),
-      timer_(clock.make_timer()) {
+      timer_(clock.make_timer()),
+      recovery_timer_(clock.make_timer()),
+      victim_timer_(clock.make_timer()) {
   info_.restart_count = setup_.restart_count;
   info_.round = setup_.round;
   info_.log_dir =
       setup_.run_dir + "/" + base::kFileAttemptDirPrefix + std::to_string(setup_.attempt_index);
   info_.runtime_dir = setup_.runtime_dir;
   result_.restart_count = setup_.restart_count;
+  rank_restarts_ = setup_.rank_restarts;
+  result_.rank_restarts = rank_restarts_;
   ptys_ = setup_.consoles.out && setup_.consoles.out->terminal();
 }
 
@@ -61,7 +65,10 @@ Attempt::~Attempt() {
 void Attempt::start() {
   std::optional<SpawnError> error;
   try {
-    for (int lr = 0; lr < setup_.round.local_world_size; ++lr) spawn_worker(lr);
+    for (int lr = 0; lr < setup_.round.local_world_size; ++lr) {
+      workers_.push_back(spawn_worker(lr));
+      info_.workers.push_back(workers_.back().info);
+    }
   } catch (const SpawnError& e) {
     error = e;
   }
@@ -108,7 +115,10 @@ bool Attempt::on_exit(pid_t pid, int wait_status) {
   WorkerEnd end{w->info, ExitStatus::from_wait(wait_status), clock_.now()};
   result_.ends.push_back(end);
   for (auto* h : hooks_) h->worker_exited(end);
-  if (phase_ == Phase::kRunning && !end.status.success()) {
+  if (phase_ == Phase::kRunning && (!end.status.success() || w->replacing) &&
+      recover_exit(*w, end)) {
+    // Rank scope: only this rank is replaced (attempt_recovery.cc).
+  } else if (phase_ == Phase::kRunning && !end.status.success()) {
     Failure f;
     f.local_rank = w->info.local_rank;
     f.status = end.status;
@@ -178,6 +188,7 @@ void Attempt::interrupt(int sig) {
 
 void Attempt::fail_attempt(const FailRequest& req) {
   if (phase_ != Phase::kRunning) return;
+  if (req.replace_local_rank && recover_hang(req)) return;
   Failure f;
   f.reason = req.reason;
   f.local_rank = req.local_rank;
@@ -220,10 +231,11 @@ void Attempt::signal_groups(int sig) {
 void Attempt::pumps_lossy() {
   // The workers' exits must not wait for a console nobody reads; the log
   // files keep what it cannot take.
-  for (auto& w : workers_) {
-    if (w.out) w.out->set_lossy();
-    if (w.err) w.err->set_lossy();
-  }
+  for (auto* list : {&workers_, &retired_})
+    for (auto& w : *list) {
+      if (w.out) w.out->set_lossy();
+      if (w.err) w.err->set_lossy();
+    }
 }
 
 void Attempt::stop_workers() {
@@ -293,8 +305,9 @@ void Attempt::kill_now() {
 }
 
 bool Attempt::pumps_open() const {
-  for (const auto& w : workers_)
-    if ((w.out && w.out->open()) || (w.err && w.err->open())) return true;
+  for (const auto* list : {&workers_, &retired_})
+    for (const auto& w : *list)
+      if ((w.out && w.out->open()) || (w.err && w.err->open())) return true;
   return false;
 }
 
@@ -326,11 +339,19 @@ void Attempt::finish() {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
   timer_->cancel();
+  recovery_timer_->cancel();
+  victim_timer_->cancel();
+  result_.rank_restarts = rank_restarts_;
   if (setup_.stdin_forwarder) setup_.stdin_forwarder->clear_target();
   for (auto& w : workers_) {
     if (w.out) w.out->close();
     if (w.err) w.err->close();
+    if (w.channel) w.channel->close();
     launcher_.release(w.info.pid);
+  }
+  for (auto& w : retired_) {
+    if (w.out) w.out->close();
+    if (w.err) w.err->close();
   }
   if (result_.root && result_.root->local_rank) {
     int lr = *result_.root->local_rank;

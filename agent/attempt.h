@@ -11,6 +11,15 @@
 // cgroup, their groups and below the agent, drains the pipes, and is
 // done(); result() then says how it ended.
 //
+// With --restart-scope=rank (attempt_recovery.cc, docs/RECOVERY.md) each
+// worker also gets a recovery channel, and a failed or hung worker in the
+// running phase is replaced alone while restarts are left: the generation
+// goes up, the survivors are told (failed, then ready), the replacement
+// starts in the same slot, and the recovery is over once every local rank
+// has joined the generation. A second failure before that, no restart
+// left, a spawn that fails or --recovery-timeout passing falls back to the
+// group teardown above.
+//
 // Processes are started and signalled through a ProcessLauncher and time
 // comes from a base::Clock: the agent passes the real ones, the unit tests
 // a fake launcher and a ManualClock (tests/agent/attempt_test.cc).
@@ -24,7 +33,9 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/attempt_types.h"
@@ -32,6 +43,7 @@
 #include "agent/options.h"
 #include "agent/output_pump.h"
 #include "agent/process_launcher.h"
+#include "agent/recovery_channel.h"
 #include "agent/stdin_forwarder.h"
 #include "base/clock.h"
 #include "base/scoped_fd.h"
@@ -64,6 +76,9 @@ struct AttemptSetup {
   Consoles consoles;
   // Writes the log files off the loop; null: each pump makes its own.
   std::shared_ptr<base::QueuedWriter> log_writer;
+  // Restarts spent on replacing single ranks in earlier attempts
+  // (--restart-scope=rank); counted with restart_count against --max-restarts.
+  int rank_restarts = 0;
   // Typed input for the stdin rank when ddprun's stdin is a terminal; null
   // otherwise (that rank then inherits ddprun's stdin).
   StdinForwarder* stdin_forwarder = nullptr;
@@ -124,15 +139,55 @@ class Attempt : public AttemptControl {
     bool alive = false;
     // Its exec failed (reaped by ProcessLauncher::finish): no group to signal.
     bool never_ran = false;
+    // Rank scope: this hung worker is being killed for a replacement; its
+    // end starts the replacement.
+    bool replacing = false;
     std::unique_ptr<OutputPump> out;
     std::unique_ptr<OutputPump> err;
+    std::unique_ptr<RecoveryChannel> channel;  // rank scope only
+  };
+
+  // Rank scope: the recovery under way (at most one).
+  struct Recovery {
+    int generation = 0;
+    int local_rank = 0;  // the slot being replaced
+    int rank = 0;        // its global rank
+    std::string cause;   // "exit" or "hang"
+    base::TimePoint began{};
+    std::set<int> joined;  // local ranks that joined `generation`
+    bool spawned = false;  // the replacement exists
+    // What failed, the root cause should the recovery fall back.
+    Failure failure;
   };
 
   // attempt_spawn.cc: one worker, its log folder, environment and pumps.
-  void spawn_worker(int local_rank);
+  // `replacement`: a rank-scope replacement in an existing slot (its log
+  // files are appended to, not truncated).
+  Worker spawn_worker(int local_rank, bool replacement = false);
   // Creates <log_dir>/<local rank>/ and names the worker's error file.
   std::string make_worker_dir(WorkerInfo& w);
-  EnvMap worker_env(const WorkerInfo& w) const;
+  EnvMap worker_env(const WorkerInfo& w, int recovery_fd) const;
+
+  // attempt_recovery.cc: --restart-scope=rank.
+  bool rank_scope() const { return options_.restart_scope == RestartScope::kRank; }
+  int restarts_left() const;
+  // A worker ended in the running phase: true when rank recovery took care
+  // of it (a replacement is starting), false for the group path.
+  bool recover_exit(Worker& w, const WorkerEnd& end);
+  // A hook's fail_attempt with replace_local_rank: true when the rank is
+  // being replaced, false for the group path.
+  bool recover_hang(const FailRequest& request);
+  void begin_recovery(int local_rank, const std::string& cause, const std::string& what,
+                      Failure failure);
+  void respawn(int local_rank);
+  void on_packet(int local_rank, std::string_view packet);
+  void check_joined();
+  // Gives up on rank recovery: the fallback message to every worker, one
+  // console line, the event; the caller starts the group path.
+  void fall_back(const std::string& reason, const std::string& why);
+  // Sends `packet` to every live worker but `except` (a local rank).
+  void tell_workers(const std::string& packet, int except = -1);
+  void recovery_hooks(RecoveryEvent event);
   // `shown`: the stream's kStd* bit when it goes to the console, else 0.
   std::unique_ptr<OutputPump> make_pump(const WorkerInfo& w, const std::string& prefix,
                                         Stream stream, int shown, base::ScopedFd read,
@@ -165,6 +220,13 @@ class Attempt : public AttemptControl {
   base::TimePoint drain_until_{};        // kFailureDrain's end
   // The phase's deadline: pre-signal wait, grace, kill, drain.
   std::unique_ptr<base::Timer> timer_;
+  // Rank scope.
+  int generation_ = 0;
+  int rank_restarts_ = 0;  // the job's, this attempt's included
+  std::optional<Recovery> recovery_;
+  std::unique_ptr<base::Timer> recovery_timer_;  // --recovery-timeout
+  std::unique_ptr<base::Timer> victim_timer_;    // a hung rank's traceback wait, then SIGKILL
+  std::vector<Worker> retired_;  // replaced workers: their pumps drain to EOF
   AttemptResult result_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

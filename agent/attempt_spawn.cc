@@ -18,7 +18,7 @@
 
 namespace ddprun::agent {
 
-void Attempt::spawn_worker(int lr) {
+Attempt::Worker Attempt::spawn_worker(int lr, bool replacement) {
   WorkerInfo w;
   w.local_rank = lr;
   w.rank = setup_.round.rank_base + lr;
@@ -37,19 +37,35 @@ void Attempt::spawn_worker(int lr) {
   try {
     // By the folder's descriptor, never through a symlink (base/safe_file.h).
     const base::SafeDir folder = base::SafeDir::open(dir);
+    // A replacement goes on in the slot's files: what the replaced
+    // process wrote last (its traceback) stays above.
+    auto open_log = [&](const char* name) {
+      return replacement ? folder.open_append(name) : folder.open_truncate(name);
+    };
     if (filed & kStdOut) {
       w.stdout_log = dir + "/" + base::kFileStdoutLog;
-      out_log = folder.open_truncate(base::kFileStdoutLog);
+      out_log = open_log(base::kFileStdoutLog);
     }
     if (filed & kStdErr) {
       w.stderr_log = dir + "/" + base::kFileStderrLog;
-      err_log = folder.open_truncate(base::kFileStderrLog);
+      err_log = open_log(base::kFileStderrLog);
     }
   } catch (const base::FileError& e) {
     throw SpawnError(std::string("cannot open log file: ") + e.what(), e.error());
   }
 
-  const EnvMap env = worker_env(w);
+  // Rank scope: the channel's worker end is inherited under its own number
+  // by this child only (SpawnRequest::inherit_fds) and closed here once the
+  // child has it; the agent's end is read on the loop.
+  RecoveryChannel::Pair channel;
+  if (rank_scope()) {
+    try {
+      channel = RecoveryChannel::open(io_);
+    } catch (const base::SystemError& e) {
+      throw SpawnError(std::string("cannot open the recovery channel: ") + e.what(), e.error());
+    }
+  }
+  const EnvMap env = worker_env(w, channel.worker.get());
 
   std::string prefix = make_line_prefix(options_.log_line_prefix_template, options_.role, w.rank,
                                         lr, options_.hostname);
@@ -77,7 +93,9 @@ void Attempt::spawn_worker(int lr) {
   req.stderr_fd = streams.err_write.get();
   req.nofile_limit = setup_.worker_nofile_limit;
   if (static_cast<size_t>(lr) < options_.worker_cpus.size()) req.cpus = options_.worker_cpus[lr];
-  w.pid = launcher_.start(std::move(req));  // Attempt::start finishes it
+  if (channel.worker) req.inherit_fds.push_back(channel.worker.get());
+  w.pid = launcher_.start(std::move(req));  // the caller finishes it
+  channel.worker.reset();
 
   Worker worker;
   worker.info = w;
@@ -105,8 +123,13 @@ void Attempt::spawn_worker(int lr) {
   }
   worker.out->start();
   worker.err->start();
-  info_.workers.push_back(w);
-  workers_.push_back(std::move(worker));
+  if (channel.agent) {
+    worker.channel = std::move(channel.agent);
+    worker.channel->start([this, lr, alive = alive_](std::string_view packet) {
+      if (*alive) on_packet(lr, packet);
+    });
+  }
+  return worker;
 }
 
 std::string Attempt::make_worker_dir(WorkerInfo& w) {
@@ -126,7 +149,7 @@ std::string Attempt::make_worker_dir(WorkerInfo& w) {
   return dir;
 }
 
-EnvMap Attempt::worker_env(const WorkerInfo& w) const {
+EnvMap Attempt::worker_env(const WorkerInfo& w, int recovery_fd) const {
   const RoundInfo& round = setup_.round;
   WorkerEnvInput in;
   in.local_rank = w.local_rank;
@@ -151,6 +174,8 @@ EnvMap Attempt::worker_env(const WorkerInfo& w) const {
   in.store_token = round.store_token;
   if (options_.is_python) in.pythonpath_prepend = options_.pythonpath_prepend;
   in.signals_to_handle = options_.signals_to_handle_spec;
+  in.recovery_fd = recovery_fd;
+  in.generation = generation_;
   EnvMap env = setup_.base_env;
   add_worker_env(in, env);
   if (options_.virtual_local_rank) use_virtual_local_rank(w.local_rank, env);

@@ -53,11 +53,35 @@ struct Failure {
   Clock::time_point when;
 };
 
+// --restart-scope=rank: a step of one recovery (docs/RECOVERY.md), as the
+// hooks see it (the watchdog follows the replacement, events.jsonl).
+struct RecoveryEvent {
+  enum class Kind {
+    kFailed,    // ranks failed: the generation went up, the survivors were told
+    kReplaced,  // the replacement was spawned (`replacement`)
+    kJoined,    // every local rank joined the generation: the recovery is over
+    kFallback,  // gave up: the group restart follows (`reason`)
+  };
+  Kind kind = Kind::kFailed;
+  int generation = 0;
+  std::vector<int> ranks;   // global ranks concerned
+  std::string cause;        // kFailed: "exit" or "hang"
+  std::string reason;       // kFallback: one word (second_failure, ...)
+  std::string detail;       // for people: the console line's text
+  int restarts_left = 0;    // of --max-restarts, after this step
+  std::optional<WorkerInfo> replacement;  // kReplaced: the new process
+  std::optional<WorkerInfo> replaced;     // kReplaced: the process it replaced
+};
+
 enum class Outcome { kSucceeded, kFailed, kInterrupted };
 
 struct AttemptResult {
   Outcome outcome = Outcome::kSucceeded;
   int restart_count = 0;
+  // Restarts the job spent on replacing single ranks (--restart-scope=rank),
+  // this attempt's and the earlier ones': the policy counts them with
+  // restart_count against --max-restarts.
+  int rank_restarts = 0;
   std::optional<Failure> root;   // kFailed: the first failure by monotonic time
   int signal = 0;                // kInterrupted: the signal ddprun received
   std::vector<WorkerEnd> ends;   // every worker, in the order they ended

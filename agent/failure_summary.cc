@@ -5,9 +5,11 @@
 namespace ddprun::agent {
 namespace {
 
+// The local rank's last end: with --restart-scope=rank a slot may have
+// ended more than once (a replaced rank, then its replacement).
 const WorkerEnd* end_of(const AttemptResult& r, int local_rank) {
-  for (const auto& e : r.ends)
-    if (e.worker.local_rank == local_rank) return &e;
+  for (auto it = r.ends.rbegin(); it != r.ends.rend(); ++it)
+    if (it->worker.local_rank == local_rank) return &*it;
   return nullptr;
 }
 
@@ -58,8 +60,10 @@ std::string failure_summary(const AttemptResult& r, const std::string& host,
     }
   }
   bool header = false;
+  const WorkerEnd* root_end =
+      r.root && r.root->status && r.root->local_rank ? end_of(r, *r.root->local_rank) : nullptr;
   for (const auto& e : r.ends) {
-    if (r.root && r.root->status && r.root->local_rank == e.worker.local_rank) continue;
+    if (&e == root_end) continue;
     if (!header) out << "  ended with it:\n";
     header = true;
     out << "    " << who(e.worker) << ": " << e.status.describe() << '\n';

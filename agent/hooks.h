@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,12 @@ struct FailRequest {
   int signal = 0;
   std::vector<int> targets;  // local ranks; empty means every worker
   std::chrono::milliseconds wait{5000};
+  // --restart-scope=rank: the local rank to blame and replace (a hang's
+  // culprit). The attempt then sends `signal` to that rank alone (when it
+  // is among `targets`), SIGKILLs its group after `wait` and starts a
+  // replacement, where a restart is left and no recovery is under way;
+  // otherwise it falls back to the above. Ignored with group scope.
+  std::optional<int> replace_local_rank;
 };
 
 class AttemptControl {
@@ -76,6 +83,9 @@ class AgentHooks {
   virtual void attempt_failed(const Failure& root) { (void)root; }
   // ddprun got `signal` and is stopping the workers (once per attempt).
   virtual void attempt_interrupted(int signal) { (void)signal; }
+  // --restart-scope=rank: a step of a rank's recovery (attempt_types.h).
+  // With kReplaced, the replaced worker's slot has the new pid from now on.
+  virtual void recovery(const RecoveryEvent& event) { (void)event; }
   // Every process of the attempt is gone.
   virtual void attempt_ended(const AttemptResult& result) { (void)result; }
 };

@@ -29,6 +29,8 @@ int Agent::run_job(Guardian& guardian, EnvMap env) {
     const bool spawned = run_attempt(attempt);
     const AttemptResult& result = attempt.result();
     log_errors_.insert(log_errors_.end(), result.log_errors.begin(), result.log_errors.end());
+    // Rank scope: replacements spent restarts too; the next attempt knows.
+    setup.rank_restarts = result.rank_restarts;
     NextStep next = after_attempt(result, spawned, restart);
     if (next.exit_status) return *next.exit_status;
     back_off(next.delay);
@@ -162,7 +164,7 @@ Agent::NextStep Agent::after_attempt(const AttemptResult& result, bool spawned, 
     return {result.root ? result.root->exit_code : 1};
   }
   spdlog::warn("{}; restarting the group (restart {} of {})", root_cause_line(result),
-               restart + 1, options_.max_restarts);
+               restart + 1 + result.rank_restarts, options_.max_restarts);
   return {std::nullopt, d.delay};
 }
 

@@ -30,6 +30,12 @@ struct StdSpec {
   }
 };
 
+// --restart-scope: what a failed or hung rank costs (docs/RECOVERY.md).
+enum class RestartScope {
+  kGroup,  // every rank stops; the group restarts from its checkpoint
+  kRank,   // only that rank is replaced; the survivors re-form with it
+};
+
 struct Options {
   // --- Workers -------------------------------------------------------------
   // Workers on this node (--nproc-per-node after auto/cpu/gpu resolution).
@@ -83,6 +89,15 @@ struct Options {
   // --- Restarts and teardown ----------------------------------------------
   // --max-restarts: group restarts after a failure before giving up.
   int max_restarts = 0;
+  // --restart-scope: group (every rank restarts) or rank (only the failed
+  // or hung one is replaced, the others keep running and are told through
+  // the recovery channel; docs/RECOVERY.md). One node only for rank. Each
+  // replacement spends one of --max-restarts, as a group restart does.
+  RestartScope restart_scope = RestartScope::kGroup;
+  // --recovery-timeout: with rank scope, seconds from a rank's failure until
+  // every local rank has joined the new generation (the replacement's
+  // start-up included); past it the agent falls back to a group restart.
+  double recovery_timeout_s = 300.0;
   // --monitor-interval: accepted for torchrun compatibility; the agent is
   // event driven and never polls.
   double monitor_interval_s = 0.1;

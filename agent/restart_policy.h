@@ -2,7 +2,8 @@
 //
 // The agent asks the policy after every failed attempt (never after success
 // or a signal). The default restarts while restart_count < max_restarts,
-// like torchrun; backoff or no-progress rules replace it.
+// like torchrun (with --restart-scope=rank, restarts spent replacing single
+// ranks count too); backoff or no-progress rules replace it.
 #pragma once
 
 #include <chrono>
@@ -28,7 +29,7 @@ class MaxRestartsPolicy : public RestartPolicy {
  public:
   RestartDecision decide(const AttemptResult& failed, int max_restarts) override {
     RestartDecision d;
-    d.restart = failed.restart_count < max_restarts;
+    d.restart = failed.restart_count + failed.rank_restarts < max_restarts;
     if (!d.restart)
       d.why = max_restarts == 0 ? "no restarts allowed (--max-restarts=0)"
                                 : "restart limit reached (--max-restarts=" +

@@ -56,6 +56,8 @@ struct ChildReport {
   if (req.stdin_fd >= 0 && dup2(req.stdin_fd, STDIN_FILENO) < 0) goto fail;
   if (req.stdout_fd >= 0 && dup2(req.stdout_fd, STDOUT_FILENO) < 0) goto fail;
   if (req.stderr_fd >= 0 && dup2(req.stderr_fd, STDERR_FILENO) < 0) goto fail;
+  for (int fd : req.inherit_fds)
+    if (fcntl(fd, F_SETFD, 0) != 0) goto fail;
   if (req.nofile_limit && setrlimit(RLIMIT_NOFILE, &*req.nofile_limit) != 0) goto fail;
   base::reset_signals_for_exec();  // undo the agent's handlers, ignores and mask
   execve(path, argv, envp);

@@ -65,6 +65,10 @@ struct SpawnRequest {
   // raises its own soft limit and gives workers back the one they would have
   // had without ddprun (agent.cc says why).
   std::optional<rlimit> nofile_limit;
+  // Descriptors the program inherits under their own numbers (the recovery
+  // channel's end). The agent holds them close-on-exec, so no other child
+  // gets them; only this child clears the flag, after fork.
+  std::vector<int> inherit_fds;
   // CPUs the child is bound to (sched_setaffinity) before exec; empty: the
   // agent's own affinity (--numa-binding).
   std::vector<int> cpus;

@@ -68,6 +68,11 @@ void add_worker_env(const WorkerEnvInput& in, EnvMap& env) {
   if (!in.store_addr.empty()) env[base::kEnvStoreAddr] = in.store_addr;
   if (!in.store_prefix.empty()) env[base::kEnvStorePrefix] = in.store_prefix;
   if (!in.store_token.empty()) env[base::kEnvRdzvToken] = in.store_token;
+  if (in.recovery_fd >= 0) {
+    env[base::kEnvRestartScope] = "rank";
+    env[base::kEnvRecoveryFd] = std::to_string(in.recovery_fd);
+    env[base::kEnvGeneration] = std::to_string(in.generation);
+  }
   if (!in.pythonpath_prepend.empty()) {
     std::string path;
     for (const auto& p : in.pythonpath_prepend) path += (path.empty() ? "" : ":") + p;

@@ -45,6 +45,11 @@ struct WorkerEnvInput {
   std::string store_token;       // DDPRUN_RDZV_TOKEN; empty: not set
   std::vector<std::string> pythonpath_prepend;
   std::string signals_to_handle;  // TORCHELASTIC_SIGNALS_TO_HANDLE; empty: not set
+  // --restart-scope=rank: the worker's end of its recovery channel
+  // (DDPRUN_RECOVERY_FD, with DDPRUN_RESTART_SCOPE=rank and
+  // DDPRUN_GENERATION); -1: group scope, none of the three is set.
+  int recovery_fd = -1;
+  int generation = 0;
 };
 
 // Adds the worker's variables to `env` (a copy of the agent's base env).

@@ -9,6 +9,7 @@
 //   agent to worker
 //     "event=failed generation=<G> ranks=<R>[,<R>...] cause=exit|hang"
 //     "event=ready generation=<G> ranks=<R>[,<R>...]"
+//     "event=recovered generation=<G> ranks=<R>[,<R>...]"
 //     "event=fallback reason=<word>"
 //   worker to agent
 //     "event=joined generation=<G> rank=<R>"
@@ -37,6 +38,7 @@ inline constexpr int64_t kMaxGeneration = 1 << 30;
 
 inline constexpr std::string_view kEventFailed = "failed";
 inline constexpr std::string_view kEventReady = "ready";
+inline constexpr std::string_view kEventRecovered = "recovered";
 inline constexpr std::string_view kEventFallback = "fallback";
 inline constexpr std::string_view kEventJoined = "joined";
 inline constexpr std::string_view kCauseExit = "exit";

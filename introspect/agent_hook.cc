@@ -197,6 +197,15 @@ void IntrospectHook::worker_exited(const agent::WorkerEnd& end) {
   }
 }
 
+void IntrospectHook::recovery(const agent::RecoveryEvent& event) {
+  if (event.kind != agent::RecoveryEvent::Kind::kReplaced || !event.replacement) return;
+  for (auto& w : workers_) {
+    if (w.info.local_rank != event.replacement->local_rank) continue;
+    rates_.forget(w.info.rank);  // the new process's step rate starts over
+    w = Worker{*event.replacement};
+  }
+}
+
 void IntrospectHook::attempt_ended(const agent::AttemptResult&) {
   timer_.cancel();
   sampling_ = false;

@@ -74,6 +74,8 @@ class IntrospectHook : public agent::AgentHooks {
   void workers_started(const agent::AttemptInfo& attempt,
                        agent::AttemptControl& control) override;
   void worker_exited(const agent::WorkerEnd& end) override;
+  // --restart-scope=rank: a replaced rank's row follows the new process.
+  void recovery(const agent::RecoveryEvent& event) override;
   void attempt_ended(const agent::AttemptResult& result) override;
 
   // The runtime folder ("" when it could not be made).

@@ -191,6 +191,7 @@ void check_ranges(const RawFlags& f, const agent::Options& o) {
   // -1 is the "not given" default (then the heartbeat or silence timeout).
   if (o.stuck_timeout_s != -1) check_seconds("--stuck-timeout", o.stuck_timeout_s, 0);
   check_seconds("--restart-backoff", o.restart_backoff_s, 0);
+  check_seconds("--recovery-timeout", o.recovery_timeout_s, 0.001);
   check_seconds("--straggler-window", o.straggler_window_s, 2);
   if (o.straggler_fraction < 0 || o.straggler_fraction >= 1)
     throw UsageError("--straggler-fraction must be >= 0 and < 1");
@@ -266,8 +267,15 @@ void interpret_rendezvous(const RawFlags& f, agent::Options& o) {
                                                              : ""));
 }
 
-// --no-restart-exit-codes and --signals-to-handle.
+// --no-restart-exit-codes, --signals-to-handle and --restart-scope.
 void interpret_restarts(const RawFlags& f, agent::Options& o) {
+  o.restart_scope =
+      f.restart_scope == "rank" ? agent::RestartScope::kRank : agent::RestartScope::kGroup;
+  // Across nodes a replacement would need every node's agent to agree on
+  // the generation (the rendezvous' round record); not built yet.
+  if (o.restart_scope == agent::RestartScope::kRank && o.max_nodes > 1)
+    throw UsageError("--restart-scope=rank: one node only in this version (--nnodes=" + f.nnodes +
+                     ")");
   for (const auto& c : split(f.no_restart_exit_codes, ','))
     o.no_restart_exit_codes.push_back(to_int("--no-restart-exit-codes", c, 0));
   for (const auto& name : split(f.signals, ',')) {

@@ -88,6 +88,14 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   const char* T = "Restarts and teardown";
   opt("--max-restarts,--max_restarts", o.max_restarts, "PET_MAX_RESTARTS", T,
       "Group restarts after a failure before giving up [0]");
+  opt("--restart-scope,--restart_scope", f.restart_scope, "PET_RESTART_SCOPE", T,
+      "What a failed or hung rank restarts: group (every rank, from the checkpoint) or rank "
+      "(only that one; the others keep their state and re-form with it, docs/RECOVERY.md; "
+      "one node only) [group]")
+      ->check(CLI::IsMember({"group", "rank"}));
+  opt("--recovery-timeout,--recovery_timeout", o.recovery_timeout_s, "PET_RECOVERY_TIMEOUT", T,
+      "With --restart-scope=rank: seconds for every rank to join the new generation after a "
+      "failure, else a group restart [300]");
   opt("--monitor-interval,--monitor_interval", o.monitor_interval_s, "PET_MONITOR_INTERVAL", T,
       "Accepted for torchrun compatibility; exits are seen at once, nothing polls");
   opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout_s,

@@ -30,6 +30,8 @@ struct RawFlags {
   // --hang-timeout: "auto" or seconds; --on-hang: "", restart, exit, report.
   std::string hang_timeout = "auto";
   std::string on_hang;
+  // --restart-scope: group or rank.
+  std::string restart_scope = "group";
   CommandSpec program;  // -m, --no-python, --run-path
   // torchrun 2.x
   std::string numa_binding;

@@ -89,6 +89,7 @@ HookOptions hook_options_from(const agent::Options& o) {
   h.file_timer = base_env_value(o, base::kEnvEnableFileTimer) == "1";
   h.timer_file = base_env_value(o, base::kEnvTimerFile);
   h.logs_kept = !o.log_dir.empty();
+  h.rank_scope = o.restart_scope == agent::RestartScope::kRank;
   return h;
 }
 
@@ -391,7 +392,9 @@ void WatchdogHook::on_hang(const HangEvent& event) {
                            [&](const auto& w) { return w.rank == rank; });
     if (it == info_.workers.end()) continue;
     // --on-hang=report: SIGABRT would end the worker; native stacks only.
-    if (!report_only && python_faulthandler_enabled(it->pid)) {
+    // Rank scope: so it would the survivors; the culprit's comes in
+    // finish_hang, once the stacks have named it.
+    if (!report_only && !replaces_culprit() && python_faulthandler_enabled(it->pid)) {
       StackCapture c;
       c.global_rank = rank;
       c.pid = it->pid;
@@ -467,8 +470,9 @@ void WatchdogHook::finish_hang() {
   const std::string summary = report_->summary(options_.logs_kept ? attempt_dir_ : "");
   const char* what = options_.on_hang == OnHang::kReport
                          ? "reporting only (--on-hang=report): the job keeps running"
-                     : options_.on_hang == OnHang::kExit
-                         ? "ending the job (exit status 124)"
+                     : options_.on_hang == OnHang::kExit ? "ending the job (exit status 124)"
+                     : replaces_culprit()
+                         ? "replacing that rank (--restart-scope=rank, --max-restarts permitting)"
                          : "restarting the group (--max-restarts permitting)";
   // The one warning, culprit first (the summary's headline).
   spdlog::warn("freeze: rank {} is the culprit; {}. {}", report_->culprit, what, summary);
@@ -484,6 +488,24 @@ void WatchdogHook::finish_hang() {
   req.local_rank = event.local_rank;
   // The job's status when this hang ends it (no restart left, or exit).
   req.exit_code = kExitHang;
+  if (replaces_culprit()) {
+    auto it = std::find_if(info_.workers.begin(), info_.workers.end(),
+                           [&](const auto& w) { return w.rank == report_->culprit; });
+    if (it != info_.workers.end()) {
+      req.replace_local_rank = it->local_rank;
+      // Its own traceback, as today's SIGABRT gives every Python rank.
+      if (python_faulthandler_enabled(it->pid)) {
+        StackCapture c;
+        c.global_rank = it->rank;
+        c.pid = it->pid;
+        c.method = StackMethod::kPythonFaulthandler;
+        c.path = it->stderr_log;
+        if (c.path.empty()) c.note = "traceback printed to the console (no --log-dir)";
+        report_->stacks.push_back(c);
+        abort_targets_ = {it->local_rank};
+      }
+    }
+  }
   if (!abort_targets_.empty()) {
     req.signal = SIGABRT;
     req.targets = abort_targets_;
@@ -497,6 +519,56 @@ void WatchdogHook::finish_hang() {
   // Stopped workers would hold the pending SIGABRT/SIGTERM until SIGKILL:
   // continue them so the teardown is quick.
   for (const auto& w : info_.workers) ::kill(-w.pid, SIGCONT);
+}
+
+void WatchdogHook::recovery(const agent::RecoveryEvent& e) {
+  using Kind = agent::RecoveryEvent::Kind;
+  if (e.kind == Kind::kReplaced && e.replacement) {
+    for (auto& w : info_.workers)
+      if (w.local_rank == e.replacement->local_rank) w = *e.replacement;
+    if (dog_) dog_->replace_worker(e.replacement->local_rank, e.replacement->pid);
+    close_replaced_hang();
+  }
+  if (!events_) return;
+  switch (e.kind) {
+    case Kind::kFailed:
+      events_->write("rank_failed", attempt_, e.ranks, e.detail,
+                     {{"generation", e.generation}, {"cause", e.cause},
+                      {"restarts_left", e.restarts_left}});
+      break;
+    case Kind::kReplaced:
+      events_->write("rank_replaced", attempt_, e.ranks, e.detail,
+                     {{"generation", e.generation},
+                      {"cause", e.cause},
+                      {"pid", e.replacement ? e.replacement->pid : -1},
+                      {"replaced_pid", e.replaced ? e.replaced->pid : -1}});
+      break;
+    case Kind::kJoined:
+      events_->write("rank_recovered", attempt_, e.ranks, e.detail,
+                     {{"generation", e.generation}, {"cause", e.cause}});
+      break;
+    case Kind::kFallback:
+      events_->write("recovery_fallback", attempt_, e.ranks, e.detail,
+                     {{"generation", e.generation}, {"reason", e.reason}});
+      break;
+  }
+}
+
+void WatchdogHook::close_replaced_hang() {
+  if (!report_) return;
+  // The culprit is gone: its faulthandler traceback is in its log as far
+  // as the log writer got (the rest follows in the same file).
+  for (auto& s : report_->stacks) {
+    if (s.method != StackMethod::kPythonFaulthandler || s.path.empty()) continue;
+    s.text = extract_python_traceback(s.path);
+    if (s.text.empty()) s.note = "no faulthandler traceback found in the log yet";
+  }
+  report_->find_culprit(false);
+  report_->write_later(*files_, attempt_dir_);  // off the loop
+  if (!options_.logs_kept)
+    spdlog::warn("hang report (not kept on disk without --log-dir):\n{}", report_->to_text());
+  last_report_dir_ = attempt_dir_;
+  report_.reset();
 }
 
 void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
@@ -544,7 +616,8 @@ agent::RestartDecision JobRestartPolicy::decide(const agent::AttemptResult& fail
     rules_.emplace(options_);
   }
   AttemptOutcome o;
-  o.restart_count = failed.restart_count;
+  // Replacements of single ranks (--restart-scope=rank) spent restarts too.
+  o.restart_count = failed.restart_count + failed.rank_restarts;
   o.hang = hook_ && hook_->last_attempt_hung();
   // Without restarts the rules below stop anyway (rule max_restarts).
   if (hook_ && hook_->last_hang_ends_job() && max_restarts > 0) {

@@ -75,6 +75,11 @@ struct HookOptions {
   std::string program;
   // --event-log-handler=console: events.jsonl lines also on stderr.
   bool events_to_console = false;
+  // --restart-scope=rank: a hang blames one rank (the culprit), which the
+  // agent replaces; only it gets SIGABRT for a traceback, the other ranks'
+  // stacks are read from outside (py-spy, eu-stack, gdb), since the signal
+  // would end them.
+  bool rank_scope = false;
   // Serve torch's file timer (the agent's TORCHELASTIC_ENABLE_FILE_TIMER=1).
   bool file_timer = false;
   // FIFO path (the agent's TORCHELASTIC_TIMER_FILE); empty: a file in the
@@ -116,6 +121,7 @@ class WatchdogHook : public agent::AgentHooks {
                         const std::string& error) override;
   void attempt_failed(const agent::Failure& root) override;
   void attempt_interrupted(int signal) override;
+  void recovery(const agent::RecoveryEvent& event) override;
   void attempt_ended(const agent::AttemptResult& result) override;
 
   // For JobRestartPolicy and tests.
@@ -137,6 +143,13 @@ class WatchdogHook : public agent::AgentHooks {
   void on_hang(const HangEvent& event);
   // Writes the report and fails the attempt, once the stacks are in.
   void finish_hang();
+  // Rank scope: the culprit alone is replaced (on_hang is restart).
+  bool replaces_culprit() const {
+    return options_.rank_scope && options_.on_hang == OnHang::kRestart;
+  }
+  // The report of a hang whose culprit was replaced: written now, since
+  // the attempt goes on (and a later hang may need report_).
+  void close_replaced_hang();
   // Cancels a capture in progress and joins its thread (bounded).
   void join_capture();
   std::vector<int> all_ranks() const;

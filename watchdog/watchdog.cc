@@ -302,6 +302,34 @@ void Watchdog::on_worker_exit(int local_rank) {
   tell_guards();
 }
 
+void Watchdog::replace_worker(int local_rank, pid_t pid) {
+  WorkerStatus* w = find_local(local_rank);
+  if (!w) return;
+  const auto now = clock_.now();
+  const bool was_protected = protected_now();
+  WorkerStatus fresh;
+  fresh.local_rank = w->local_rank;
+  fresh.global_rank = w->global_rank;
+  fresh.pid = pid;
+  fresh.spawned = now;
+  fresh.last_output = now;
+  *w = fresh;
+  for (auto& other : workers_) other.stuck_since.reset();
+  // The survivors' last beats are from before the failure: a full timeout
+  // from now, as after a pause of the agent's.
+  resumed_ = now;
+  waiting_for_beat_ = false;
+  fired_ = false;
+  stopped_ = false;
+  ++epoch_;  // the gap across the recovery is no step duration
+  if (learning() && was_protected != protected_now()) protection_changed(now);
+  tell_guards();
+  armed_for_.reset();
+  deadline_timer_->cancel();
+  arm_deadline();
+  schedule_poll();
+}
+
 void Watchdog::on_file_timer_expiry(const FileTimerExpiry& expiry) {
   if (fired_ || stopped_) return;
   // torch's client reports os.getpid(): the worker itself or a process it

@@ -41,7 +41,10 @@
 // with it.)
 //
 // Once a hang fires the watchdog disarms itself; the agent tears the group
-// down and makes a new Watchdog for the next attempt.
+// down and makes a new Watchdog for the next attempt. With
+// --restart-scope=rank the agent may instead replace one rank
+// (replace_worker): the watchdog then watches the new process from its
+// spawn and arms itself again.
 //
 // Time comes from a base::Clock (clock.h): SteadyClock in the agent, a
 // ManualClock in the unit tests, which then need no waiting.
@@ -181,6 +184,13 @@ class Watchdog {
   void on_output(int local_rank);
   // An exited worker is no longer watched (a finished peer is not a hang).
   void on_worker_exit(int local_rank);
+  // --restart-scope=rank: the slot's process was replaced by `pid`, spawned
+  // now. Its state starts over (in setup, no beats, no output, no step);
+  // what was learned stays. Every other rank's deadlines restart from now
+  // (they re-formed their communicator meanwhile, which is no step), and a
+  // watchdog that fired (the hang that led here) or was stopped watches
+  // again.
+  void replace_worker(int local_rank, pid_t pid);
   void on_file_timer_expiry(const FileTimerExpiry& expiry);
   // Disarms every detector (the attempt is ending for another reason).
   void stop();
