@@ -77,8 +77,8 @@ struct Run {
   std::string params_sha;
 };
 
-// ddprun [flags] train [train flags] in a fresh folder.
-Run ddprun(int world, const std::string& backend, const std::vector<std::string>& flags,
+// `ddprun [flags] train [train flags]` in a fresh folder.
+Run run_ddprun(int world, const std::string& backend, const std::vector<std::string>& flags,
            const std::vector<std::string>& train_flags, const std::string& program = kTrain) {
   TempDir tmp;
   std::vector<std::string> argv = {kDdprun, "--standalone", "--nproc-per-node=" + std::to_string(world),
@@ -107,7 +107,7 @@ std::string reference_sha(int world, const std::string& backend) {
   static std::map<std::string, std::string> done;
   const std::string key = backend + std::to_string(world);
   if (auto it = done.find(key); it != done.end()) return it->second;
-  const Run r = ddprun(world, backend, {"--hang-timeout=0"}, {});
+  const Run r = run_ddprun(world, backend, {"--hang-timeout=0"}, {});
   INFO("uninterrupted run:\n", r.out);
   REQUIRE(r.code == 0);
   return done[key] = r.params_sha;
@@ -153,7 +153,7 @@ TEST_CASE("ddprun --restart-scope=rank: a rank SIGKILLed mid-step is replaced al
       CAPTURE(kill_step);
       CAPTURE(victim);
       const std::string reference = reference_sha(world, backend);
-      const Run r = ddprun(world, backend, {"--restart-scope=rank", "--hang-timeout=0"},
+      const Run r = run_ddprun(world, backend, {"--restart-scope=rank", "--hang-timeout=0"},
                            {"--kill-at-step", std::to_string(kill_step), "--kill-rank",
                             std::to_string(victim)});
       check_recovered(r, world, reference);
@@ -184,7 +184,7 @@ TEST_CASE("ddprun --restart-scope=rank: a hung rank is found, SIGKILLed and repl
       CAPTURE(backend);
       CAPTURE(hang_step);
       const std::string reference = reference_sha(world, backend);
-      const Run r = ddprun(world, backend,
+      const Run r = run_ddprun(world, backend,
                            {"--restart-scope=rank", "--heartbeat-timeout=" + beat_timeout,
                             "--heartbeat-grace=60", "--stack-capture=none"},
                            {"--hang-at-step", std::to_string(hang_step)});
@@ -215,7 +215,7 @@ TEST_CASE("ddprun --restart-scope=rank: a replacement that dies before joining f
   for (const std::string backend : {"gloo", "shm"}) {
     CAPTURE(backend);
     const std::string reference = reference_sha(2, backend);
-    const Run r = ddprun(2, backend, {"--restart-scope=rank", "--hang-timeout=0"},
+    const Run r = run_ddprun(2, backend, {"--restart-scope=rank", "--hang-timeout=0"},
                          {"--kill-at-step", "15", "--kill-rank", "1"}, wrapper);
     INFO("ddprun output:\n", r.out);
     REQUIRE(r.code == 0);
