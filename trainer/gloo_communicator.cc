@@ -28,7 +28,9 @@ void wait_work(c10d::Work& work, AbortSource* abort, std::chrono::milliseconds t
     work.wait();
     return;
   }
-  if (abort->requested()) throw CollectiveAborted(std::string("gloo ") + what + ": abandoned (a peer failed)");
+  if (abort->requested()) {
+    throw CollectiveAborted(std::string("gloo ") + what + ": abandoned (a peer failed)");
+  }
   if (work.isCompleted()) {
     work.wait();  // rethrows its error
     return;
