@@ -164,6 +164,7 @@ class TrainingLoop {
           recover(e.what());
           if (!committed) continue;
         }
+        hang_if_injected();  // before the beat: see there
         heartbeat_.beat(step_);
         if (!identical) {
           throw TrainerError("--check-params: parameters differ between ranks after step " +
@@ -328,7 +329,7 @@ class TrainingLoop {
     }
   }
 
-  // --fail-at-step and --hang-at-step, in the first group only.
+  // --fail-at-step, in the first group only.
   void inject_faults() const {
     if (!faults_armed()) return;
     if (step_ == o_.fail_at_step) {
@@ -337,11 +338,18 @@ class TrainingLoop {
       std::fflush(nullptr);
       std::_Exit(kFaultExitCode);
     }
-    if (step_ == o_.hang_at_step && w_.rank == w_.world_size - 1) {
-      log_warn("--hang-at-step %lld: rank %d hangs here (injected)", (long long)step_, w_.rank);
-      std::fflush(nullptr);
-      for (;;) ::pause();  // SIGTERM only sets a flag: the agent must SIGKILL us
-    }
+  }
+
+  // --hang-at-step: after the step's collectives, before its heartbeat, so
+  // the hung rank is the one behind in steps (its peers beat step N, then
+  // wait in N+1): the watchdog's culprit, also without stacks, as
+  // rank-scoped recovery needs (it replaces only the culprit). Beating
+  // first made the two last beats a race the watchdog could lose.
+  void hang_if_injected() const {
+    if (!faults_armed() || step_ != o_.hang_at_step || w_.rank != w_.world_size - 1) return;
+    log_warn("--hang-at-step %lld: rank %d hangs here (injected)", (long long)step_, w_.rank);
+    std::fflush(nullptr);
+    for (;;) ::pause();  // SIGTERM only sets a flag: the agent must SIGKILL us
   }
 
   const TrainOptions& o_;
