@@ -55,7 +55,7 @@ struct TrainOptions {
   int64_t fail_at_step = -1;
   // Fault injection for tests: the last rank stops for good (alive, no more
   // heartbeats, its peers stuck in the next collective) just after this
-  // step. -1 = off.
+  // step, before beating it (so it is the rank behind in steps). -1 = off.
   int64_t hang_at_step = -1;
   // Fault injection for tests: rank kill_rank SIGKILLs itself in the middle
   // of step N (counted as fail_at_step counts: the step that would make N
