@@ -48,13 +48,15 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
   }
   if (options_.overlap) {
     for (size_t k = 0; k < n; ++k) {
-      params_[k].register_hook([this, k](const at::Tensor& grad) { on_grad(k, grad); });
+      hooks_.push_back(
+          params_[k].register_hook([this, k](const at::Tensor& grad) { on_grad(k, grad); }));
     }
   }
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
   // A collective still in flight writes into our buffers: finish it first.
+  if (abandoned_) return;  // nothing left to wait for (abandon())
   for (Bucket& b : buckets_) {
     if (b.handle) {
       try {
@@ -83,7 +85,16 @@ void DistributedDataParallel::begin_backward() {
   std::fill(ready_.begin(), ready_.end(), 0);
 }
 
+void DistributedDataParallel::abandon() {
+  abandoned_ = true;
+  for (size_t k = 0; k < hooks_.size(); ++k) params_[k].remove_hook(hooks_[k]);
+  hooks_.clear();
+  // The backend holds its own references to the work and its tensors.
+  for (Bucket& b : buckets_) b.handle.reset();
+}
+
 void DistributedDataParallel::on_grad(size_t k, const at::Tensor& grad) {
+  if (abandoned_) return;
   if (ready_[k]) {
     throw TrainerError("DDP: parameter " + std::to_string(k) +
                        " got two gradients in one backward (reused parameter)");
@@ -98,6 +109,7 @@ void DistributedDataParallel::launch(Bucket& bucket) {
   bucket.launched = true;
   // One rank: the local gradient is the average, nothing to exchange.
   if (comm_.world_size() > 1) bucket.handle = comm_.allreduce_mean_async(bucket.flat);
+  if (launch_observer_) launch_observer_(size_t(&bucket - buckets_.data()));
 }
 
 void DistributedDataParallel::finish_backward() {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -59,6 +60,19 @@ class DistributedDataParallel {
   // parameters (compares an all-reduced sum and max of a per-rank checksum).
   bool parameters_identical();
 
+  // Rank scope, after a collective was abandoned: removes the autograd
+  // hooks (a successor DDP registers its own on the same parameters) and
+  // drops the handles without waiting for them. The buckets may still be
+  // written by the abandoned communicator's threads, so the caller keeps
+  // this object alive instead of destroying it (trainer.cc leaks it).
+  void abandon();
+
+  // Fault injection (--kill-at-step): called right after a bucket's
+  // all-reduce was launched, with the bucket's index.
+  void set_launch_observer(std::function<void(size_t bucket)> observer) {
+    launch_observer_ = std::move(observer);
+  }
+
  private:
   struct Bucket {
     at::Tensor flat;                 // concatenated gradients
@@ -78,6 +92,9 @@ class DistributedDataParallel {
   std::vector<size_t> bucket_of_;     // param index -> bucket index
   std::vector<at::Tensor> grad_views_;
   std::vector<char> ready_;           // param got its gradient this step
+  std::vector<unsigned> hooks_;       // register_hook's handles, for abandon()
+  bool abandoned_ = false;
+  std::function<void(size_t)> launch_observer_;
 };
 
 }  // namespace ddprun::trainer

@@ -3,25 +3,81 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "base/system_error.h"
+
 namespace ddprun::trainer {
 namespace {
 
+// Work::wait(), or with an AbortSource, a wait that gives up when it asks.
+void wait_work(c10d::Work& work, AbortSource* abort, std::chrono::milliseconds timeout,
+               const char* what) {
+  if (abort == nullptr) {
+    work.wait();
+    return;
+  }
+  if (abort->requested()) {
+    throw CollectiveAborted(std::string("gloo ") + what + ": abandoned (a peer failed)");
+  }
+  if (work.isCompleted()) {
+    work.wait();  // rethrows its error
+    return;
+  }
+  // Shared with the callback, which may run on a gloo thread long after an
+  // abandoned wait returned: the eventfd closes only when both are done
+  // with it, so the callback never writes to a reused descriptor number.
+  auto done = std::make_shared<base::ScopedFd>(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!*done) throw TrainerError("gloo: eventfd: " + base::errno_text(errno));
+  work.getFuture()->addCallback([done](c10::ivalue::Future&) {
+    const uint64_t one = 1;
+    (void)!::write(done->get(), &one, sizeof one);  // a full counter is still readable
+  });
+  using Clock = std::chrono::steady_clock;
+  // gloo's own timeout fails the collective first; this one only bounds the
+  // wait should gloo never finish it.
+  const Clock::time_point deadline = Clock::now() + timeout + std::chrono::seconds(10);
+  for (;;) {
+    pollfd fds[2] = {{done->get(), POLLIN, 0}, {abort->fd(), POLLIN, 0}};
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      throw TrainerError(std::string("gloo ") + what + " did not finish within " +
+                         std::to_string(timeout.count()) + " ms (--collective-timeout)");
+    }
+    const int n = ::poll(fds, 2, int(std::min<long long>(left, 60000)));
+    if (n < 0 && errno != EINTR) throw TrainerError("gloo: poll: " + base::errno_text(errno));
+    if (n > 0 && (fds[0].revents & POLLIN) != 0) {
+      work.wait();  // completed (or failed): returns at once, or rethrows
+      return;
+    }
+    if (n > 0 && fds[1].revents != 0 && abort->requested()) {
+      throw CollectiveAborted(std::string("gloo ") + what + ": abandoned (a peer failed)");
+    }
+  }
+}
+
 class GlooHandle : public CollectiveHandle {
  public:
-  explicit GlooHandle(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
-  void wait() override { work_->wait(); }
+  GlooHandle(c10::intrusive_ptr<c10d::Work> work, const GlooOptions& o)
+      : work_(std::move(work)), abort_(o.abort), timeout_(o.timeout) {}
+  void wait() override { wait_work(*work_, abort_, timeout_, "all-reduce"); }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
+  AbortSource* abort_;
+  std::chrono::milliseconds timeout_;
 };
 
 // The local address the kernel would send from to reach `peer` (a UDP
@@ -76,16 +132,18 @@ GlooCommunicator::~GlooCommunicator() = default;
 
 std::unique_ptr<CollectiveHandle> GlooCommunicator::allreduce_async(at::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
-  return std::make_unique<GlooHandle>(pg_->allreduce(tensors));
+  return std::make_unique<GlooHandle>(pg_->allreduce(tensors), options_);
 }
 
 void GlooCommunicator::broadcast(at::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  pg_->broadcast(tensors, opts)->wait();
+  wait_work(*pg_->broadcast(tensors, opts), options_.abort, options_.timeout, "broadcast");
 }
 
-void GlooCommunicator::barrier() { pg_->barrier()->wait(); }
+void GlooCommunicator::barrier() {
+  wait_work(*pg_->barrier(), options_.abort, options_.timeout, "barrier");
+}
 
 }  // namespace ddprun::trainer

@@ -6,6 +6,12 @@
 // every rank is on this host, otherwise the local address that routes to
 // peer_addr (MASTER_ADDR). PyTorch uses the host name's address, which on
 // many hosts resolves to 127.0.1.1 and strands the other nodes.
+//
+// With an AbortSource (rank scope) a wait does not block in Work::wait():
+// a callback on the Work's future writes an eventfd, and the wait polls it
+// and the source's descriptor together. A dead peer's closed socket is not
+// enough there: a survivor can wait on another survivor that already left
+// the collective.
 #pragma once
 
 #include <chrono>
@@ -14,6 +20,7 @@
 
 #include <c10/util/intrusive_ptr.h>
 
+#include "trainer/abort_source.h"
 #include "trainer/communicator.h"
 
 namespace c10d {
@@ -36,6 +43,12 @@ struct GlooOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   // Gloo worker threads; async all-reduces run on them.
   int threads = 2;
+  // --restart-scope=rank: every wait also polls this, and throws
+  // CollectiveAborted once it asks (abort_source.h). The collective is then
+  // abandoned, not cancelled: gloo's threads may still write its tensors
+  // until its own timeout, so the caller keeps them and this communicator
+  // alive. nullptr: Work::wait() as before.
+  AbortSource* abort = nullptr;
 };
 
 class GlooCommunicator : public Communicator {

@@ -152,6 +152,14 @@ class NcclCommunicator : public Communicator {
         throw TrainerError(std::string("NCCL ") + what + " failed: " + ncclGetErrorString(async) +
                            " (communicator aborted)");
       }
+      // Rank scope: a failure announced on the recovery channel. Checked
+      // every 64 polls while spinning (a recv each), every poll after.
+      if (options_.abort != nullptr && (polls > 1000 || polls % 64 == 0) &&
+          options_.abort->requested()) {
+        abort_comm();
+        throw CollectiveAborted(std::string("NCCL ") + what +
+                                ": abandoned, a peer failed (communicator aborted)");
+      }
       if (Clock::now() >= deadline) {
         abort_comm();
         throw TrainerError(std::string("NCCL ") + what + " did not finish within " +

@@ -9,6 +9,9 @@
 // does not finish in time, or an asynchronous NCCL error, aborts the
 // communicator (ncclCommAbort) and throws: a GPU hang becomes a clean
 // worker failure the agent restarts, as torch's NCCL watchdog makes it.
+// With an AbortSource (rank scope) a failure announced on the recovery
+// channel aborts it the same way, at once: NCCL kernels waiting on a dead
+// peer never finish by themselves.
 //
 // Built only when CUDA, NCCL and a CUDA-enabled LibTorch are found
 // (DDPRUN_WITH_NCCL); elsewhere `--backend nccl` is refused by the trainer.
@@ -18,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "trainer/abort_source.h"
 #include "trainer/communicator.h"
 
 namespace c10d {
@@ -32,6 +36,10 @@ struct NcclOptions {
   int device = 0;                  // CUDA device index (LOCAL_RANK)
   std::string key_prefix = "ddprun_train/";
   std::chrono::milliseconds timeout = std::chrono::seconds(300);  // --collective-timeout
+  // --restart-scope=rank: a wait also polls this; once it asks, the
+  // communicator is aborted (ncclCommAbort) and the wait throws
+  // CollectiveAborted (abort_source.h). nullptr: as before.
+  AbortSource* abort = nullptr;
 };
 
 // Whether this build has the NCCL backend and a GPU is visible; `why` gets

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "trainer/error.h"
 #include "trainer/log.h"
@@ -15,14 +16,48 @@ namespace ddprun::trainer {
 namespace {
 
 // Broadcast a host tensor through a communicator that may want device memory.
-void broadcast_host(Communicator& comm, at::Tensor& host, const at::Device& device) {
+void broadcast_host(Communicator& comm, at::Tensor& host, const at::Device& device, int root = 0) {
   if (device.is_cpu()) {
-    comm.broadcast(host, 0);
+    comm.broadcast(host, root);
     return;
   }
   at::Tensor d = host.to(device);
-  comm.broadcast(d, 0);
+  comm.broadcast(d, root);
   host.copy_(d.cpu());
+}
+
+void allreduce_host(Communicator& comm, at::Tensor& host, const at::Device& device) {
+  if (device.is_cpu()) {
+    comm.allreduce(host);
+    return;
+  }
+  at::Tensor d = host.to(device);
+  comm.allreduce(d);
+  host.copy_(d.cpu());
+}
+
+void broadcast_generator(Communicator& comm, const at::Device& device, int root) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  at::Tensor rng;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    rng = gen.get_state();
+  }
+  broadcast_host(comm, rng, device, root);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(rng);
+}
+
+int64_t double_bits(double x) {
+  int64_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
+double bits_double(int64_t bits) {
+  double x = 0;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
 }
 
 }  // namespace
@@ -36,12 +71,7 @@ Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Commun
     // One run per folder: a second one would adopt this one's state and
     // tear its checkpoints. Refused on every rank, naming the holder.
     try {
-      char host[256] = {};
-      if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
-      dir.lock(std::string(host) + " pid " + std::to_string(::getpid()));
-      for (const std::string& path : dir.remove_leftovers()) {
-        log_warn("removed %s, left by a checkpoint write that did not finish", path.c_str());
-      }
+      lock_checkpoint_dir(dir);
     } catch (const std::exception& e) {
       error = e.what();
       meta[0] = 2;
@@ -73,22 +103,66 @@ Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Commun
   }
   if (status == 0) return {};
   // Rank 0's generator state reaches everyone (parameters follow below).
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  at::Tensor rng;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    rng = gen.get_state();
-  }
-  broadcast_host(comm, rng, device);
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng);
-  }
+  broadcast_generator(comm, device, 0);
   for (at::Tensor& m : state.momentum) comm.broadcast(m, 0);
   Resume r{meta[1].item<int64_t>(), meta[2].item<int64_t>()};
-  const int64_t bits = meta[3].item<int64_t>();
-  std::memcpy(&r.loss, &bits, sizeof bits);
+  r.loss = bits_double(meta[3].item<int64_t>());
   return r;
+}
+
+void lock_checkpoint_dir(CheckpointDir& dir) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+  dir.lock(std::string(host) + " pid " + std::to_string(::getpid()));
+  for (const std::string& path : dir.remove_leftovers()) {
+    log_warn("removed %s, left by a checkpoint write that did not finish", path.c_str());
+  }
+}
+
+PeerResume resume_from_peer(Communicator& comm, TrainState& state, const at::Device& device,
+                            int64_t committed, const Resume& mine) {
+  // The all-reduce (max) of the committed steps, as a sum of one-hot
+  // vectors: every rank learns every rank's count, so all pick the same
+  // source, the lowest rank holding the most. Slot r holds rank r's steps
+  // plus one (0: nothing, a replacement).
+  const int world = comm.world_size();
+  at::Tensor held = at::zeros({world}, at::kLong);
+  held.data_ptr<int64_t>()[comm.rank()] = committed + 1;
+  allreduce_host(comm, held, device);
+  PeerResume out;
+  int64_t best = 0;
+  for (int r = 0; r < world; ++r) {
+    const int64_t v = held.data_ptr<int64_t>()[r];
+    if (v > best) {
+      best = v;
+      out.source = r;
+    }
+  }
+  if (out.source < 0) {
+    throw TrainerError("rank-scoped recovery: no rank of the new generation holds the training "
+                       "state (every rank is a replacement)");
+  }
+  at::Tensor meta = at::zeros({3}, at::kLong);  // step, position, loss bits
+  if (comm.rank() == out.source) {
+    int64_t* m = meta.data_ptr<int64_t>();
+    m[0] = committed;
+    m[1] = mine.position;
+    m[2] = double_bits(mine.loss);
+  }
+  broadcast_host(comm, meta, device, out.source);
+  {
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : state.params) {
+      at::Tensor data = p.detach();
+      comm.broadcast(data, out.source);
+    }
+    for (at::Tensor& m : state.momentum) comm.broadcast(m, out.source);
+  }
+  broadcast_generator(comm, device, out.source);
+  out.resume.step = meta[0].item<int64_t>();
+  out.resume.position = meta[1].item<int64_t>();
+  out.resume.loss = bits_double(meta[2].item<int64_t>());
+  return out;
 }
 
 void write_checkpoint(CheckpointDir& dir, const TrainOptions& o, const WorkerInfo& w,

@@ -1,5 +1,6 @@
 // Checkpoints across ranks: resuming every rank from the one checkpoint
-// rank 0 picked, and rank 0 writing one.
+// rank 0 picked, and rank 0 writing one; and, with --restart-scope=rank,
+// resuming a re-formed generation from a peer, without a checkpoint.
 //
 // Rank 0 picks the newest checkpoint that verifies and loads it; the step,
 // position, generator and optimizer state then reach every rank by
@@ -27,6 +28,25 @@ struct Resume {
 // load the checkpoint it chose; a run with nothing to resume gets {}.
 Resume resume_from_checkpoint(const TrainOptions& o, const WorkerInfo& w, Communicator& comm,
                               CheckpointDir& dir, TrainState& state, const at::Device& device);
+
+// Rank 0 only: takes the folder for this run (CheckpointDir::lock) and
+// removes what an interrupted write left. Throws TrainerError naming the
+// holder when another run has it.
+void lock_checkpoint_dir(CheckpointDir& dir);
+
+// Rank scope (docs/RECOVERY.md): the state from a peer instead of from a
+// checkpoint. Collective over a generation's fresh communicator: every
+// rank gives the steps it has committed (-1: a replacement, nothing); the
+// source is the lowest rank holding the most (a committed step is exact on
+// every rank that committed it), and it broadcasts parameters, momentum,
+// the generator, step, position and loss, which every other rank takes.
+// Throws TrainerError when no rank holds any state.
+struct PeerResume {
+  Resume resume;
+  int source = -1;  // the rank the state came from
+};
+PeerResume resume_from_peer(Communicator& comm, TrainState& state, const at::Device& device,
+                            int64_t committed, const Resume& mine);
 
 // Rank 0 only. A full disk does not end the run (the newest checkpoint that
 // verifies is still there, and failing would only spend the agent's

@@ -327,8 +327,8 @@ class ShmCommunicator : public Communicator {
 
   // Spins for o_.spin (a peer on the other core usually arrives within
   // microseconds), then sleeps on the futex so a waiting rank leaves its core
-  // to others. Wakes every 100 ms to check the peers are alive and the
-  // deadline. (seq_cst atomics: a notify() either changes `event` before we
+  // to others. Wakes every 100 ms (2 ms with an AbortSource) to check the
+  // peers are alive, the abort source and the deadline. (seq_cst atomics: a notify() either changes `event` before we
   // sleep, so FUTEX_WAIT returns at once, or sees our sleepers count.)
   template <typename Pred>
   void wait_until(Pred ready) {
@@ -347,7 +347,9 @@ class ShmCommunicator : public Communicator {
         header_->sleepers.fetch_sub(1);
         return;
       }
-      timespec ts{0, 100 * 1000 * 1000};
+      // Rank scope: a failure must end the wait within milliseconds, and the
+      // recovery channel cannot share a futex; group scope keeps its 100 ms.
+      timespec ts{0, o_.abort != nullptr ? 2 * 1000 * 1000 : 100 * 1000 * 1000};
       ::syscall(SYS_futex, &header_->event, FUTEX_WAIT, ev, &ts, nullptr, 0);
       header_->sleepers.fetch_sub(1);
       if (ready()) return;
@@ -363,6 +365,11 @@ class ShmCommunicator : public Communicator {
                  std::to_string(header_->pids[r].load()) + ") exited during a collective";
         throw TrainerError(error_);
       }
+    }
+    if (o_.abort != nullptr && o_.abort->requested()) {
+      error_ = "shm communicator: rank " + std::to_string(o_.rank) +
+               " abandoned the collective (a peer failed)";
+      throw CollectiveAborted(error_);
     }
     if (Clock::now() > deadline) {
       error_ = "shm communicator: rank " + std::to_string(o_.rank) + " waited " +

@@ -22,8 +22,9 @@
 // microseconds), then sleep on a futex so a waiting rank gives its core to
 // the others; every wait has the communicator's deadline, and a sleeping
 // rank checks every 100 ms whether a peer process died (pidfd), failing the
-// collective rather than waiting out the deadline. After a failure every
-// later call fails at once. Calls come from one thread at a time, in the
+// collective rather than waiting out the deadline (with an AbortSource,
+// every 2 ms, and the source too). After a failure every later call fails
+// at once. Calls come from one thread at a time, in the
 // same order on every rank (as communicator.h requires).
 #pragma once
 
@@ -31,6 +32,7 @@
 #include <memory>
 #include <string>
 
+#include "trainer/abort_source.h"
 #include "trainer/communicator.h"
 #include "trainer/error.h"
 
@@ -49,6 +51,10 @@ struct ShmOptions {
   // many ranks as cores a spinning rank steals the core its peer needs.
   std::chrono::microseconds spin = std::chrono::microseconds(10);
   std::string key_prefix = "ddprun_train/";  // store key for the segment name
+  // --restart-scope=rank: a sleeping wait wakes every 2 ms instead of every
+  // 100 ms, checks the peers' pidfds and this source, and throws
+  // CollectiveAborted once it asks (abort_source.h). nullptr: as before.
+  AbortSource* abort = nullptr;
 };
 
 // /dev/shm has no room for the segment. Rank 0 reserves every byte of it

@@ -5,12 +5,15 @@
 // training loop polls at step boundaries. Exit codes:
 // 0 done (or stopped by the signal after checkpointing), 1 training failed,
 // 2 bad flags or environment, 17 injected fault (--fail-at-step).
+// --restart-scope=rank (DDPRUN_RESTART_SCOPE, DDPRUN_RECOVERY_FD,
+// DDPRUN_GENERATION): the recovery channel, handed to run_training.
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +25,7 @@
 #include "trainer/error.h"
 #include "trainer/log.h"
 #include "trainer/nccl_communicator.h"
+#include "trainer/recovery_channel.h"
 #include "trainer/store_select.h"
 #include "trainer/trainer.h"
 
@@ -57,6 +61,9 @@ std::string env_str(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && v[0] != '\0' ? std::string(v) : fallback;
 }
+
+int run(const ddprun::trainer::TrainOptions& o, const ddprun::trainer::WorkerInfo& w,
+        const ddprun::trainer::StoreChoice& sc, ddprun::trainer::RecoveryChannel* channel);
 
 }  // namespace
 
@@ -104,6 +111,17 @@ int main(int argc, char** argv) {
   app.add_option("--hang-at-step", o.hang_at_step,
                  "fault injection for tests: the last rank hangs after step N on the first attempt only")
       ->capture_default_str();
+  app.add_option("--kill-at-step", o.kill_at_step,
+                 "fault injection for tests: --kill-rank SIGKILLs itself in the middle of step N "
+                 "(its first gradient all-reduce launched), on the first attempt only")
+      ->capture_default_str();
+  app.add_option("--kill-rank", o.kill_rank, "the rank --kill-at-step kills (-1: the last rank)")
+      ->capture_default_str();
+  app.add_option("--recovery-timeout", o.recovery_timeout_s,
+                 "--restart-scope=rank: seconds a rank whose collective failed waits for the "
+                 "agent's event=failed")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.lr_scale_linear = lr_scale == "linear";
   // One folder per job: a restart of this job resumes from it, a new job
@@ -137,6 +155,17 @@ int main(int argc, char** argv) {
   }
   set_log_rank(w.rank);
 
+  std::optional<RecoveryChannel> channel;
+  try {
+    const RecoveryEnv re = parse_recovery_env(std::getenv(ddprun::base::kEnvRestartScope),
+                                              std::getenv(ddprun::base::kEnvRecoveryFd),
+                                              std::getenv(ddprun::base::kEnvGeneration));
+    if (re.rank_scope) channel.emplace(re.fd, re.generation);
+  } catch (const TrainerError& e) {
+    std::fprintf(stderr, "train: %s\n", e.what());
+    return 2;
+  }
+
   StoreChoice sc;
   sc.ddprun_store = w.under_ddprun;
   sc.master_addr = w.master_addr;
@@ -152,6 +181,21 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
 
+  const int code = run(o, w, sc, channel ? &*channel : nullptr);
+  if (channel) {
+    // Rank scope: a communicator abandoned in a recovery may still have
+    // gloo threads running; static destructors must not run under them.
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
+  return code;
+}
+
+namespace {
+
+int run(const ddprun::trainer::TrainOptions& o, const ddprun::trainer::WorkerInfo& w,
+        const ddprun::trainer::StoreChoice& sc, ddprun::trainer::RecoveryChannel* channel) {
+  using namespace ddprun::trainer;
   try {
     if (w.rank == 0) {
       const std::string where = sc.ddprun_store ? "the ddprun store (DDPRUN_STORE_ADDR)"
@@ -159,7 +203,7 @@ int main(int argc, char** argv) {
                                                       std::to_string(sc.master_port);
       log_info("%d ranks meet through %s", w.world_size, where.c_str());
     }
-    const TrainResult r = run_training(o, w, make_store(sc), &g_stop);
+    const TrainResult r = run_training(o, w, make_store(sc), &g_stop, channel);
     if (r.stopped_by_signal) {
       log_warn("stopped by %s after step %lld", g_stop == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
                (long long)r.steps_done);
@@ -177,3 +221,5 @@ int main(int argc, char** argv) {
   }
   return 1;
 }
+
+}  // namespace

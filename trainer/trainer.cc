@@ -1,5 +1,6 @@
 #include "trainer/trainer.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,13 +20,12 @@
 #include "trainer/checkpoint.h"
 #include "trainer/ddp.h"
 #include "trainer/error.h"
-#include "trainer/gloo_communicator.h"
+#include "trainer/generation.h"
 #include "trainer/log.h"
 #include "trainer/model.h"
-#include "trainer/nccl_communicator.h"
+#include "trainer/recovery_channel.h"
 #include "trainer/resume.h"
 #include "trainer/sampler.h"
-#include "trainer/shm_communicator.h"
 #include "trainer/train_state.h"
 #include "watchdog/heartbeat.h"
 
@@ -38,57 +38,6 @@ constexpr int64_t kFeatures = 784;
 constexpr int64_t kClasses = 10;
 constexpr int64_t kWarmupSteps = 10;  // left out of samples/s, as the reference does
 
-std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const WorkerInfo& w,
-                                                const c10::intrusive_ptr<c10d::Store>& store,
-                                                at::Device* device) {
-  Backend backend = o.backend;
-  const auto timeout = std::chrono::milliseconds(int64_t(o.collective_timeout_s * 1000));
-  std::string why;
-  const bool one_host = w.local_world_size == w.world_size;
-  const bool automatic = backend == Backend::kAuto;
-  if (automatic) {
-    backend = nccl_available(&why) ? Backend::kNccl
-              : one_host && w.world_size > 1 ? Backend::kShm
-                                             : Backend::kGloo;
-  }
-  if (backend == Backend::kNccl) {
-    if (!nccl_available(&why)) throw TrainerError("--backend nccl: " + why);
-    *device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w.local_rank));
-    NcclOptions no;
-    no.rank = w.rank;
-    no.world_size = w.world_size;
-    no.device = w.local_rank;
-    no.timeout = timeout;
-    return make_nccl_communicator(*store, no);
-  }
-  *device = at::Device(at::kCPU);
-  if (backend == Backend::kShm) {
-    if (!one_host) {
-      throw TrainerError("--backend shm: ranks span hosts (LOCAL_WORLD_SIZE " +
-                         std::to_string(w.local_world_size) + " < WORLD_SIZE " +
-                         std::to_string(w.world_size) + "); use gloo");
-    }
-    ShmOptions so;
-    so.rank = w.rank;
-    so.world_size = w.world_size;
-    so.timeout = timeout;
-    try {
-      return make_shm_communicator(*store, so);
-    } catch (const ShmNoRoom& e) {
-      if (!automatic) throw TrainerError(std::string("--backend shm: ") + e.what());
-      // Every rank gets ShmNoRoom (rank 0 decided for all), so all fall back.
-      log_warn("%s: --backend auto uses gloo", e.what());
-    }
-  }
-  GlooOptions go;
-  go.rank = w.rank;
-  go.world_size = w.world_size;
-  go.timeout = timeout;
-  go.single_host = w.local_world_size == w.world_size;
-  go.peer_addr = w.master_addr;
-  return std::make_unique<GlooCommunicator>(store, go);
-}
-
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
@@ -99,14 +48,21 @@ void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
 struct Setup {
   at::Device device{at::kCPU};
   std::unique_ptr<Communicator> comm;
+  std::unique_ptr<DistributedDataParallel> ddp;  // over comm; made after the model
   std::unique_ptr<Model> model;
   Dataset train;
   Dataset test;
   TrainState state;  // params are handles shared with the model
 };
 
+std::unique_ptr<DistributedDataParallel> make_ddp(const TrainOptions& o, Setup& s) {
+  DdpOptions ddp_options;
+  ddp_options.bucket_bytes = std::max<int64_t>(1, int64_t(o.bucket_mb * (1 << 20)));
+  return std::make_unique<DistributedDataParallel>(s.state.params, *s.comm, ddp_options);
+}
+
 Setup set_up(const TrainOptions& o, const WorkerInfo& w,
-             const c10::intrusive_ptr<c10d::Store>& store) {
+             const c10::intrusive_ptr<c10d::Store>& store, const GenerationScope& scope) {
   // One BLAS thread a rank in a multi-rank job: ranks sharing a host own its
   // cores, and a fixed count keeps the bits independent of how ranks spread
   // over hosts (OpenBLAS's threaded GEMM sums in another order), so a 2-node
@@ -117,7 +73,7 @@ Setup set_up(const TrainOptions& o, const WorkerInfo& w,
     set_openblas_threads(1);
   }
   Setup s;
-  s.comm = make_communicator(o, w, store, &s.device);
+  s.comm = make_communicator(o, w, store, scope, &s.device);
   at::manual_seed(o.seed);
   s.model = make_model(o.model, o.hidden, kClasses);
   s.train = o.synthetic ? synthetic_dataset(4096, kFeatures, kClasses, o.seed)
@@ -138,7 +94,14 @@ Setup set_up(const TrainOptions& o, const WorkerInfo& w,
     for (const at::Tensor& p : s.state.params)
       s.state.momentum.push_back(at::zeros_like(p.detach()));
   }
+  s.ddp = make_ddp(o, s);
   return s;
+}
+
+// The line every rank of a re-formed generation logs once it holds the state.
+void log_formed(int rank, int64_t generation, const PeerResume& r) {
+  log_info("rank %d: generation %lld formed; state from rank %d at step %lld; no checkpoint read",
+           rank, (long long)generation, r.source, (long long)r.resume.step);
 }
 
 // One rank's steps from the resumed position to --steps or a stop request:
@@ -146,13 +109,15 @@ Setup set_up(const TrainOptions& o, const WorkerInfo& w,
 // heartbeat, progress lines, checkpoints and the injected faults.
 class TrainingLoop {
  public:
-  TrainingLoop(const TrainOptions& o, const WorkerInfo& w, Setup& s, DistributedDataParallel& ddp,
+  TrainingLoop(const TrainOptions& o, const WorkerInfo& w, Setup& s,
+               const c10::intrusive_ptr<c10d::Store>& store, RecoveryChannel* channel,
                CheckpointDir& dir, const Resume& resume,
                const volatile std::sig_atomic_t* stop_requested)
       : o_(o),
         w_(w),
         s_(s),
-        ddp_(ddp),
+        store_(store),
+        channel_(channel),
         dir_(dir),
         resume_(resume),
         stop_requested_(stop_requested),
@@ -180,11 +145,28 @@ class TrainingLoop {
     try {
       while (step_ < o_.steps && !stop_now()) {
         if (step_ == timed_from_) t0_ = Clock::now();
-        train_step();
-        ++step_;
-        position_ += per_step_;
+        // Rank scope: a step whose collectives fail (or are abandoned on
+        // the agent's event=failed) is not committed: the parameters and
+        // momentum change only after every bucket's all-reduce finished.
+        // The group re-forms and the step is done again.
+        bool committed = false, identical = true;
+        try {
+          if (channel_ != nullptr && channel_->requested()) {
+            throw CollectiveAborted("a peer failed before step " + std::to_string(step_ + 1));
+          }
+          train_step();
+          ++step_;
+          position_ += per_step_;
+          committed = true;
+          if (o_.check_params) identical = s_.ddp->parameters_identical();
+        } catch (const std::exception& e) {
+          if (channel_ == nullptr || stop_now()) throw;
+          recover(e.what());
+          if (!committed) continue;
+        }
+        hang_if_injected();  // before the beat: see there
         heartbeat_.beat(step_);
-        if (o_.check_params && !ddp_.parameters_identical()) {
+        if (!identical) {
           throw TrainerError("--check-params: parameters differ between ranks after step " +
                              std::to_string(step_));
         }
@@ -240,6 +222,45 @@ class TrainingLoop {
 
  private:
   bool stop_now() const { return stop_requested_ != nullptr && *stop_requested_ != 0; }
+  int64_t generation() const { return channel_ != nullptr ? channel_->generation() : 0; }
+  // Injected faults fire in the attempt's first group only.
+  bool faults_armed() const { return w_.restart_count == 0 && generation() == 0; }
+
+  // Rank scope, after this generation's collectives failed: wait for the
+  // agent to name the next generation, re-form with the replacement, take
+  // the state from the peer that holds the most steps.
+  void recover(const std::string& why) {
+    const Clock::time_point failed_at = Clock::now();
+    log_warn("rank %d: step %lld abandoned in generation %lld: %s", w_.rank,
+             (long long)step_ + 1, (long long)generation(), why.c_str());
+    // Leaked on purpose: the abandoned collective may never finish, its
+    // backend threads (gloo's) may still write the DDP's bucket buffers until
+    // their own timeout, and destroying the communicator would block on them
+    // (ProcessGroupGloo's destructor drains its queue). One per failure.
+    s_.ddp->abandon();
+    (void)s_.ddp.release();
+    (void)s_.comm.release();
+    const auto deadline =
+        failed_at + std::chrono::milliseconds(int64_t(o_.recovery_timeout_s * 1000));
+    const int64_t g = channel_->wait_failed(
+        deadline, "--recovery-timeout " + std::to_string(o_.recovery_timeout_s) + " s");
+    at::Device device = s_.device;
+    s_.comm = make_communicator(o_, w_, store_, GenerationScope{g, channel_}, &device);
+    s_.ddp = make_ddp(o_, s_);
+    Resume mine;
+    mine.position = position_;
+    mine.loss = loss_.defined() ? loss_.item<double>() : resume_.loss;
+    const PeerResume r = resume_from_peer(*s_.comm, s_.state, s_.device, step_, mine);
+    step_ = r.resume.step;
+    position_ = r.resume.position;
+    if (r.source != w_.rank && !std::isnan(r.resume.loss)) {
+      loss_ = at::scalar_tensor(r.resume.loss, at::kFloat);
+    }
+    log_formed(w_.rank, g, r);
+    log_info("rank %d: recovered in %.0f ms", w_.rank,
+             std::chrono::duration<double, std::milli>(Clock::now() - failed_at).count());
+    channel_->joined(w_.rank);
+  }
 
   void train_step() {
     sampler_.rank_batch(position_, w_.rank, o_.batch, idx_host_.data_ptr<int64_t>());
@@ -247,11 +268,25 @@ class TrainingLoop {
     at::index_select_out(xb_, s_.train.x, 0, idx_);
     at::index_select_out(yb_, s_.train.y, 0, idx_);
     for (at::Tensor& p : s_.state.params) p.mutable_grad().reset();
-    ddp_.begin_backward();
-    loss_ = s_.model->loss(xb_, yb_);
-    loss_.backward();
-    ddp_.finish_backward();
+    arm_kill();
+    s_.ddp->begin_backward();
+    at::Tensor loss = s_.model->loss(xb_, yb_);
+    loss.backward();
+    s_.ddp->finish_backward();
+    loss_ = loss;  // only a committed step's
     sgd_update();
+  }
+
+  // --kill-at-step: the step is in flight once a bucket's all-reduce left.
+  void arm_kill() {
+    const int victim = o_.kill_rank >= 0 ? o_.kill_rank : w_.world_size - 1;
+    if (step_ + 1 != o_.kill_at_step || w_.rank != victim || !faults_armed()) return;
+    s_.ddp->set_launch_observer([this](size_t bucket) {
+      log_warn("--kill-at-step %lld: rank %d SIGKILLs itself, bucket %zu's all-reduce launched",
+               (long long)o_.kill_at_step, w_.rank, bucket);
+      std::fflush(nullptr);
+      ::kill(::getpid(), SIGKILL);
+    });
   }
 
   // SGD, in place: p -= lr * g (g averaged over ranks), with momentum
@@ -260,7 +295,7 @@ class TrainingLoop {
     at::NoGradGuard no_grad;
     std::vector<at::Tensor>& momentum = s_.state.momentum;
     for (size_t k = 0; k < weights_.size(); ++k) {
-      const at::Tensor& g = ddp_.averaged_grad(k);
+      const at::Tensor& g = s_.ddp->averaged_grad(k);
       if (momentum.empty()) {
         weights_[k].add_(g, -lr_);
         continue;
@@ -294,25 +329,34 @@ class TrainingLoop {
     }
   }
 
-  // --fail-at-step and --hang-at-step, on the first attempt only.
+  // --fail-at-step, in the first group only.
   void inject_faults() const {
-    if (step_ == o_.fail_at_step && w_.restart_count == 0) {
+    if (!faults_armed()) return;
+    if (step_ == o_.fail_at_step) {
       log_warn("--fail-at-step %lld: injected failure (exit %d)", (long long)step_,
                kFaultExitCode);
       std::fflush(nullptr);
       std::_Exit(kFaultExitCode);
     }
-    if (step_ == o_.hang_at_step && w_.restart_count == 0 && w_.rank == w_.world_size - 1) {
-      log_warn("--hang-at-step %lld: rank %d hangs here (injected)", (long long)step_, w_.rank);
-      std::fflush(nullptr);
-      for (;;) ::pause();  // SIGTERM only sets a flag: the agent must SIGKILL us
-    }
+  }
+
+  // --hang-at-step: after the step's collectives, before its heartbeat, so
+  // the hung rank is the one behind in steps (its peers beat step N, then
+  // wait in N+1): the watchdog's culprit, also without stacks, as
+  // rank-scoped recovery needs (it replaces only the culprit). Beating
+  // first made the two last beats a race the watchdog could lose.
+  void hang_if_injected() const {
+    if (!faults_armed() || step_ != o_.hang_at_step || w_.rank != w_.world_size - 1) return;
+    log_warn("--hang-at-step %lld: rank %d hangs here (injected)", (long long)step_, w_.rank);
+    std::fflush(nullptr);
+    for (;;) ::pause();  // SIGTERM only sets a flag: the agent must SIGKILL us
   }
 
   const TrainOptions& o_;
   const WorkerInfo& w_;
   Setup& s_;
-  DistributedDataParallel& ddp_;
+  const c10::intrusive_ptr<c10d::Store>& store_;
+  RecoveryChannel* channel_;  // nullptr: group scope
   CheckpointDir& dir_;
   const Resume& resume_;
   const volatile std::sig_atomic_t* stop_requested_;
@@ -344,23 +388,32 @@ std::string final_line(const TrainResult& r) {
 
 TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
                          const c10::intrusive_ptr<c10d::Store>& store,
-                         const volatile std::sig_atomic_t* stop_requested) {
+                         const volatile std::sig_atomic_t* stop_requested,
+                         RecoveryChannel* channel) {
   if (o.batch <= 0 || o.steps < 0 || o.hidden <= 0) {
     throw TrainerError("--batch and --hidden must be positive, --steps not negative");
   }
-  Setup s = set_up(o, w, store);
+  const int64_t generation = channel != nullptr ? channel->generation() : 0;
+  Setup s = set_up(o, w, store, GenerationScope{generation, channel});
   if (w.rank == 0) log_info("backend %s, %d ranks", s.comm->backend().c_str(), w.world_size);
   CheckpointDir dir(CheckpointOptions{o.checkpoint_dir, o.keep});
-  const Resume resume = resume_from_checkpoint(o, w, *s.comm, dir, s.state, s.device);
-
-  DdpOptions ddp_options;
-  ddp_options.bucket_bytes = std::max<int64_t>(1, int64_t(o.bucket_mb * (1 << 20)));
-  DistributedDataParallel ddp(s.state.params, *s.comm, ddp_options);
-  ddp.broadcast_parameters(0);
-  if (o.check_params && !ddp.parameters_identical()) {
-    throw TrainerError("--check-params: parameters differ between ranks after the broadcast");
+  Resume resume;
+  if (generation == 0) {
+    resume = resume_from_checkpoint(o, w, *s.comm, dir, s.state, s.device);
+    s.ddp->broadcast_parameters(0);
+    if (o.check_params && !s.ddp->parameters_identical()) {
+      throw TrainerError("--check-params: parameters differ between ranks after the broadcast");
+    }
+  } else {
+    // A replacement: the survivors hold the state in memory, no checkpoint
+    // is read. Rank 0 still takes the folder, for the checkpoints it writes.
+    if (w.rank == 0) lock_checkpoint_dir(dir);
+    const PeerResume r = resume_from_peer(*s.comm, s.state, s.device, -1, Resume{});
+    resume = r.resume;
+    log_formed(w.rank, generation, r);
+    channel->joined(w.rank);
   }
-  TrainingLoop loop(o, w, s, ddp, dir, resume, stop_requested);
+  TrainingLoop loop(o, w, s, store, channel, dir, resume, stop_requested);
   loop.run();
   return loop.finish();
 }

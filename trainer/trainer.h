@@ -6,7 +6,9 @@
 // `checkpoint_every` steps and when *stop_requested becomes non-zero (the
 // SIGTERM flag main() owns), beats the watchdog once per step, and returns
 // the figures of the final line. Throws TrainerError (and c10::Error from
-// LibTorch) on failure; main() maps both to exit codes.
+// LibTorch) on failure; main() maps both to exit codes. With
+// --restart-scope=rank it also survives a peer's failure (see below and
+// docs/RECOVERY.md).
 #pragma once
 
 #include <csignal>
@@ -45,13 +47,26 @@ struct TrainOptions {
   int keep = 3;                  // checkpoints kept
   bool resume = true;            // resume from checkpoint_dir when one verifies
   std::string save_params;       // rank 0 writes final parameters here (raw float32)
+  // Every injected fault below fires only on the first attempt
+  // (restart_count == 0) and in generation 0 (not in a replacement, nor in
+  // a survivor once it re-formed).
   // Fault injection for tests: exit with kFaultExitCode just after this step
-  // completes, only on the first attempt (restart_count == 0). -1 = off.
+  // completes. -1 = off.
   int64_t fail_at_step = -1;
   // Fault injection for tests: the last rank stops for good (alive, no more
   // heartbeats, its peers stuck in the next collective) just after this
-  // step, only on the first attempt. -1 = off.
+  // step, before beating it (so it is the rank behind in steps). -1 = off.
   int64_t hang_at_step = -1;
+  // Fault injection for tests: rank kill_rank SIGKILLs itself in the middle
+  // of step N (counted as fail_at_step counts: the step that would make N
+  // complete), right after its first gradient bucket's all-reduce was
+  // launched, so that step is in flight. -1 = off.
+  int64_t kill_at_step = -1;
+  // The rank --kill-at-step kills; -1 = the last rank (as --hang-at-step).
+  int kill_rank = -1;
+  // Rank scope: how long a rank whose collective failed waits for the
+  // agent's event=failed before it gives up and fails (--recovery-timeout).
+  double recovery_timeout_s = 60;
 };
 
 inline constexpr int kFaultExitCode = 17;
@@ -77,9 +92,18 @@ struct TrainResult {
   int64_t steps_done = 0;          // steps completed when it returned
 };
 
+class RecoveryChannel;
+
+// `channel`: --restart-scope=rank's recovery channel (recovery_channel.h),
+// nullptr in group scope. With one, a rank whose collective fails (or is
+// abandoned on the agent's event=failed) re-forms the group with the
+// replacement as the next generation, takes the state from a peer and
+// redoes the step in flight; a process started in generation G > 0 (a
+// replacement) reads no checkpoint and takes its state the same way.
 TrainResult run_training(const TrainOptions& options, const WorkerInfo& worker,
                          const c10::intrusive_ptr<c10d::Store>& store,
-                         const volatile std::sig_atomic_t* stop_requested);
+                         const volatile std::sig_atomic_t* stop_requested,
+                         RecoveryChannel* channel = nullptr);
 
 // The line every rank ends with, in the reference script's form.
 std::string final_line(const TrainResult& r);

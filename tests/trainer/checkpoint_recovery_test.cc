@@ -263,7 +263,9 @@ TEST_CASE("a second run on a checkpoint folder in use is refused, naming the hol
       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(free_port())},
       {"OMP_NUM_THREADS", "1"}};
   // Long enough to hold the folder while the second one starts; killed after.
-  Process first(single({"--steps", "1000000", "--checkpoint-every", "1000"}, dir), env,
+  // No periodic checkpoint: under load the second run's start took 6 s, in
+  // which this one reached step 1000 and wrote one (the check below failed).
+  Process first(single({"--steps", "1000000", "--checkpoint-every", "0"}, dir), env,
                 tmp.file("first.log"));
   REQUIRE(wait_written(dir, "lock", std::chrono::steady_clock::now() + 180s));
   RankRun second = run_ranks(single({"--steps", "20", "--checkpoint-every", "10", "--seed", "7"},

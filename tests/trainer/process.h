@@ -19,9 +19,11 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -30,8 +32,10 @@ namespace ddprun::trainer::testing {
 
 class Process {
  public:
+  // `inherit`: {descriptor here, number in the child} pairs the child gets
+  // (dup2, so close-on-exec ends are fine; the numbers must differ).
   Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-          const std::string& log_path)
+          const std::string& log_path, const std::vector<std::pair<int, int>>& inherit = {})
       : log_path_(log_path) {
     std::vector<std::string> envs;
     for (char** e = environ; *e != nullptr; ++e) {
@@ -49,6 +53,7 @@ class Process {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    for (const auto& [here, there] : inherit) posix_spawn_file_actions_adddup2(&fa, here, there);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
@@ -90,6 +95,9 @@ class Process {
     status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     return status_;
   }
+
+  // The pidfd: readable once the process exited (for a poll over several).
+  int pidfd() const { return pidfd_; }
 
   // Sends `sig` to the process itself (not its group).
   void signal(int sig) {
