@@ -87,6 +87,12 @@ WorkerStatus* Watchdog::find_local(int local_rank) {
   return nullptr;
 }
 
+const WorkerStatus* Watchdog::find_local_const(int local_rank) const {
+  for (const auto& w : workers_)
+    if (w.local_rank == local_rank) return &w;
+  return nullptr;
+}
+
 void Watchdog::on_beat(const Beat& beat) {
   for (auto& w : workers_) {
     if (w.global_rank != beat.global_rank) continue;
@@ -314,6 +320,7 @@ void Watchdog::replace_worker(int local_rank, pid_t pid) {
   fresh.spawned = now;
   fresh.last_output = now;
   *w = fresh;
+  joining_local_rank_ = local_rank;
   for (auto& other : workers_) other.stuck_since.reset();
   // The survivors' last beats are from before the failure: a full timeout
   // from now, as after a pause of the agent's.
@@ -426,6 +433,12 @@ std::optional<Clock::time_point> Watchdog::heartbeat_due(const WorkerStatus& w) 
                           : w.last_beat + options_.heartbeat_timeout;
   // After a pause of the agent's, a full timeout from the resume.
   if (resumed_) due = std::max(due, *resumed_ + options_.heartbeat_timeout);
+  // A survivor waiting for a replacement that is still starting (loading
+  // LibTorch, importing torch: seconds on a busy host) is not hung: no
+  // deadline before the replacement's own first-beat grace runs out.
+  if (const WorkerStatus* joining = find_local_const(joining_local_rank_);
+      joining && joining->beats == 0 && !joining->exited)
+    due = std::max(due, joining->spawned + options_.effective_grace());
   return due;
 }
 

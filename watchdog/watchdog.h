@@ -236,6 +236,7 @@ class Watchdog {
 
  private:
   WorkerStatus* find_local(int local_rank);
+  const WorkerStatus* find_local_const(int local_rank) const;
   // Live, and judged by beats (beats_optional leaves out a rank never heard from).
   bool judged_by_beats(const WorkerStatus& w) const;
   std::optional<Clock::time_point> heartbeat_due(const WorkerStatus& w) const;
@@ -287,6 +288,10 @@ class Watchdog {
   bool stopped_ = false;
   // When the agent last resumed from a pause; deadlines start no earlier.
   std::optional<Clock::time_point> resumed_;
+  // The local rank replace_worker() last started (-1: none): until its
+  // first beat the survivors wait for it by design, in the new
+  // generation's rendezvous, and are judged by its start-up grace.
+  int joining_local_rank_ = -1;
   int pauses_ = 0;
   Clock::duration paused_for_{};
 };

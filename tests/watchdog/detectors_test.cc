@@ -90,6 +90,42 @@ TEST_CASE("a worker that never beats misses the first-beat grace") {
   CHECK(hang->detail == "no first heartbeat within the 0.30 s grace after start");
 }
 
+TEST_CASE("fixed timeout, --restart-scope=rank: survivors waiting for a replacement that is "
+          "still starting are held by its first-beat grace, not one heartbeat timeout") {
+  Watched watched(heartbeat_only(300ms, 5s));
+  auto& [clock, hang, dog] = watched;
+  dog.add_worker(0, 0, kPid);
+  dog.add_worker(1, 1, kPid + 1);
+  clock.advance(10ms);
+  dog.on_beat(wd::testing::beat(0, 1, clock.now()));
+  dog.on_beat(wd::testing::beat(1, 1, clock.now()));
+  dog.replace_worker(1, kPid + 10);  // rank 1 died; its replacement loads LibTorch
+  const auto spawned = clock.now();
+  clock.advance(5s - 1ms);
+  CHECK_FALSE(hang);  // rank 0 waits in the new generation's rendezvous
+  clock.advance(1ms);
+  REQUIRE(hang);  // the replacement never beat within its grace: it is the hang
+  CHECK(hang->due == spawned + 5s);
+}
+
+TEST_CASE("fixed timeout: once the replacement beats, every rank is on the heartbeat timeout "
+          "again") {
+  Watched watched(heartbeat_only(300ms, 5s));
+  auto& [clock, hang, dog] = watched;
+  dog.add_worker(0, 0, kPid);
+  dog.add_worker(1, 1, kPid + 1);
+  dog.on_beat(wd::testing::beat(0, 1, clock.now()));
+  dog.on_beat(wd::testing::beat(1, 1, clock.now()));
+  dog.replace_worker(1, kPid + 10);
+  clock.advance(1s);
+  dog.on_beat(wd::testing::beat(0, 2, clock.now()));
+  dog.on_beat(wd::testing::beat(1, 2, clock.now()));
+  const auto last = clock.now();
+  clock.advance(300ms);
+  REQUIRE(hang);
+  CHECK(hang->due == last + 300ms);
+}
+
 TEST_CASE("a first beat ends the grace: the timeout counts from it, not from the grace") {
   Watched watched(heartbeat_only(300ms, 10s));
   auto& [clock, hang, dog] = watched;
