@@ -74,16 +74,8 @@ void Attempt::start() {
   }
   // Every worker is forked before the first exec is waited for (their
   // start-ups overlap); a worker that could not exec was reaped by finish.
-  for (auto& w : workers_) {
-    try {
-      launcher_.finish(w.info.pid);
-    } catch (const SpawnError& e) {
-      w.alive = false;
-      w.never_ran = true;
-      if (setup_.stdin_forwarder) setup_.stdin_forwarder->remove_target(w.info.pid);
-      if (!error) error = e;
-    }
-  }
+  for (auto& w : workers_)
+    if (auto failed = finish_exec(w); failed && !error) error = std::move(failed);
   if (error) {
     Failure f;
     f.reason = error->what();
@@ -99,6 +91,18 @@ void Attempt::start() {
     throw *error;
   }
   for (auto* h : hooks_) h->workers_started(info_, *this);
+}
+
+std::optional<SpawnError> Attempt::finish_exec(Worker& w) {
+  try {
+    launcher_.finish(w.info.pid);
+    return std::nullopt;
+  } catch (const SpawnError& e) {
+    w.alive = false;
+    w.never_ran = true;
+    if (setup_.stdin_forwarder) setup_.stdin_forwarder->remove_target(w.info.pid);
+    return e;
+  }
 }
 
 Attempt::Worker* Attempt::find(pid_t pid) {

@@ -205,6 +205,9 @@ class Attempt : public AttemptControl {
   void finish();
   bool pumps_open() const;
   Worker* find(pid_t pid);
+  // Waits for `w`'s exec (ProcessLauncher::finish); on failure marks it as
+  // never run and returns the error.
+  std::optional<SpawnError> finish_exec(Worker& w);
 
   boost::asio::io_context& io_;
   base::Clock& clock_;

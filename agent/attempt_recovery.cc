@@ -216,14 +216,7 @@ void Attempt::respawn(int lr) {
   Worker& w = workers_[lr];
   if (!error) {
     info_.workers[lr] = w.info;
-    try {
-      launcher_.finish(w.info.pid);
-    } catch (const SpawnError& e) {
-      w.alive = false;
-      w.never_ran = true;
-      if (setup_.stdin_forwarder) setup_.stdin_forwarder->remove_target(w.info.pid);
-      error = e;
-    }
+    error = finish_exec(w);
   }
   if (error) {
     spdlog::error("cannot start the replacement for rank {}: {}", replaced.rank, error->what());

@@ -29,6 +29,7 @@
 #include "tests/common/skip.h"
 #include "tests/common/time_scale.h"
 #include "tests/trainer/process.h"
+#include "tests/trainer/recovery_support.h"
 #include "tests/trainer/temp_dir.h"
 #include "trainer/checkpoint.h"
 
@@ -42,33 +43,10 @@ const std::string kTrain = TRAIN_BIN;
 const std::string kDdprun = DDPRUN_BIN;
 constexpr int kSteps = 30;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string sha_of(const std::string& path) {
-  const std::string bytes = slurp(path);
-  if (bytes.empty()) return "(no file " + path + ")";
-  return ddprun::trainer::sha256_hex(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                     bytes.size());
-}
-
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
-}
-
-uint64_t seed_from_env() {
-  if (const char* s = std::getenv("DDPRUN_RECOVERY_SEED"); s != nullptr && *s != '\0')
-    return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
-
-int trials_from_env() {
-  const char* s = std::getenv("DDPRUN_RECOVERY_TRIALS");
-  return s != nullptr && std::atoi(s) > 0 ? std::atoi(s) : 5;
 }
 
 struct Run {

@@ -39,6 +39,7 @@
 #include "tests/common/time_scale.h"
 #include "tests/rendezvous/test_util.h"
 #include "tests/trainer/process.h"
+#include "tests/trainer/recovery_support.h"
 #include "tests/trainer/temp_dir.h"
 #include "trainer/checkpoint.h"
 
@@ -53,29 +54,6 @@ namespace {
 const std::string kTrain = TRAIN_BIN;
 constexpr int kChildFd = 100;  // DDPRUN_RECOVERY_FD in every rank
 constexpr int kSteps = 30;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string sha_of(const std::string& path) {
-  const std::string bytes = slurp(path);
-  if (bytes.empty()) return "(no file " + path + ")";
-  return ddprun::trainer::sha256_hex(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                     bytes.size());
-}
-
-uint64_t seed_from_env() {
-  if (const char* s = std::getenv("DDPRUN_RECOVERY_SEED"); s != nullptr && *s != '\0')
-    return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
-
-int trials_from_env() {
-  const char* s = std::getenv("DDPRUN_RECOVERY_TRIALS");
-  return s != nullptr && std::atoi(s) > 0 ? std::atoi(s) : 5;
-}
 
 struct Config {
   std::string backend;
