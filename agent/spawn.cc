@@ -8,6 +8,8 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <linux/close_range.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <system_error>
@@ -56,6 +58,14 @@ struct ChildReport {
   if (req.stdin_fd >= 0 && dup2(req.stdin_fd, STDIN_FILENO) < 0) goto fail;
   if (req.stdout_fd >= 0 && dup2(req.stdout_fd, STDOUT_FILENO) < 0) goto fail;
   if (req.stderr_fd >= 0 && dup2(req.stderr_fd, STDERR_FILENO) < 0) goto fail;
+  // Nothing of the agent's beyond stdio and inherit_fds reaches the
+  // program, as torchrun's Popen(close_fds=True): Boost.Asio opens its
+  // sockets without SOCK_CLOEXEC, and a worker holding the store's
+  // listening socket kept the port bound (EADDRINUSE for the next agent)
+  // and clients queued after the agent died; it also held the heartbeat
+  // and control sockets. Without close_range (before Linux 5.11) the fds
+  // stay as they were.
+  (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
   for (int fd : req.inherit_fds)
     if (fcntl(fd, F_SETFD, 0) != 0) goto fail;
   if (req.nofile_limit && setrlimit(RLIMIT_NOFILE, &*req.nofile_limit) != 0) goto fail;

@@ -5,9 +5,13 @@
 #include <doctest/doctest.h>
 #include <errno.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "agent/spawn.h"
@@ -67,4 +71,43 @@ TEST_CASE("three children forked before any exec is waited for; only the one tha
     CHECK(WIFEXITED(st));
     CHECK(WEXITSTATUS(st) == 0);
   }
+}
+
+TEST_CASE("a worker gets stdio and its inherit_fds only: the agent's other descriptors, "
+          "close-on-exec or not, stay behind") {
+  // Like the store's listening socket, which Boost.Asio opens without
+  // SOCK_CLOEXEC: kept open in the worker, it held the port after the agent.
+  int leaky[2], kept[2];
+  REQUIRE(pipe(leaky) == 0);
+  REQUIRE(pipe2(kept, O_CLOEXEC) == 0);
+  int out[2];
+  REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+  SpawnRequest r = request("/bin/sh");
+  // The fds the shell itself holds are listed by an exec'd ls, whose own
+  // directory fd is its highest.
+  r.argv = {"/bin/sh", "-c", "exec ls /proc/self/fd"};
+  r.stdout_fd = out[1];
+  r.inherit_fds = {kept[1]};
+  StartedProcess s = start_process(r);
+  CHECK_NOTHROW(finish_process(s));
+  close(out[1]);
+  std::string listing;
+  char buf[256];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) listing.append(buf, size_t(n));
+  close(out[0]);
+  REQUIRE(reap_within_30s(s.pid) != -1);
+  std::vector<int> fds;
+  for (size_t at = 0; at < listing.size();) {
+    const size_t nl = listing.find('\n', at);
+    fds.push_back(std::stoi(listing.substr(at, nl - at)));
+    at = nl == std::string::npos ? listing.size() : nl + 1;
+  }
+  CAPTURE(listing);
+  // 0, 1, 2, the inherited one and ls's directory (the highest).
+  REQUIRE(fds.size() == 5);
+  CHECK(std::count(fds.begin(), fds.end(), kept[1]) == 1);
+  CHECK(std::count(fds.begin(), fds.end(), leaky[0]) + std::count(fds.begin(), fds.end(), leaky[1]) +
+            std::count(fds.begin(), fds.end(), kept[0]) <=
+        1);  // at most one: ls's directory fd may reuse a closed number
+  for (int fd : {leaky[0], leaky[1], kept[0], kept[1]}) close(fd);
 }
