@@ -38,6 +38,10 @@ rc=0
 # Deadlines that tests take from a stated requirement (tests/common/
 # time_scale.h) are tripled: the sanitizers slow ddprun, its exit included.
 export DDPRUN_TEST_TIME_SCALE=3
+# The rank-scope recovery tests repeat random kills for bit-identity (the
+# plain suite runs 5 trials an entry); a sanitizer checks each code path's
+# memory and threads, for which one trial an entry is the same evidence.
+export DDPRUN_RECOVERY_TRIALS=${DDPRUN_RECOVERY_TRIALS:-1}
 # The hostile suite (label hostile) asserts the release build's memory and
 # latency bounds under attack; shadow memory and instrumentation multiply
 # both (TSan: 164 MiB at a full 16 MiB budget, p99 x4,000), so it is left
