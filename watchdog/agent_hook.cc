@@ -558,19 +558,25 @@ void WatchdogHook::recovery(const agent::RecoveryEvent& e) {
   }
 }
 
-void WatchdogHook::close_replaced_hang() {
-  if (!report_) return;
-  // The culprit is gone: its faulthandler traceback is in its log as far
-  // as the log writer got (the rest follows in the same file).
+void WatchdogHook::write_report(const char* no_traceback_note) {
   for (auto& s : report_->stacks) {
     if (s.method != StackMethod::kPythonFaulthandler || s.path.empty()) continue;
     s.text = extract_python_traceback(s.path);
-    if (s.text.empty()) s.note = "no faulthandler traceback found in the log yet";
+    if (s.text.empty()) s.note = no_traceback_note;
   }
+  // Python tracebacks arrive only now, after the headline named the
+  // culprit: they go in the report (stack_culprit_rank), the blame stays.
   report_->find_culprit(false);
   report_->write_later(*files_, attempt_dir_);  // off the loop
   if (!options_.logs_kept)
     spdlog::warn("hang report (not kept on disk without --log-dir):\n{}", report_->to_text());
+}
+
+void WatchdogHook::close_replaced_hang() {
+  if (!report_) return;
+  // The culprit is gone: its faulthandler traceback is in its log as far
+  // as the log writer got (the rest follows in the same file).
+  write_report("no faulthandler traceback found in the log yet");
   last_report_dir_ = attempt_dir_;
   report_.reset();
 }
@@ -586,18 +592,7 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
     last_hang_ = report_->event;
     last_report_dir_ = attempt_dir_;
     // Faulthandler's tracebacks are in the logs now that the workers died.
-    for (auto& s : report_->stacks) {
-      if (s.method != StackMethod::kPythonFaulthandler || s.path.empty()) continue;
-      s.text = extract_python_traceback(s.path);
-      if (s.text.empty()) s.note = "no faulthandler traceback found in the log";
-    }
-    // Python tracebacks arrive only now, after the headline named the
-    // culprit: they go in the report (stack_culprit_rank), the blame stays.
-    report_->find_culprit(false);
-    report_->write_later(*files_, attempt_dir_);  // off the loop
-    if (!options_.logs_kept) {
-      spdlog::warn("hang report (not kept on disk without --log-dir):\n{}", report_->to_text());
-    }
+    write_report("no faulthandler traceback found in the log");
   }
   if (events_ && result.outcome != agent::Outcome::kFailed) {
     const bool ok = result.outcome == agent::Outcome::kSucceeded;

@@ -150,6 +150,10 @@ class WatchdogHook : public agent::AgentHooks {
   // The report of a hang whose culprit was replaced: written now, since
   // the attempt goes on (and a later hang may need report_).
   void close_replaced_hang();
+  // report_'s faulthandler tracebacks read from the logs (`no_traceback_note`
+  // where none is there), its stack culprit, the write off the loop, and
+  // the console copy when the logs are not kept.
+  void write_report(const char* no_traceback_note);
   // Cancels a capture in progress and joins its thread (bounded).
   void join_capture();
   std::vector<int> all_ranks() const;
