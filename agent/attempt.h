@@ -178,7 +178,7 @@ class Attempt : public AttemptControl {
   // attempt_spawn.cc: one worker, its log folder, environment and pumps.
   // kReplacement: a rank-scope replacement in an existing slot (its log
   // files are appended to, not truncated). kStandby: `local_rank` is the
-  // standby's number; no rank, its own log folder (standby<n>/).
+  // standby's number; no rank, its own log folder (standby_<n>/).
   enum class SpawnKind { kGroup, kReplacement, kStandby };
   Worker spawn_worker(int local_rank, SpawnKind kind = SpawnKind::kGroup);
   // Creates <log_dir>/<leaf>/ and names the worker's error file.

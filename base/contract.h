@@ -124,9 +124,9 @@ inline constexpr const char* kFileEvents = "events.jsonl";
 inline constexpr const char* kFileAgentLog = "ddprun.log";
 // attempt_<n>/, one per attempt, holding <local rank>/ of each worker.
 inline constexpr const char* kFileAttemptDirPrefix = "attempt_";
-// attempt_<n>/standby<k>/: standby k's logs (--standby-workers); it keeps
+// attempt_<n>/standby_<k>/: standby k's logs (--standby-workers); it keeps
 // writing there once assigned a rank.
-inline constexpr const char* kFileStandbyDirPrefix = "standby";
+inline constexpr const char* kFileStandbyDirPrefix = "standby_";
 inline constexpr const char* kFileStdoutLog = "stdout.log";
 inline constexpr const char* kFileStderrLog = "stderr.log";
 // The worker's kEnvErrorFile, in its <local rank>/ folder.
