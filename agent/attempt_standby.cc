@@ -34,7 +34,15 @@ namespace ddprun::agent {
 namespace wire = base::recovery_wire;
 
 void Attempt::start_standbys() {
-  if (!rank_scope() || phase_ != Phase::kRunning || restarts_left() <= 0) return;
+  if (!rank_scope() || phase_ != Phase::kRunning) return;
+  if (restarts_left() <= 0) {
+    // Said once, at the attempt's start: a standby would only ever wait.
+    if (options_.standby_workers > 0 && standbys_started_ == 0 && generation_ == 0)
+      spdlog::warn("--standby-workers={}: no standby started, no restart is left for a "
+                   "replacement (--max-restarts={})",
+                   options_.standby_workers, options_.max_restarts);
+    return;
+  }
   const int lost_budget = options_.max_restarts + options_.standby_workers;
   int alive = 0;
   for (const auto& s : standbys_) alive += s.alive ? 1 : 0;
