@@ -59,7 +59,8 @@ Attempt::Attempt(boost::asio::io_context& io, base::Clock& clock, ProcessLaunche
 
 Attempt::~Attempt() {
   *alive_ = false;
-  for (auto& w : workers_) launcher_.release(w.info.pid);
+  for (auto* list : {&workers_, &standbys_})
+    for (auto& w : *list) launcher_.release(w.info.pid);
 }
 
 void Attempt::start() {
@@ -91,6 +92,7 @@ void Attempt::start() {
     throw *error;
   }
   for (auto* h : hooks_) h->workers_started(info_, *this);
+  start_standbys();
 }
 
 std::optional<SpawnError> Attempt::finish_exec(Worker& w) {
@@ -113,7 +115,7 @@ Attempt::Worker* Attempt::find(pid_t pid) {
 
 bool Attempt::on_exit(pid_t pid, int wait_status) {
   Worker* w = find(pid);
-  if (!w || !w->alive) return false;
+  if (!w || !w->alive) return standby_exited(pid, wait_status);
   w->alive = false;
   if (setup_.stdin_forwarder) setup_.stdin_forwarder->remove_target(pid);
   WorkerEnd end{w->info, ExitStatus::from_wait(wait_status), clock_.now()};
@@ -225,17 +227,18 @@ void Attempt::fail_attempt(const FailRequest& req) {
 void Attempt::signal_groups(int sig) {
   // Every group, also of workers already reaped: their children may live on.
   // A group stopped by Ctrl-Z acts on its signal only once continued.
-  for (auto& w : workers_) {
-    if (w.never_ran) continue;
-    launcher_.signal_group(w.info.pid, sig);
-    if (sig != SIGKILL) launcher_.signal_group(w.info.pid, SIGCONT);
-  }
+  for (auto* list : {&workers_, &standbys_})
+    for (auto& w : *list) {
+      if (w.never_ran) continue;
+      launcher_.signal_group(w.info.pid, sig);
+      if (sig != SIGKILL) launcher_.signal_group(w.info.pid, SIGCONT);
+    }
 }
 
 void Attempt::pumps_lossy() {
   // The workers' exits must not wait for a console nobody reads; the log
   // files keep what it cannot take.
-  for (auto* list : {&workers_, &retired_})
+  for (auto* list : {&workers_, &retired_, &standbys_})
     for (auto& w : *list) {
       if (w.out) w.out->set_lossy();
       if (w.err) w.err->set_lossy();
@@ -243,13 +246,15 @@ void Attempt::pumps_lossy() {
 }
 
 void Attempt::stop_workers() {
-  for (auto& w : workers_)
-    if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGSTOP);
+  for (auto* list : {&workers_, &standbys_})
+    for (auto& w : *list)
+      if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGSTOP);
 }
 
 void Attempt::continue_workers() {
-  for (auto& w : workers_)
-    if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGCONT);
+  for (auto* list : {&workers_, &standbys_})
+    for (auto& w : *list)
+      if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGCONT);
 }
 
 void Attempt::resize_terminals() {
@@ -303,13 +308,14 @@ void Attempt::kill_now() {
                       w.info.rank, w.info.pid, kKillDeadline.count());
         w.alive = false;
       }
+    for (auto& w : standbys_) w.alive = false;
     check_progress();
   });
   check_progress();
 }
 
 bool Attempt::pumps_open() const {
-  for (const auto* list : {&workers_, &retired_})
+  for (const auto* list : {&workers_, &retired_, &standbys_})
     for (const auto& w : *list)
       if ((w.out && w.out->open()) || (w.err && w.err->open())) return true;
   return false;
@@ -323,6 +329,7 @@ void Attempt::check_progress() {
   }
   for (const auto& w : workers_)
     if (w.alive) return;
+  if (standbys_left()) return;
   all_reaped();
 }
 
@@ -348,6 +355,12 @@ void Attempt::finish() {
   result_.rank_restarts = rank_restarts_;
   if (setup_.stdin_forwarder) setup_.stdin_forwarder->clear_target();
   for (auto& w : workers_) {
+    if (w.out) w.out->close();
+    if (w.err) w.err->close();
+    if (w.channel) w.channel->close();
+    launcher_.release(w.info.pid);
+  }
+  for (auto& w : standbys_) {
     if (w.out) w.out->close();
     if (w.err) w.err->close();
     if (w.channel) w.channel->close();

@@ -18,7 +18,12 @@
 // starts in the same slot, and the recovery is over once every local rank
 // has joined the generation. A second failure before that, no restart
 // left, a spawn that fails or --recovery-timeout passing falls back to the
-// group teardown above.
+// group teardown above. With --standby-workers (attempt_standby.cc) the
+// attempt also starts that many rank-less standby workers after the group;
+// a replacement is then a standby told its rank (event=assign) rather than
+// a process started at the failure, and another standby starts once the
+// recovery is over. A standby is no rank: its death before assignment is
+// one console line, not a failure; it ends with the attempt.
 //
 // Processes are started and signalled through a ProcessLauncher and time
 // comes from a base::Clock: the agent passes the real ones, the unit tests
@@ -145,6 +150,15 @@ class Attempt : public AttemptControl {
     std::unique_ptr<OutputPump> out;
     std::unique_ptr<OutputPump> err;
     std::unique_ptr<RecoveryChannel> channel;  // rank scope only
+    // --standby-workers: its DDPRUN_STANDBY number while (or since) it was a
+    // standby; 0 for a worker started as a rank. A standby's info.rank and
+    // info.local_rank are -1 until it is assigned a slot.
+    int standby = 0;
+    // The local rank its output and packets are reported under (the hooks,
+    // on_packet): -1 while a standby, set when it is assigned a slot.
+    std::shared_ptr<int> slot;
+    // Its prefix for console lines.
+    std::string prefix;
   };
 
   // Rank scope: the recovery under way (at most one).
@@ -156,17 +170,20 @@ class Attempt : public AttemptControl {
     base::TimePoint began{};
     std::set<int> joined;  // local ranks that joined `generation`
     bool spawned = false;  // the replacement exists
+    bool from_standby = false;  // ... and was a standby (event=assign)
     // What failed, the root cause should the recovery fall back.
     Failure failure;
   };
 
   // attempt_spawn.cc: one worker, its log folder, environment and pumps.
-  // `replacement`: a rank-scope replacement in an existing slot (its log
-  // files are appended to, not truncated).
-  Worker spawn_worker(int local_rank, bool replacement = false);
-  // Creates <log_dir>/<local rank>/ and names the worker's error file.
-  std::string make_worker_dir(WorkerInfo& w);
-  EnvMap worker_env(const WorkerInfo& w, int recovery_fd) const;
+  // kReplacement: a rank-scope replacement in an existing slot (its log
+  // files are appended to, not truncated). kStandby: `local_rank` is the
+  // standby's number; no rank, its own log folder (standby_<n>/).
+  enum class SpawnKind { kGroup, kReplacement, kStandby };
+  Worker spawn_worker(int local_rank, SpawnKind kind = SpawnKind::kGroup);
+  // Creates <log_dir>/<leaf>/ and names the worker's error file.
+  std::string make_worker_dir(WorkerInfo& w, const std::string& leaf);
+  EnvMap worker_env(const WorkerInfo& w, int recovery_fd, int standby) const;
 
   // attempt_recovery.cc: --restart-scope=rank.
   bool rank_scope() const { return options_.restart_scope == RestartScope::kRank; }
@@ -180,6 +197,23 @@ class Attempt : public AttemptControl {
   void begin_recovery(int local_rank, const std::string& cause, const std::string& what,
                       Failure failure);
   void respawn(int local_rank);
+  // The replacement in `local_rank`'s slot exists (spawned or assigned):
+  // the hooks' kReplaced, `ready` to the survivors.
+  void replaced(int local_rank, const WorkerInfo& old);
+
+  // attempt_standby.cc: --standby-workers.
+  // Starts standbys until options_.standby_workers are alive, where a
+  // recovery could still use one (a restart left, the losses budget).
+  void start_standbys();
+  // Gives a live standby `local_rank`'s slot (event=assign); false when
+  // none is there (the caller spawns).
+  bool assign_standby(int local_rank, const WorkerInfo& old);
+  // A reaped child that was a standby: one line, maybe another standby;
+  // false when `pid` is not a standby's.
+  bool standby_exited(pid_t pid, int wait_status);
+  // Every rank has ended: the standbys are SIGKILLed (they hold no state);
+  // true while one is alive.
+  bool standbys_left();
   void on_packet(int local_rank, std::string_view packet);
   void check_joined();
   // Gives up on rank recovery: the fallback message to every worker, one
@@ -189,7 +223,9 @@ class Attempt : public AttemptControl {
   void tell_workers(const std::string& packet, int except = -1);
   void recovery_hooks(RecoveryEvent event);
   // `shown`: the stream's kStd* bit when it goes to the console, else 0.
-  std::unique_ptr<OutputPump> make_pump(const WorkerInfo& w, const std::string& prefix,
+  // `slot`: the worker's (Worker::slot), read when output arrives.
+  std::unique_ptr<OutputPump> make_pump(const WorkerInfo& w, std::shared_ptr<int> slot,
+                                        const std::string& prefix,
                                         Stream stream, int shown, base::ScopedFd read,
                                         base::ScopedFd log);
   void record_failure(Failure failure);
@@ -230,6 +266,10 @@ class Attempt : public AttemptControl {
   std::unique_ptr<base::Timer> recovery_timer_;  // --recovery-timeout
   std::unique_ptr<base::Timer> victim_timer_;    // a hung rank's traceback wait, then SIGKILL
   std::vector<Worker> retired_;  // replaced workers: their pumps drain to EOF
+  std::vector<Worker> standbys_;  // --standby-workers: not yet assigned
+  int standbys_started_ = 0;      // numbers them (DDPRUN_STANDBY)
+  int standbys_lost_ = 0;         // died before assignment
+  bool standbys_stopping_ = false;  // SIGKILLed at the end: their exits are quiet
   AttemptResult result_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

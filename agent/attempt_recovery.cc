@@ -203,10 +203,13 @@ void Attempt::respawn(int lr) {
   if (!old.never_ran) launcher_.signal_group(old.info.pid, SIGKILL);
   launcher_.release(old.info.pid);
   if (old.channel) old.channel->close();
-  const WorkerInfo replaced = old.info;
+  const WorkerInfo old_info = old.info;
+  // --standby-workers: a process that is already initialised takes the
+  // slot, rather than one that starts now (attempt_standby.cc).
+  if (assign_standby(lr, old_info)) return;
   std::optional<SpawnError> error;
   try {
-    Worker fresh = spawn_worker(lr, true);
+    Worker fresh = spawn_worker(lr, SpawnKind::kReplacement);
     std::swap(workers_[lr], fresh);
     // The replaced worker's pumps drain to EOF; finish() closes them.
     retired_.push_back(std::move(fresh));
@@ -219,13 +222,18 @@ void Attempt::respawn(int lr) {
     error = finish_exec(w);
   }
   if (error) {
-    spdlog::error("cannot start the replacement for rank {}: {}", replaced.rank, error->what());
+    spdlog::error("cannot start the replacement for rank {}: {}", old_info.rank, error->what());
     Failure root = recovery_->failure;
     fall_back("spawn_failed", std::string("the replacement could not start: ") + error->what());
     record_failure(std::move(root));
     begin_teardown(SIGTERM);
     return;
   }
+  replaced(lr, old_info);
+}
+
+void Attempt::replaced(int lr, const WorkerInfo& old) {
+  const Worker& w = workers_[lr];
   recovery_->spawned = true;
   RecoveryEvent e;
   e.kind = RecoveryEvent::Kind::kReplaced;
@@ -233,9 +241,11 @@ void Attempt::respawn(int lr) {
   e.ranks = {w.info.rank};
   e.cause = recovery_->cause;
   e.replacement = w.info;
-  e.replaced = replaced;
+  e.replaced = old;
+  e.standby = w.standby;
   e.detail = "rank " + std::to_string(w.info.rank) + " replaced: pid " +
-             std::to_string(replaced.pid) + " -> " + std::to_string(w.info.pid) +
+             std::to_string(old.pid) + " -> " + std::to_string(w.info.pid) +
+             (w.standby ? " (standby " + std::to_string(w.standby) + ")" : std::string()) +
              ", generation " + std::to_string(generation_);
   recovery_hooks(std::move(e));
   wire::Message m;
@@ -288,6 +298,9 @@ void Attempt::check_joined() {
   // To every rank, the replacement too: from here a failure is a new one.
   tell_workers(wire::format(m));
   recovery_hooks(std::move(e));
+  // The next failure finds a standby too; started only now, so that its
+  // start-up (LibTorch, the model) takes no CPU from the recovery.
+  start_standbys();
 }
 
 void Attempt::fall_back(const std::string& reason, const std::string& why) {

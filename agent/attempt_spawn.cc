@@ -17,21 +17,34 @@
 #include "base/system_error.h"
 
 namespace ddprun::agent {
+namespace {
 
-Attempt::Worker Attempt::spawn_worker(int lr, bool replacement) {
+// The role a standby's console prefix names until it has a rank.
+constexpr const char* kStandbyRole = "standby";
+
+}  // namespace
+
+Attempt::Worker Attempt::spawn_worker(int lr, SpawnKind kind) {
+  const bool replacement = kind == SpawnKind::kReplacement;
+  // A standby's `lr` is its number: it has no rank until assigned one.
+  const int standby = kind == SpawnKind::kStandby ? lr : 0;
   WorkerInfo w;
-  w.local_rank = lr;
-  w.rank = setup_.round.rank_base + lr;
+  w.local_rank = standby ? -1 : lr;
+  w.rank = standby ? -1 : setup_.round.rank_base + lr;
   w.is_python = options_.is_python;
-  const std::string dir = make_worker_dir(w);
+  const std::string dir =
+      make_worker_dir(w, standby ? std::string(base::kFileStandbyDirPrefix) + std::to_string(standby)
+                                 : std::to_string(lr));
 
   // torchrun's rules: a redirected stream goes to its file only, a teed
   // one to its file and the console (tee wins); --log-dir files every one.
-  int redirected = options_.redirects.for_rank(lr);
-  int teed = options_.tee.for_rank(lr);
+  // A standby has the rules every local rank has (-r 3), not a listed
+  // rank's, and is not shown under --local-ranks-filter.
+  int redirected = options_.redirects.for_rank(w.local_rank);
+  int teed = options_.tee.for_rank(w.local_rank);
   int filed = setup_.log_every_stream ? kStdAll : (redirected | teed);
   int shown_streams = kStdAll & ~(redirected & ~teed);
-  if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(lr))
+  if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(w.local_rank))
     shown_streams = kStdNone;
   base::ScopedFd out_log, err_log;
   try {
@@ -65,17 +78,25 @@ Attempt::Worker Attempt::spawn_worker(int lr, bool replacement) {
       throw SpawnError(std::string("cannot open the recovery channel: ") + e.what(), e.error());
     }
   }
-  const EnvMap env = worker_env(w, channel.worker.get());
+  const EnvMap env = worker_env(w, channel.worker.get(), standby);
 
-  std::string prefix = make_line_prefix(options_.log_line_prefix_template, options_.role, w.rank,
-                                        lr, options_.hostname);
+  // A standby's lines read as role "standby", its number the rank, until
+  // it is assigned one (assign_standby).
+  std::string prefix =
+      standby ? make_line_prefix(options_.log_line_prefix_template, kStandbyRole, standby,
+                                 standby, options_.hostname)
+              : make_line_prefix(options_.log_line_prefix_template, options_.role, w.rank, lr,
+                                 options_.hostname);
   StreamPlan plan;
   plan.pty = ptys_;
   if (plan.pty) console_window(setup_.consoles.out->fd(), prefix.size(), plan.size);
   // On a terminal every rank's stdin is its pty, and typed input follows
   // the rank that waits for it (stdin_forwarder.h); elsewhere only the
   // stdin rank reads ddprun's stdin.
-  if (setup_.stdin_forwarder && plan.pty)
+  // A standby reads nothing (/dev/null).
+  if (standby)
+    plan.stdin_mode = StdinMode::kNull;
+  else if (setup_.stdin_forwarder && plan.pty)
     plan.stdin_mode = StdinMode::kForward;
   else if (options_.stdin_rank == w.rank)
     plan.stdin_mode = setup_.stdin_forwarder ? StdinMode::kForward : StdinMode::kInherit;
@@ -92,7 +113,8 @@ Attempt::Worker Attempt::spawn_worker(int lr, bool replacement) {
   req.stdout_fd = streams.out_write.get();
   req.stderr_fd = streams.err_write.get();
   req.nofile_limit = setup_.worker_nofile_limit;
-  if (static_cast<size_t>(lr) < options_.worker_cpus.size()) req.cpus = options_.worker_cpus[lr];
+  if (!standby && static_cast<size_t>(lr) < options_.worker_cpus.size())
+    req.cpus = options_.worker_cpus[lr];
   if (channel.worker) req.inherit_fds.push_back(channel.worker.get());
   w.pid = launcher_.start(std::move(req));  // the caller finishes it
   channel.worker.reset();
@@ -100,9 +122,12 @@ Attempt::Worker Attempt::spawn_worker(int lr, bool replacement) {
   Worker worker;
   worker.info = w;
   worker.alive = true;
-  worker.out = make_pump(w, prefix, Stream::kStdout, shown_streams & kStdOut,
+  worker.standby = standby;
+  worker.slot = std::make_shared<int>(w.local_rank);
+  worker.prefix = prefix;
+  worker.out = make_pump(w, worker.slot, prefix, Stream::kStdout, shown_streams & kStdOut,
                          std::move(streams.out_read), std::move(out_log));
-  worker.err = make_pump(w, prefix, Stream::kStderr, shown_streams & kStdErr,
+  worker.err = make_pump(w, worker.slot, prefix, Stream::kStderr, shown_streams & kStdErr,
                          std::move(streams.err_read), std::move(err_log));
   if (streams.input.get() >= 0) {
     // readline writes to the stdout pty (fd 0 and 1 are that one device):
@@ -125,17 +150,17 @@ Attempt::Worker Attempt::spawn_worker(int lr, bool replacement) {
   worker.err->start();
   if (channel.agent) {
     worker.channel = std::move(channel.agent);
-    worker.channel->start([this, lr, alive = alive_](std::string_view packet) {
-      if (*alive) on_packet(lr, packet);
+    // By slot, not `lr`: a standby's packets count for the rank it became.
+    worker.channel->start([this, slot = worker.slot, alive = alive_](std::string_view packet) {
+      if (*alive && *slot >= 0) on_packet(*slot, packet);
     });
   }
   return worker;
 }
 
-std::string Attempt::make_worker_dir(WorkerInfo& w) {
+std::string Attempt::make_worker_dir(WorkerInfo& w, const std::string& slot_dir) {
   const std::string leaf = std::string(base::kFileAttemptDirPrefix) +
-                           std::to_string(setup_.attempt_index) + "/" +
-                           std::to_string(w.local_rank);
+                           std::to_string(setup_.attempt_index) + "/" + slot_dir;
   const std::string dir = setup_.run_dir + "/" + leaf;
   w.error_file = dir + "/" + base::kFileErrorJson;
   try {
@@ -149,7 +174,7 @@ std::string Attempt::make_worker_dir(WorkerInfo& w) {
   return dir;
 }
 
-EnvMap Attempt::worker_env(const WorkerInfo& w, int recovery_fd) const {
+EnvMap Attempt::worker_env(const WorkerInfo& w, int recovery_fd, int standby) const {
   const RoundInfo& round = setup_.round;
   WorkerEnvInput in;
   in.local_rank = w.local_rank;
@@ -178,15 +203,23 @@ EnvMap Attempt::worker_env(const WorkerInfo& w, int recovery_fd) const {
   in.generation = generation_;
   EnvMap env = setup_.base_env;
   add_worker_env(in, env);
-  if (options_.virtual_local_rank) use_virtual_local_rank(w.local_rank, env);
+  if (standby) {
+    // No rank yet: event=assign brings it (docs/RECOVERY.md). The rest of
+    // the group's environment (WORLD_SIZE, the store, the attempt) holds.
+    for (const char* name : {base::kEnvRank, base::kEnvLocalRank, base::kEnvRoleRank})
+      env.erase(name);
+    env[base::kEnvStandby] = std::to_string(standby);
+  } else if (options_.virtual_local_rank) {
+    use_virtual_local_rank(w.local_rank, env);
+  }
   for (auto* h : hooks_) h->add_worker_env(info_, w.local_rank, env);
   return env;
 }
 
-std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::string& prefix,
-                                               Stream stream, int shown, base::ScopedFd read,
+std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, std::shared_ptr<int> slot,
+                                               const std::string& prefix, Stream stream,
+                                               int shown, base::ScopedFd read,
                                                base::ScopedFd log) {
-  const int lr = w.local_rank;
   PumpConfig c;
   c.prefix = prefix;
   c.raw = prefix_off(options_.log_line_prefix_template);
@@ -195,11 +228,13 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
   c.log_path = stream == Stream::kStdout ? w.stdout_log : w.stderr_log;
   c.log = std::move(log);
   c.log_writer = setup_.log_writer;
+  // By slot: a standby's output is nobody's until it is assigned a rank.
   if (!hooks_.empty())
-    c.on_data = [this, lr, stream](std::string_view data) {
-      for (auto* h : hooks_) h->output(lr, stream, data);
+    c.on_data = [this, slot, stream](std::string_view data) {
+      if (*slot < 0) return;
+      for (auto* h : hooks_) h->output(*slot, stream, data);
     };
-  if (stream == Stream::kStderr && options_.stdin_rank != w.rank) {
+  if (stream == Stream::kStderr && w.rank >= 0 && options_.stdin_rank != w.rank) {
     // This rank reads /dev/null: say why its input() or pdb found nothing.
     c.on_data = [hint = std::make_shared<StdinHint>(), next = std::move(c.on_data),
                  rank = w.rank, stdin_rank = options_.stdin_rank](std::string_view data) {
@@ -212,8 +247,9 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, const std::s
   c.on_eof = [this, alive = alive_] {
     if (*alive) check_progress();
   };
-  c.on_log_error = [this, lr, alive = alive_](const std::string& path, int err) {
+  c.on_log_error = [this, slot, alive = alive_](const std::string& path, int err) {
     if (!*alive) return;
+    const int lr = *slot;
     std::string error = base::errno_text(err);
     spdlog::warn("cannot write {}: {}; its output goes on to the console", path, error);
     result_.log_errors.push_back(path + ": " + error);

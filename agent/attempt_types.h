@@ -71,6 +71,9 @@ struct RecoveryEvent {
   int restarts_left = 0;    // of --max-restarts, after this step
   std::optional<WorkerInfo> replacement;  // kReplaced: the new process
   std::optional<WorkerInfo> replaced;     // kReplaced: the process it replaced
+  // kReplaced: the replacement was pre-started standby number `standby`
+  // (--standby-workers), assigned the slot; 0: spawned at the failure.
+  int standby = 0;
 };
 
 enum class Outcome { kSucceeded, kFailed, kInterrupted };

@@ -45,6 +45,8 @@ class LineSplitter {
   void new_line() { on_console_ = after_cr_ = continued_ = false, column_ = 0; }
   // Forgets the held text (raw passthrough shows it: output_pump.h).
   void discard_pending() { pending_.clear(); }
+  // Lines started from now on carry `prefix` (a standby that became a rank).
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
   // Bytes held, not yet shown.
   size_t pending() const { return pending_.size(); }
   // True when the last output left this stream's line open (no newline).

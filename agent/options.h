@@ -98,6 +98,12 @@ struct Options {
   // every local rank has joined the new generation (the replacement's
   // start-up included); past it the agent falls back to a group restart.
   double recovery_timeout_s = 300.0;
+  // --standby-workers: with rank scope only, extra workers started with the
+  // group that initialise and wait, rank-less, on their recovery channel; a
+  // failed rank's slot goes to one of them (event=assign) instead of a
+  // fresh process, and another standby starts once that recovery is over.
+  // 0: none, every replacement is spawned (docs/RECOVERY.md).
+  int standby_workers = 0;
   // --monitor-interval: accepted for torchrun compatibility; the agent is
   // event driven and never polls.
   double monitor_interval_s = 0.1;

@@ -85,6 +85,12 @@ class OutputPump {
   // back to prefixed lines after the next newline it writes.
   // `companion`: the worker's other stream (Console::begin_interactive).
   void set_interactive(bool on, const void* companion = nullptr);
+  // Console lines started from now on carry `prefix` (--standby-workers: a
+  // standby's output once it was assigned a rank).
+  void set_prefix(std::string prefix) {
+    config_.prefix = prefix;
+    splitter_.set_prefix(std::move(prefix));
+  }
   // PumpConfig::before_console, set after the pump is made (the forwarder
   // learns of the worker once it runs).
   void set_before_console(std::function<void()> f) { config_.before_console = std::move(f); }

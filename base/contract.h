@@ -86,6 +86,10 @@ inline constexpr const char* kEnvRestartScope = "DDPRUN_RESTART_SCOPE";
 inline constexpr const char* kEnvRecoveryFd = "DDPRUN_RECOVERY_FD";
 // The generation a worker starts in: 0, or G for generation G's replacement.
 inline constexpr const char* kEnvGeneration = "DDPRUN_GENERATION";
+// Set in a pre-started standby worker (--standby-workers), to its number in
+// the attempt (1, 2, ...): it has no RANK/LOCAL_RANK yet and waits on its
+// recovery channel for event=assign.
+inline constexpr const char* kEnvStandby = "DDPRUN_STANDBY";
 // "0": ignore the Slurm step ddprun runs in.
 inline constexpr const char* kEnvSlurm = "DDPRUN_SLURM";
 // Where agents register for `ddprun status` (default: $XDG_RUNTIME_DIR/
@@ -120,6 +124,9 @@ inline constexpr const char* kFileEvents = "events.jsonl";
 inline constexpr const char* kFileAgentLog = "ddprun.log";
 // attempt_<n>/, one per attempt, holding <local rank>/ of each worker.
 inline constexpr const char* kFileAttemptDirPrefix = "attempt_";
+// attempt_<n>/standby_<k>/: standby k's logs (--standby-workers); it keeps
+// writing there once assigned a rank.
+inline constexpr const char* kFileStandbyDirPrefix = "standby_";
 inline constexpr const char* kFileStdoutLog = "stdout.log";
 inline constexpr const char* kFileStderrLog = "stderr.log";
 // The worker's kEnvErrorFile, in its <local rank>/ folder.

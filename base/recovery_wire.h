@@ -11,6 +11,7 @@
 //     "event=ready generation=<G> ranks=<R>[,<R>...]"
 //     "event=recovered generation=<G> ranks=<R>[,<R>...]"
 //     "event=fallback reason=<word>"
+//     "event=assign generation=<G> rank=<R> local_rank=<L>"   (to a standby)
 //   worker to agent
 //     "event=joined generation=<G> rank=<R>"
 //
@@ -41,6 +42,9 @@ inline constexpr std::string_view kEventReady = "ready";
 inline constexpr std::string_view kEventRecovered = "recovered";
 inline constexpr std::string_view kEventFallback = "fallback";
 inline constexpr std::string_view kEventJoined = "joined";
+// To a pre-started standby (--standby-workers): become rank R (local rank
+// L) and join generation G as its replacement.
+inline constexpr std::string_view kEventAssign = "assign";
 inline constexpr std::string_view kCauseExit = "exit";
 inline constexpr std::string_view kCauseHang = "hang";
 
@@ -48,7 +52,8 @@ struct Message {
   std::string event;
   int64_t generation = -1;  // -1: absent
   std::vector<int> ranks;   // failed, ready
-  int rank = -1;            // joined; -1: absent
+  int rank = -1;            // joined, assign; -1: absent
+  int local_rank = -1;      // assign; -1: absent
   std::string cause;        // failed
   std::string reason;       // fallback: one word (second_failure, ...)
 };
@@ -81,6 +86,7 @@ inline std::string format(const Message& m) {
   if (m.generation >= 0) s += " generation=" + std::to_string(m.generation);
   if (!m.ranks.empty()) s += " ranks=" + detail::join_ranks(m.ranks);
   if (m.rank >= 0) s += " rank=" + std::to_string(m.rank);
+  if (m.local_rank >= 0) s += " local_rank=" + std::to_string(m.local_rank);
   if (!m.cause.empty()) s += " cause=" + m.cause;
   if (!m.reason.empty()) s += " reason=" + m.reason;
   return s;
@@ -116,6 +122,9 @@ inline std::optional<Message> parse(std::string_view packet) {
     } else if (key == "rank") {
       if (!detail::parse_number(value, kMaxRank - 1, n)) return std::nullopt;
       m.rank = static_cast<int>(n);
+    } else if (key == "local_rank") {
+      if (!detail::parse_number(value, kMaxRank - 1, n)) return std::nullopt;
+      m.local_rank = static_cast<int>(n);
     } else if (key == "ranks") {
       m.ranks.clear();
       size_t p = 0;

@@ -18,6 +18,9 @@ from --seed for each repetition and is the same for every launcher in it.
   checkpoints read: `resumed from` lines after the failure.
 
 Launchers:
+  ddprun --restart-scope=rank --standby-workers=1
+                                 the same, the replacement a pre-started standby
+                                 (model built, waiting on its channel)
   ddprun --restart-scope=rank    survivors keep their state (docs/RECOVERY.md)
   ddprun --restart-scope=group   today's default: everyone restarts from disk
   torchrun 1.13 (Debian's, bench/torchrun-1.13 --no_python), --max_restarts 1:
@@ -29,7 +32,12 @@ Launchers:
 Usage: /usr/bin/python3 bench/recovery_bench.py [--ddprun build/bin/ddprun]
          [--train build/bin/train] [--torchrun bench/torchrun-1.13]
          [--reps 5] [--steps 400] [--seed 1]
-Prints a Markdown table (medians over --reps) and one JSON line per run.
+Prints a Markdown table (medians over --reps) and one JSON line per run,
+then, for the rank-scoped rows, where the time goes (medians, from train's
+own lines): the failure to a survivor abandoning its step, to the
+replacement's first line as a rank (the standby's `standby 1 is rank`, a
+spawned replacement's first line), to the last rank's `generation 1
+formed`, to the first step.
 """
 import argparse
 import datetime
@@ -51,6 +59,37 @@ LINE = re.compile(r"^(?:.*?)\[(\d\d):(\d\d):(\d\d)\.(\d{3})\] \[train rank (\d+)
 def seconds_of(m):
     h, mi, s, ms = (int(m.group(i)) for i in range(1, 5))
     return h * 3600 + mi * 60 + s + ms / 1000.0
+
+
+def phases(out):
+    """Milliseconds from the failure to: a survivor abandoning its step, the
+    replacement's first line as a rank, the last `generation G formed`, the
+    first step after it; None where a line is missing."""
+    t_fail = t_abandon = t_replacement = t_formed = t_step = None
+    victim = None
+    for raw in out.splitlines():
+        m = LINE.match(raw)
+        if not m:
+            continue
+        rank, text, t = int(m.group(5)), m.group(6), seconds_of(m)
+        if t_fail is None:
+            if "--kill-at-step" in text:
+                t_fail, victim = t, rank
+            continue
+        if t_abandon is None and "abandoned in generation" in text:
+            t_abandon = t
+        elif t_replacement is None and rank == victim and "abandoned" not in text:
+            t_replacement = t  # the standby's "is rank", or a spawned one's first line
+        elif re.search(r"generation \d+ formed; state from rank", text):
+            t_formed = t
+        elif rank == 0 and t_formed is not None and t_step is None and re.match(r"step \d+/", text):
+            t_step = t
+    if t_fail is None:
+        return None
+    ms = lambda t: None if t is None else round((t - t_fail) * 1000 if t >= t_fail
+                                                 else (t + 86400 - t_fail) * 1000)
+    return {"abandoned": ms(t_abandon), "replacement": ms(t_replacement),
+            "formed": ms(t_formed), "stepping": ms(t_step)}
 
 
 def parse(out, kill_step):
@@ -117,10 +156,12 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    launchers = [("ddprun --restart-scope=rank", "rank"), ("ddprun --restart-scope=group", "group")]
+    launchers = [("ddprun --restart-scope=rank --standby-workers=1", "standby"),
+                 ("ddprun --restart-scope=rank", "rank"), ("ddprun --restart-scope=group", "group")]
     if os.access(a.torchrun, os.X_OK):
         launchers.append(("torchrun 1.13", "torchrun"))
     results = {name: [] for name, _ in launchers}
+    breakdown = {name: [] for name, kind in launchers if kind in ("standby", "rank")}
     for rep in range(a.reps):
         # Past the first checkpoint, away from the next: the group restarts
         # lose what they lose in the field on average (about half a period).
@@ -136,15 +177,22 @@ def main():
                     cmd = [a.torchrun, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
                            "--monitor_interval=0.1", "--no_python"] + train
                     env["PATH"] = "/usr/bin:" + env.get("PATH", "")  # Debian's python3, torch 1.13
+                elif kind == "standby":
+                    cmd = [a.ddprun, "--nproc-per-node=2", "--max-restarts=1",
+                           "--restart-scope=rank", "--standby-workers=1"] + train
                 else:
                     cmd = [a.ddprun, "--nproc-per-node=2", "--max-restarts=1",
                            f"--restart-scope={kind}"] + train
                 out = run(cmd, env)
                 secs, lost, reads = parse(out, k)
                 results[name].append((secs, lost, reads))
+                ph = phases(out) if name in breakdown else None
+                if ph:
+                    breakdown[name].append(ph)
                 print(json.dumps({"launcher": name, "rep": rep, "kill_step": k,
                                   "failure_to_stepping_s": round(secs, 4), "steps_lost": lost,
-                                  "checkpoints_read": reads}), file=sys.stderr, flush=True)
+                                  "checkpoints_read": reads, "phases_ms": ph}),
+                      file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
     print(f"\n{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"{os.cpu_count()} cores, load {load:.1f}, {a.reps} reps, 2 ranks gloo, "
@@ -158,6 +206,16 @@ def main():
         lost = [r[1] for r in rows]
         print(f"| {name} | {secs * 1000:.0f} ms | {statistics.median(lost):.0f}, {max(lost)} "
               f"| {sum(r[2] for r in rows)} |")
+    print("\nWhere the time goes (ms after the failure, medians):\n")
+    print("| launcher | survivor abandons its step | replacement's first line as a rank "
+          "| last rank formed the generation | first step |")
+    print("|---|---|---|---|---|")
+    for name, rows in breakdown.items():
+        def med(key):
+            vals = [r[key] for r in rows if r[key] is not None]
+            return f"{statistics.median(vals):.0f}" if vals else "-"
+        print(f"| {name} | {med('abandoned')} | {med('replacement')} | {med('formed')} "
+              f"| {med('stepping')} |")
 
 
 if __name__ == "__main__":

@@ -192,6 +192,9 @@ void check_ranges(const RawFlags& f, const agent::Options& o) {
   if (o.stuck_timeout_s != -1) check_seconds("--stuck-timeout", o.stuck_timeout_s, 0);
   check_seconds("--restart-backoff", o.restart_backoff_s, 0);
   check_seconds("--recovery-timeout", o.recovery_timeout_s, 0.001);
+  if (o.standby_workers < 0 || o.standby_workers > 64)
+    throw UsageError("--standby-workers=" + std::to_string(o.standby_workers) +
+                     ": expected 0 to 64");
   check_seconds("--straggler-window", o.straggler_window_s, 2);
   if (o.straggler_fraction < 0 || o.straggler_fraction >= 1)
     throw UsageError("--straggler-fraction must be >= 0 and < 1");
@@ -276,6 +279,11 @@ void interpret_restarts(const RawFlags& f, agent::Options& o) {
   if (o.restart_scope == agent::RestartScope::kRank && o.max_nodes > 1)
     throw UsageError("--restart-scope=rank: one node only in this version (--nnodes=" + f.nnodes +
                      ")");
+  // A standby only ever takes a failed rank's slot, which group scope never
+  // keeps.
+  if (o.standby_workers > 0 && o.restart_scope != agent::RestartScope::kRank)
+    throw UsageError("--standby-workers=" + std::to_string(o.standby_workers) +
+                     ": needs --restart-scope=rank");
   for (const auto& c : split(f.no_restart_exit_codes, ','))
     o.no_restart_exit_codes.push_back(to_int("--no-restart-exit-codes", c, 0));
   for (const auto& name : split(f.signals, ',')) {
@@ -340,6 +348,12 @@ void interpret(const RawFlags& f, const std::vector<std::string>& rest, agent::O
   interpret_restarts(f, o);
   interpret_output(f, o);
   interpret_program(f, rest, o);
+  // ddprun_recovery has no standby mode: a Python standby would fail at
+  // once without RANK, again and again (docs/RECOVERY.md).
+  if (o.standby_workers > 0 && o.is_python)
+    throw UsageError("--standby-workers=" + std::to_string(o.standby_workers) +
+                     ": Python scripts have no standby mode yet (`train` and programs speaking "
+                     "the recovery channel do)");
   for (char** e = environ; e && *e; ++e) o.base_env.emplace_back(*e);
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) == 0) o.hostname = host;

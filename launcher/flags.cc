@@ -96,6 +96,10 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   opt("--recovery-timeout,--recovery_timeout", o.recovery_timeout_s, "PET_RECOVERY_TIMEOUT", T,
       "With --restart-scope=rank: seconds for every rank to join the new generation after a "
       "failure, else a group restart [300]");
+  opt("--standby-workers,--standby_workers", o.standby_workers, "PET_STANDBY_WORKERS", T,
+      "With --restart-scope=rank: extra workers started with the group that initialise and "
+      "wait without a rank; a failed rank's slot goes to one of them instead of a process "
+      "started then (recovery in milliseconds; `train`, not Python scripts yet) [0]");
   opt("--monitor-interval,--monitor_interval", o.monitor_interval_s, "PET_MONITOR_INTERVAL", T,
       "Accepted for torchrun compatibility; exits are seen at once, nothing polls");
   opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout_s,

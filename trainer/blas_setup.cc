@@ -30,7 +30,10 @@ void reexec_if_openblas_misdetects(char** argv) {
   if (better == nullptr) return;
   setenv("OPENBLAS_CORETYPE", better, 1);  // also stops a second re-exec
   const char* rank = std::getenv(base::kEnvRank);
-  if (rank == nullptr || std::strcmp(rank, "0") == 0) {
+  // Once per job: rank 0, or a program outside a launcher (a standby has
+  // no rank yet, and rank 0 says it).
+  if ((rank == nullptr && std::getenv(base::kEnvStandby) == nullptr) ||
+      (rank != nullptr && std::strcmp(rank, "0") == 0)) {
     std::fprintf(stderr,
                  "train: OpenBLAS chose its Prescott kernels on a CPU with %s; restarting with "
                  "OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose yourself)\n",

@@ -28,6 +28,10 @@ void set_log_rank(int rank) {
   spdlog::set_pattern("[%H:%M:%S.%e] [train rank " + std::to_string(rank) + "] [%l] %v");
 }
 
+void set_log_standby(int number) {
+  spdlog::set_pattern("[%H:%M:%S.%e] [train standby " + std::to_string(number) + "] [%l] %v");
+}
+
 void log_info(const char* format, ...) {
   va_list args;
   va_start(args, format);

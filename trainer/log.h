@@ -14,6 +14,8 @@ namespace ddprun::trainer {
 
 // Every later line reads "[time] [train rank <rank>] [level] message".
 void set_log_rank(int rank);
+// "[train standby <n>]" instead, for a standby without a rank yet.
+void set_log_standby(int number);
 
 void log_info(const char* format, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char* format, ...) __attribute__((format(printf, 1, 2)));

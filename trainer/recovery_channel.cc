@@ -40,9 +40,13 @@ bool parse_decimal(const char* v, long long max, long long* out) {
 
 }  // namespace
 
-RecoveryEnv parse_recovery_env(const char* scope, const char* fd, const char* generation) {
+RecoveryEnv parse_recovery_env(const char* scope, const char* fd, const char* generation,
+                               const char* standby) {
   RecoveryEnv env;
-  if (unset(scope) || std::string_view(scope) == "group") return env;
+  if (unset(scope) || std::string_view(scope) == "group") {
+    if (!unset(standby)) bad(base::kEnvStandby, standby, "a standby needs the rank restart scope");
+    return env;
+  }
   if (std::string_view(scope) != "rank") bad(base::kEnvRestartScope, scope, "not rank or group");
   env.rank_scope = true;
   long long n = 0;
@@ -61,10 +65,17 @@ RecoveryEnv parse_recovery_env(const char* scope, const char* fd, const char* ge
     }
     env.generation = n;
   }
+  if (!unset(standby)) {
+    if (!parse_decimal(standby, 1 << 20, &n) || n < 1) {
+      bad(base::kEnvStandby, standby, "not a standby number (1 or more)");
+    }
+    env.standby = int(n);
+  }
   return env;
 }
 
-RecoveryChannel::RecoveryChannel(int fd, int64_t generation) : fd_(fd), generation_(generation) {
+RecoveryChannel::RecoveryChannel(int fd, int64_t generation, int standby)
+    : fd_(fd), generation_(generation), standby_(standby) {
   // Nothing train starts should hold the agent's channel open.
   const int flags = ::fcntl(fd, F_GETFD);
   if (flags >= 0) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
@@ -111,6 +122,17 @@ void RecoveryChannel::take(const std::string& packet) {
       failed_generation_ = m->generation;
       failed_ranks_ = m->ranks;
     }
+  } else if (m->event == wire::kEventAssign) {
+    if (standby_ == 0 || assigned_) {
+      log_error("recovery channel: event=assign to a process that is no standby ignored: '%s'",
+                packet.c_str());
+    } else if (m->generation < 0 || m->rank < 0 || m->local_rank < 0) {
+      log_error("recovery channel: event=assign without generation, rank or local_rank "
+                "ignored: '%s'",
+                packet.c_str());
+    } else {
+      assigned_ = Assignment{m->rank, m->local_rank, m->generation};
+    }
   } else if (m->event == wire::kEventFallback) {
     fallback_ = true;
     fallback_reason_ = m->reason.empty() ? "unknown" : m->reason;
@@ -138,6 +160,28 @@ int64_t RecoveryChannel::wait_failed(Clock::time_point deadline, const std::stri
     const long long left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
     pollfd p{fd_.get(), POLLIN, 0};
     if (::poll(&p, 1, int(std::min<long long>(left, 60000))) < 0 && errno != EINTR) {
+      throw TrainerError("recovery channel: poll: " + base::errno_text(errno));
+    }
+  }
+}
+
+std::optional<Assignment> RecoveryChannel::wait_assigned(const volatile std::sig_atomic_t* stop) {
+  for (;;) {
+    drain();
+    if (assigned_) {
+      generation_ = assigned_->generation;
+      standby_ = 0;
+      return assigned_;
+    }
+    if (stop != nullptr && *stop != 0) return std::nullopt;
+    if (closed_) {
+      throw TrainerError("recovery channel closed by the agent before this standby was assigned "
+                         "a rank");
+    }
+    // SIGTERM interrupts the poll (EINTR); the slice bounds the window
+    // between the check above and the poll, where it would not.
+    pollfd p{fd_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 1000) < 0 && errno != EINTR) {
       throw TrainerError("recovery channel: poll: " + base::errno_text(errno));
     }
   }

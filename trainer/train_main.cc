@@ -6,7 +6,9 @@
 // 0 done (or stopped by the signal after checkpointing), 1 training failed,
 // 2 bad flags or environment, 17 injected fault (--fail-at-step).
 // --restart-scope=rank (DDPRUN_RESTART_SCOPE, DDPRUN_RECOVERY_FD,
-// DDPRUN_GENERATION): the recovery channel, handed to run_training.
+// DDPRUN_GENERATION): the recovery channel, handed to run_training. A
+// standby (DDPRUN_STANDBY, --standby-workers) has no RANK/LOCAL_RANK yet:
+// run_training takes them from the agent's event=assign.
 #include <unistd.h>
 
 #include <csignal>
@@ -157,10 +159,17 @@ int main(int argc, char** argv) {
 
   std::optional<RecoveryChannel> channel;
   try {
-    const RecoveryEnv re = parse_recovery_env(std::getenv(ddprun::base::kEnvRestartScope),
-                                              std::getenv(ddprun::base::kEnvRecoveryFd),
-                                              std::getenv(ddprun::base::kEnvGeneration));
-    if (re.rank_scope) channel.emplace(re.fd, re.generation);
+    const RecoveryEnv re = parse_recovery_env(
+        std::getenv(ddprun::base::kEnvRestartScope), std::getenv(ddprun::base::kEnvRecoveryFd),
+        std::getenv(ddprun::base::kEnvGeneration), std::getenv(ddprun::base::kEnvStandby));
+    if (re.rank_scope) channel.emplace(re.fd, re.generation, re.standby);
+    // Its store is ddprun's, which no rank hosts: the rank it will get does
+    // not change how it connects.
+    if (re.standby && !w.under_ddprun) {
+      throw TrainerError(std::string(ddprun::base::kEnvStandby) + " is set without " +
+                         ddprun::base::kEnvStoreAddr + ": a standby runs under ddprun only");
+    }
+    if (re.standby) set_log_standby(re.standby);
   } catch (const TrainerError& e) {
     std::fprintf(stderr, "train: %s\n", e.what());
     return 2;
@@ -197,7 +206,7 @@ int run(const ddprun::trainer::TrainOptions& o, const ddprun::trainer::WorkerInf
         const ddprun::trainer::StoreChoice& sc, ddprun::trainer::RecoveryChannel* channel) {
   using namespace ddprun::trainer;
   try {
-    if (w.rank == 0) {
+    if (w.rank == 0 && (channel == nullptr || channel->standby() == 0)) {
       const std::string where = sc.ddprun_store ? "the ddprun store (DDPRUN_STORE_ADDR)"
                                                 : "c10d::TCPStore at " + sc.master_addr + ":" +
                                                       std::to_string(sc.master_port);

@@ -61,8 +61,19 @@ std::unique_ptr<DistributedDataParallel> make_ddp(const TrainOptions& o, Setup& 
   return std::make_unique<DistributedDataParallel>(s.state.params, *s.comm, ddp_options);
 }
 
-Setup set_up(const TrainOptions& o, const WorkerInfo& w,
-             const c10::intrusive_ptr<c10d::Store>& store, const GenerationScope& scope) {
+// The parameters (handles shared with the model) and their momentum buffers.
+void make_state(const TrainOptions& o, Setup& s) {
+  s.state.params = s.model->parameters();
+  s.state.momentum.clear();
+  if (o.momentum != 0) {
+    for (const at::Tensor& p : s.state.params)
+      s.state.momentum.push_back(at::zeros_like(p.detach()));
+  }
+}
+
+// Everything a rank trains with that does not depend on its rank: what a
+// standby builds before it is assigned one. On the CPU; connect() moves it.
+Setup build(const TrainOptions& o, const WorkerInfo& w) {
   // One BLAS thread a rank in a multi-rank job: ranks sharing a host own its
   // cores, and a fixed count keeps the bits independent of how ranks spread
   // over hosts (OpenBLAS's threaded GEMM sums in another order), so a 2-node
@@ -73,7 +84,6 @@ Setup set_up(const TrainOptions& o, const WorkerInfo& w,
     set_openblas_threads(1);
   }
   Setup s;
-  s.comm = make_communicator(o, w, store, scope, &s.device);
   at::manual_seed(o.seed);
   s.model = make_model(o.model, o.hidden, kClasses);
   s.train = o.synthetic ? synthetic_dataset(4096, kFeatures, kClasses, o.seed)
@@ -84,18 +94,53 @@ Setup set_up(const TrainOptions& o, const WorkerInfo& w,
     throw TrainerError(o.data_dir + ": images have " + std::to_string(s.train.x.size(1)) +
                        " pixels, the model wants 784 (28x28)");
   }
+  make_state(o, s);
+  return s;
+}
+
+// The rank's communicator for `scope` (the device follows from it), the
+// model and data moved there, the DDP over both.
+void connect(const TrainOptions& o, const WorkerInfo& w,
+             const c10::intrusive_ptr<c10d::Store>& store, const GenerationScope& scope,
+             Setup& s) {
+  s.comm = make_communicator(o, w, store, scope, &s.device);
   if (!s.device.is_cpu()) {
     s.model->to(s.device);
     s.train = Dataset{s.train.x.to(s.device), s.train.y.to(s.device)};
     s.test = Dataset{s.test.x.to(s.device), s.test.y.to(s.device)};
-  }
-  s.state.params = s.model->parameters();
-  if (o.momentum != 0) {
-    for (const at::Tensor& p : s.state.params)
-      s.state.momentum.push_back(at::zeros_like(p.detach()));
+    make_state(o, s);  // the moved parameters, momentum beside them
   }
   s.ddp = make_ddp(o, s);
-  return s;
+}
+
+// A standby's wait for its rank (--standby-workers): the agent's event=assign
+// makes it the failed rank's replacement in the assigned generation. What
+// reads RANK/LOCAL_RANK later (the heartbeat client, a child process) finds
+// the assigned values: set here, while no thread of ours reads the
+// environment (LibTorch's pools are idle, no communicator exists yet).
+// False when the agent stopped it first.
+bool take_assignment(RecoveryChannel& channel, WorkerInfo& w,
+                     const volatile std::sig_atomic_t* stop_requested) {
+  const int number = channel.standby();
+  log_info("standby %d (pid %d): model and optimizer built; waiting for a rank", number,
+           int(::getpid()));
+  const std::optional<Assignment> a = channel.wait_assigned(stop_requested);
+  if (!a) return false;
+  w.rank = a->rank;
+  w.local_rank = a->local_rank;
+  if (w.rank >= w.world_size) {
+    throw TrainerError("event=assign rank=" + std::to_string(w.rank) + " is not below WORLD_SIZE=" +
+                       std::to_string(w.world_size));
+  }
+  ::setenv(base::kEnvRank, std::to_string(w.rank).c_str(), 1);
+  ::setenv(base::kEnvLocalRank, std::to_string(w.local_rank).c_str(), 1);
+  ::setenv(base::kEnvRoleRank, std::to_string(w.rank).c_str(), 1);
+  ::setenv(base::kEnvGeneration, std::to_string(a->generation).c_str(), 1);
+  ::unsetenv(base::kEnvStandby);
+  set_log_rank(w.rank);
+  log_info("standby %d is rank %d (local rank %d), joining generation %lld", number, w.rank,
+           w.local_rank, (long long)a->generation);
+  return true;
 }
 
 // The line every rank of a re-formed generation logs once it holds the state.
@@ -386,15 +431,24 @@ std::string final_line(const TrainResult& r) {
   return buf;
 }
 
-TrainResult run_training(const TrainOptions& o, const WorkerInfo& w,
+TrainResult run_training(const TrainOptions& o, const WorkerInfo& worker,
                          const c10::intrusive_ptr<c10d::Store>& store,
                          const volatile std::sig_atomic_t* stop_requested,
                          RecoveryChannel* channel) {
   if (o.batch <= 0 || o.steps < 0 || o.hidden <= 0) {
     throw TrainerError("--batch and --hidden must be positive, --steps not negative");
   }
+  WorkerInfo w = worker;  // a standby's rank comes later
+  Setup s = build(o, w);
+  if (channel != nullptr && channel->standby() != 0 &&
+      !take_assignment(*channel, w, stop_requested)) {
+    TrainResult stopped;
+    stopped.rank = -1;
+    stopped.stopped_by_signal = true;
+    return stopped;
+  }
   const int64_t generation = channel != nullptr ? channel->generation() : 0;
-  Setup s = set_up(o, w, store, GenerationScope{generation, channel});
+  connect(o, w, store, GenerationScope{generation, channel}, s);
   if (w.rank == 0) log_info("backend %s, %d ranks", s.comm->backend().c_str(), w.world_size);
   CheckpointDir dir(CheckpointOptions{o.checkpoint_dir, o.keep});
   Resume resume;

@@ -541,11 +541,14 @@ void WatchdogHook::recovery(const agent::RecoveryEvent& e) {
                       {"restarts_left", e.restarts_left}});
       break;
     case Kind::kReplaced:
-      events_->write("rank_replaced", attempt_, e.ranks, e.detail,
+      // rank_assigned: a pre-started standby took the slot (its pid is the
+      // rank's from now on); rank_replaced: a process started at the failure.
+      events_->write(e.standby ? "rank_assigned" : "rank_replaced", attempt_, e.ranks, e.detail,
                      {{"generation", e.generation},
                       {"cause", e.cause},
                       {"pid", e.replacement ? e.replacement->pid : -1},
-                      {"replaced_pid", e.replaced ? e.replaced->pid : -1}});
+                      {"replaced_pid", e.replaced ? e.replaced->pid : -1},
+                      {"standby", e.standby}});
       break;
     case Kind::kJoined:
       events_->write("rank_recovered", attempt_, e.ranks, e.detail,

@@ -232,3 +232,56 @@ TEST_CASE("rank scope: a hang's culprit alone gets the traceback signal, then SI
   CHECK(h.hooks.failed->exit_code == 124);
   CHECK(h.launcher.signals_to(1) == std::vector<int>{SIGTERM, SIGCONT});
 }
+
+TEST_CASE("rank scope with a standby: it takes the failed slot on event=assign, is replaced, and ends with the ranks") {
+  Harness h(2, 5.0, [](ag::Options& o) {
+    rank_scope(2)(o);
+    o.standby_workers = 1;
+  });
+  h.start();
+  // Spawn 2 is the standby: a channel, DDPRUN_STANDBY, no rank.
+  REQUIRE(h.launcher.requests.size() == 3);
+  const auto& standby = h.launcher.requests[2];
+  CHECK(standby.inherit_fds.size() == 1);
+  CHECK(has_env(standby, "DDPRUN_STANDBY=1"));
+  CHECK(has_env(standby, "WORLD_SIZE=2"));
+  CHECK_FALSE(has_env_key(standby, "RANK"));
+  CHECK_FALSE(has_env_key(standby, "LOCAL_RANK"));
+  CHECK(h.attempt->info().workers.size() == 2);
+  h.launcher.exit(1, exited_with(3));
+  h.reap();
+  // No spawn at the failure: the standby is told its slot.
+  CHECK(h.launcher.signals_to(1) == std::vector<int>{SIGKILL});
+  CHECK(h.launcher.signals_to(2).empty());
+  CHECK(h.launcher.requests.size() == 3);
+  CHECK(packets(h, 2) == "event=assign generation=1 rank=1 local_rank=1\n");
+  CHECK(packets(h, 0) == "event=failed generation=1 ranks=1 cause=exit\n"
+                         "event=ready generation=1 ranks=1\n");
+  CHECK(h.attempt->info().workers[1].pid == h.launcher.pid_of(2));
+  REQUIRE(h.hooks.recoveries.size() == 2);
+  CHECK(h.hooks.recoveries[1].kind == ag::RecoveryEvent::Kind::kReplaced);
+  CHECK(h.hooks.recoveries[1].standby == 1);
+  CHECK(h.hooks.recoveries[1].replacement->pid == h.launcher.pid_of(2));
+  send_joined(h, 0, 1, 0);
+  send_joined(h, 2, 1, 1);
+  for (int w : {0, 2}) CHECK(packets(h, w) == "event=recovered generation=1 ranks=1\n");
+  // The recovery is over: standby 2 starts (spawn 3).
+  REQUIRE(h.launcher.requests.size() == 4);
+  CHECK(has_env(h.launcher.requests[3], "DDPRUN_STANDBY=2"));
+  // It dies before it is assigned: no failure, standby 3 (spawn 4) starts.
+  h.launcher.exit(3, exited_with(5));
+  h.reap();
+  CHECK_FALSE(h.hooks.failed);
+  CHECK(h.hooks.exited == std::vector<int>{1});  // a standby's end is no rank's
+  REQUIRE(h.launcher.requests.size() == 5);
+  CHECK(has_env(h.launcher.requests[4], "DDPRUN_STANDBY=3"));
+  // Every rank ends: the standby is SIGKILLed, then the attempt is done.
+  for (int w : {0, 2}) h.launcher.exit(w, exited_with(0));
+  h.reap();
+  REQUIRE_FALSE(h.launcher.signals_to(4).empty());
+  CHECK(h.launcher.signals_to(4).front() == SIGKILL);
+  h.reap();
+  REQUIRE(h.attempt->done());
+  CHECK(h.attempt->result().outcome == ag::Outcome::kSucceeded);
+  CHECK(h.attempt->result().rank_restarts == 1);
+}

@@ -10,11 +10,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <regex>
 #include <set>
 
 #include "tests/agent/ddprun_process.h"
+#include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
 
@@ -24,13 +28,14 @@ const char* kPython = "/usr/bin/python3";
 
 std::string worker() { return std::string(WORKERS_DIR) + "/recovery_worker.py"; }
 
-Finished run_rank_scope(std::vector<std::string> flags, std::vector<std::string> worker_args) {
+Finished run_rank_scope(std::vector<std::string> flags, std::vector<std::string> worker_args,
+                        const std::string& program = worker()) {
   if (access(kPython, X_OK) != 0) {
     MESSAGE("no " << kPython << ": skipped");
     std::exit(77);
   }
   std::vector<std::string> args = std::move(flags);
-  args.push_back(worker());
+  args.push_back(program);
   args.insert(args.end(), worker_args.begin(), worker_args.end());
   // Quiet learned detection (Python without torch never beats on its own),
   // unless a test asks for a timeout itself.
@@ -83,6 +88,54 @@ TEST_CASE("a killed rank is replaced alone: the survivor keeps its pid and hears
   CHECK(count_of(r.err, "rank 1 (local rank 1, pid ") == 1);
   CHECK(count_of(r.err, ") failed with exit code 3; replacing only that rank, generation 1 "
                         "(--restart-scope=rank; 1 of 2 restarts left)") == 1);
+  CHECK(count_of(r.err, "generation 1 formed: every rank joined ") == 1);
+  CHECK(count_of(r.err, "restarting the group") == 0);
+}
+
+TEST_CASE("a standby dying before assignment is no failure; the next one gets event=assign with the failed rank") {
+  // Standby 1 exits 5 at once: one line, and standby 2 starts. Rank 1 fails
+  // only once standby 2 waits (its mark file), so the slot goes to it:
+  // event=assign with rank 1, local rank 1, generation 1, no new process.
+  // Through a shell script: ddprun refuses standbys for a Python program.
+  ddprun::testing::TempDir marks;
+  const std::string mark2 = marks.file("standby2");
+  const std::string wrapper = marks.file("worker.sh");
+  std::ofstream(wrapper) << "#!/bin/sh\nexec " << kPython << " " << worker() << " \"$@\"\n";
+  REQUIRE(::chmod(wrapper.c_str(), 0755) == 0);
+  auto r = run_rank_scope({"--nproc-per-node=2", "--max-restarts=2", "--restart-scope=rank",
+                           "--standby-workers=1", "--hang-timeout=0"},
+                          {"--standby-fail", "1:5", "--mark", marks.path(), "--fail-when",
+                           "1:" + mark2 + ":3"},
+                          wrapper);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.status == 0);
+  const long standby1 = one(r.out, "[standby1]:standby number=1 ", "pid");
+  CHECK(lines_with(r.out, "[standby1]:standby number=1 ")[0].find(" rank=unset local=unset") !=
+        std::string::npos);
+  CHECK(count_of(r.err, "standby 1 (pid " + std::to_string(standby1) +
+                            ") ended with exit code 5 before it was assigned a rank; not a "
+                            "job failure; starting another") == 1);
+  const long standby2 = one(r.out, "[standby2]:standby number=2 ", "pid");
+  REQUIRE(standby2 > 0);
+  // Once assigned, its lines carry the rank's prefix.
+  auto assigned = lines_with(r.out, "[default1]:assigned number=2 ");
+  REQUIRE(assigned.size() == 1);
+  CHECK(field(assigned[0], "pid") == standby2);
+  CHECK(field(assigned[0], "rank") == 1);
+  CHECK(field(assigned[0], "local") == 1);
+  CHECK(field(assigned[0], "gen") == 1);
+  // Rank 1's processes: the first and the standby, none spawned at the failure.
+  auto rank1 = lines_with(r.out, "[default1]:start rank=1 local=1 world=2 ");
+  REQUIRE(rank1.size() == 2);
+  CHECK(field(rank1[1], "pid") == standby2);
+  CHECK(rank1[1].find(" gen=1 ") != std::string::npos);
+  auto got = lines_with(r.out, "[default0]:got ");
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].find("event=failed generation=1 ranks=1 cause=exit") != std::string::npos);
+  CHECK(got[1].find("event=ready generation=1 ranks=1") != std::string::npos);
+  CHECK(got[2].find("event=recovered generation=1 ranks=1") != std::string::npos);
+  CHECK(count_of(r.err, "standby 2 (pid " + std::to_string(standby2) +
+                            ") takes rank 1's slot (local rank 1), generation 1") == 1);
   CHECK(count_of(r.err, "generation 1 formed: every rank joined ") == 1);
   CHECK(count_of(r.err, "restarting the group") == 0);
 }

@@ -8,7 +8,7 @@
 
 namespace wire = ddprun::base::recovery_wire;
 
-TEST_CASE("recovery packets round-trip: failed, ready, recovered, fallback, joined") {
+TEST_CASE("recovery packets round-trip: failed, ready, recovered, fallback, joined, assign") {
   wire::Message m;
   m.event = "failed";
   m.generation = 3;
@@ -30,6 +30,18 @@ TEST_CASE("recovery packets round-trip: failed, ready, recovered, fallback, join
   CHECK(j->event == "joined");
   CHECK(j->generation == 2);
   CHECK(j->rank == 5);
+  wire::Message a;
+  a.event = "assign";
+  a.generation = 1;
+  a.rank = 3;
+  a.local_rank = 1;
+  CHECK(wire::format(a) == "event=assign generation=1 rank=3 local_rank=1");
+  auto as = wire::parse(wire::format(a));
+  REQUIRE(as);
+  CHECK(as->rank == 3);
+  CHECK(as->local_rank == 1);
+  CHECK(as->generation == 1);
+  CHECK_FALSE(wire::parse("event=assign local_rank=-1"));
 }
 
 TEST_CASE("recovery packets: unknown keys and order are free; malformed ones are rejected") {

@@ -158,6 +158,14 @@ TEST_CASE("wrong or conflicting flags name the flag") {
   CHECK(error_of({"--module", "--no-python", "x"}).find("--module and --no-python") == 0);
   CHECK(error_of({"--start-method=thread", "x"}).find("--start-method") != std::string::npos);
   CHECK(error_of({"--bogus", "x"}) == "unknown flag --bogus");
+  // A standby only takes a failed rank's slot, which group scope never keeps.
+  CHECK(error_of({"--standby-workers=1", "x"}) == "--standby-workers=1: needs --restart-scope=rank");
+  CHECK(error_of({"--restart-scope=rank", "--standby-workers=-1", "x"}) ==
+        "--standby-workers=-1: expected 0 to 64");
+  CHECK(parse({"--restart-scope=rank", "--standby-workers=2", "x"}).standby_workers == 2);
+  CHECK(parse({"x"}).standby_workers == 0);
+  CHECK(error_of({"--restart-scope=rank", "--standby-workers=1", "train.py"})
+            .find("--standby-workers=1: Python scripts have no standby mode yet") == 0);
   CHECK(error_of({}).find("missing the training program") == 0);
 }
 
@@ -173,10 +181,14 @@ TEST_CASE("a bad flag exits 2 with one clear line; --help is grouped and exits 0
   CHECK(r.status == 2);
   CHECK(count_of(r.err, "\n") == 1);
   CHECK(r.err.find("--max-restarts") != std::string::npos);
+  r = run_ddprun({"--standby-workers=1", "train"});
+  CHECK(r.status == 2);
+  CHECK(r.err == "ddprun: --standby-workers=1: needs --restart-scope=rank (see ddprun --help)\n");
   r = run_ddprun({"--help"});
   CHECK(r.status == 0);
   for (const char* group : {"Workers:", "Rendezvous:", "Program:", "Restarts and teardown:",
-                            "Output:", "Exit status:", "--nproc-per-node,--nproc_per_node"})
+                            "Output:", "Exit status:", "--nproc-per-node,--nproc_per_node",
+                            "--standby-workers,--standby_workers"})
     CHECK(r.out.find(group) != std::string::npos);
 }
 

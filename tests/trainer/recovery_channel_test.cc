@@ -129,3 +129,46 @@ TEST_CASE("recovery channel: waits end on their deadline, on fallback and on the
     ch.joined(0);  // no agent: nothing to send, no SIGPIPE
   }
 }
+
+TEST_CASE("recovery channel: a standby waits for event=assign, then is the assigned rank") {
+  Pair p = seqpacket_pair();
+  const std::string fd = std::to_string(p.worker);
+  CHECK(parse_recovery_env("rank", fd.c_str(), "0", "2").standby == 2);
+  CHECK(parse_recovery_env("rank", fd.c_str(), "0", nullptr).standby == 0);
+  for (const char* bad : {"0", "x"}) {
+    try {
+      parse_recovery_env("rank", fd.c_str(), "0", bad);
+      FAIL("DDPRUN_STANDBY=" << bad << " accepted");
+    } catch (const TrainerError& e) {
+      CHECK(std::string(e.what()).find(std::string("DDPRUN_STANDBY=") + bad) == 0);
+    }
+  }
+  CHECK_THROWS_AS(parse_recovery_env("group", nullptr, nullptr, "1"), TrainerError);
+  RecoveryChannel channel(p.worker, 0, 1);
+  CHECK(channel.standby() == 1);
+  // What is not an assignment is no reason to stop waiting; SIGTERM's flag is.
+  send(p.agent, "event=failed generation=1 ranks=0 cause=exit");
+  send(p.agent, "event=assign generation=1 rank=1");  // no local_rank: ignored
+  volatile std::sig_atomic_t stop = 1;
+  CHECK_FALSE(channel.wait_assigned(&stop).has_value());
+  stop = 0;
+  send(p.agent, "event=assign generation=2 rank=3 local_rank=1");
+  const std::optional<Assignment> a = channel.wait_assigned(&stop);
+  REQUIRE(a.has_value());
+  CHECK(a->rank == 3);
+  CHECK(a->local_rank == 1);
+  CHECK(a->generation == 2);
+  CHECK(channel.generation() == 2);
+  CHECK(channel.standby() == 0);
+  // The failure of generation 1 happened before it joined: no abort.
+  CHECK_FALSE(channel.requested());
+  channel.joined(3);
+  CHECK(receive(p.agent) == "event=joined generation=2 rank=3");
+}
+
+TEST_CASE("recovery channel: a standby's wait ends when the agent closes the channel") {
+  Pair p = seqpacket_pair();
+  RecoveryChannel channel(p.worker, 0, 1);
+  p.agent.reset();
+  CHECK_THROWS_AS(channel.wait_assigned(nullptr), TrainerError);
+}

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -53,6 +54,7 @@ struct Run {
   int code = -1;
   std::string out;
   std::string params_sha;
+  std::string events;  // events.jsonl
 };
 
 // `ddprun [flags] train [train flags]` in a fresh folder.
@@ -78,6 +80,9 @@ Run run_ddprun(int world, const std::string& backend, const std::vector<std::str
   r.code = p.wait_for(Clock::now() + ddprun::testing::scaled(300s));
   r.out = p.output();
   r.params_sha = sha_of(tmp.file("params"));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(tmp.file("logs"), ec))
+    if (e.path().filename() == "events.jsonl") r.events += slurp(e.path().string());
   return r;
 }
 
@@ -203,6 +208,48 @@ TEST_CASE("ddprun --restart-scope=rank: a replacement that dies before joining f
     CHECK(count_of(r.out, "restarting the group (restart 2 of 3)") == 1);
     CHECK(count_of(r.out, "resuming from") == 1);  // the group restart reads its checkpoint
     CHECK(r.params_sha == reference);
+  }
+}
+
+TEST_CASE("ddprun --standby-workers=1: the pre-started standby takes the killed rank's slot, bit-identical") {
+  // The standby built its model and waits; the killed rank's slot goes to
+  // it (event=assign): its pid is the one events.jsonl's rank_assigned
+  // names, and no process is spawned for the slot (no rank_replaced).
+  const uint64_t seed = seed_from_env();
+  const int trials = std::min(trials_from_env(), 2);
+  std::printf("ddprun rank scope, standby: seed %llu, %d trials\n", (unsigned long long)seed,
+              trials);
+  std::mt19937_64 gen(seed);
+  for (int t = 0; t < trials; ++t) {
+    const std::string backend = t % 2 == 0 ? "gloo" : "shm";
+    const int kill_step = 1 + int(gen() % (kSteps - 1));
+    const int victim = int(gen() % 2);
+    CAPTURE(backend);
+    CAPTURE(kill_step);
+    CAPTURE(victim);
+    const std::string reference = reference_sha(2, backend);
+    const Run r = run_ddprun(2, backend,
+                             {"--restart-scope=rank", "--standby-workers=1", "--hang-timeout=0"},
+                             {"--kill-at-step", std::to_string(kill_step), "--kill-rank",
+                              std::to_string(victim)});
+    check_recovered(r, 2, reference);
+    INFO("events.jsonl:\n", r.events);
+    static const std::regex waiting(R"(standby 1 \(pid (\d+)\): model and optimizer built)");
+    std::smatch m;
+    REQUIRE(std::regex_search(r.out, m, waiting));
+    const std::string standby_pid = m[1];
+    CHECK(count_of(r.out, "standby 1 is rank " + std::to_string(victim) + " (local rank " +
+                              std::to_string(victim) + "), joining generation 1") == 1);
+    CHECK(count_of(r.events, "\"event\":\"rank_assigned\"") == 1);
+    CHECK(count_of(r.events, "\"event\":\"rank_replaced\"") == 0);
+    static const std::regex assigned(R"x("event":"rank_assigned".*"pid":(\d+))x");
+    REQUIRE(std::regex_search(r.events, m, assigned));
+    CHECK(m[1] == standby_pid);
+    std::printf("  2 ranks %s: rank %d killed in step %d, standby pid %s took its slot: all "
+                "joined %ld ms after the failure, params %s\n",
+                backend.c_str(), victim, kill_step, standby_pid.c_str(), joined_ms(r.out),
+                r.params_sha == reference ? "bit-identical" : "DIFFERENT");
+    std::fflush(stdout);
   }
 }
 

@@ -1,6 +1,12 @@
 """A worker that speaks the recovery channel (docs/RECOVERY.md), for
 tests/agent/restart_scope_test.cc. Plain python3, standard library only.
 
+A standby (--standby-workers: DDPRUN_STANDBY=N, no RANK) prints
+  standby number=N pid=P rank=R|unset local=L|unset
+then waits on the channel for event=assign and prints
+  assigned number=N pid=P rank=R local=L gen=G
+and goes on as that generation's replacement (it sends `joined`).
+
 Every rank prints one line at start:
   start rank=R local=L world=W pid=P gen=G restart=C fd=F fds=D[,D...]|none
 (fds: the descriptors it inherited above 2)
@@ -14,6 +20,11 @@ Flags (a failure or hang happens in the first attempt only, restart 0):
   --recoveries N    survivors exit 0 once generation N formed (0: at once)
   --beat            beat every 20 ms on DDPRUN_HEARTBEAT_SOCKET ("hb R step")
   --ignore-channel  never read the channel (a program that does not take part)
+  --standby-fail N:CODE   standby N exits with CODE at once, before it reads
+                    its channel
+  --mark DIR        a standby creates DIR/standby<N> once it waits
+  --fail-when R:PATH:CODE  rank R, in generation 0, waits until PATH exists,
+                    then exits with CODE
 
 A survivor answers `ready` with `joined`; a replacement sends `joined` at
 start. Both exit 0 at `recovered` for generation N. At `fallback` a worker
@@ -54,6 +65,45 @@ def fields(packet):
     return out
 
 
+def wait_for(ready):
+    end = time.monotonic() + DEADLINE_S
+    while time.monotonic() < end:
+        if ready():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def standby(a):
+    """A standby's life until event=assign: (rank, local rank, generation),
+    or the exit status."""
+    number = int(os.environ["DDPRUN_STANDBY"])
+    say(f"standby number={number} pid={os.getpid()} rank={os.environ.get('RANK', 'unset')} "
+        f"local={os.environ.get('LOCAL_RANK', 'unset')}")
+    for spec in a.standby_fail:
+        n, code = (int(x) for x in spec.split(":"))
+        if n == number:
+            return code
+    chan = socket.socket(fileno=int(os.environ["DDPRUN_RECOVERY_FD"]))
+    if a.mark:
+        open(os.path.join(a.mark, f"standby{number}"), "w").close()
+    end = time.monotonic() + DEADLINE_S
+    while time.monotonic() < end:
+        ready, _, _ = select.select([chan], [], [], 1.0)
+        if not ready:
+            continue
+        packet = chan.recv(512).decode()
+        if not packet:
+            return 0  # the agent is done with us
+        m = fields(packet)
+        if m.get("event") == "assign":
+            say(f"assigned number={number} pid={os.getpid()} rank={m['rank']} "
+                f"local={m['local_rank']} gen={m['generation']}")
+            chan.detach()  # main() opens it again
+            return int(m["rank"]), int(m["local_rank"]), int(m["generation"])
+    return 9
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--fail", action="append", default=[])
@@ -61,12 +111,21 @@ def main():
     p.add_argument("--recoveries", type=int, default=1)
     p.add_argument("--beat", action="store_true")
     p.add_argument("--ignore-channel", action="store_true")
+    p.add_argument("--standby-fail", action="append", default=[])
+    p.add_argument("--mark")
+    p.add_argument("--fail-when", action="append", default=[])
     a = p.parse_args()
 
-    rank = int(os.environ["RANK"])
-    local = int(os.environ["LOCAL_RANK"])
+    if os.environ.get("DDPRUN_STANDBY"):
+        assigned = standby(a)
+        if not isinstance(assigned, tuple):
+            return assigned
+        rank, local, gen = assigned
+    else:
+        rank = int(os.environ["RANK"])
+        local = int(os.environ["LOCAL_RANK"])
+        gen = int(os.environ.get("DDPRUN_GENERATION", "0"))
     world = int(os.environ["WORLD_SIZE"])
-    gen = int(os.environ.get("DDPRUN_GENERATION", "0"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     fd_text = os.environ.get("DDPRUN_RECOVERY_FD", "none")
     # Descriptors inherited past 2 (listdir's own is gone once it returns).
@@ -81,6 +140,14 @@ def main():
         if r == rank and g == gen:
             say(f"failing rank={rank} gen={gen} code={code}")
             return code
+    for spec in a.fail_when:
+        r, path, code = spec.split(":")
+        if int(r) == rank and gen == 0:
+            if not wait_for(lambda: os.path.exists(path)):
+                say(f"deadline passed rank={rank}")
+                return 9
+            say(f"failing rank={rank} gen={gen} code={code}")
+            return int(code)
     if a.recoveries == 0:
         return 0
     if fd_text == "none":
