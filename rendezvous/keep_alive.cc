@@ -16,11 +16,6 @@ constexpr Duration kMaxBlock{500};
 // How often a watcher applies ended members' notices where the store
 // leaves that to the participants (settle_closed).
 constexpr Duration kSettleSlice{100};
-// Peers each node watches: its successors in group-rank order, in a ring.
-// Every node is watched by this many, and one watcher ending the round is
-// enough; watching all N-1 peers made each beat read N-1 counters, O(N^2)
-// bytes a beat across the job (at 4,096 nodes, 16 M keys every interval).
-constexpr size_t kWatchedPeers = 4;
 
 RoundEnd store_lost(const std::string& why) {
   RoundEnd e;
@@ -43,13 +38,10 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
   // link), the store ends the round at once, marks this node dead and
   // counts the restart, so the peers need not wait out the keep-alive
   // window. The heartbeats stay for deaths a socket does not show.
-  const NodeInfo* me = nullptr;
-  for (const auto& n : round_.nodes)
-    if (n.node_id == options_.node_id) me = &n;
   RoundEnd death;
   death.kind = RoundEnd::kPeerDead;
   death.node = options_.node_id;
-  death.reason = "node " + options_.node_id + " at " + (me ? me->addr : options_.local_addr) +
+  death.reason = "node " + options_.node_id + " at " + options_.local_addr +
                  " (group rank " + std::to_string(round_.group_rank) + ") " +
                  std::string(kConnectionClosed) + " (its agent died or lost the link)";
   // A reply may take the whole window (interval x max_attempt) before the
@@ -83,16 +75,15 @@ KeepAlive::~KeepAlive() {
 void KeepAlive::run() {
   const std::string my_hb = keys_.round(round_.round, "hb/" + options_.node_id);
   const Duration dead_after = options_.keep_alive_interval * options_.keep_alive_max_attempt;
+  // The peers the closer assigned this node (its successors in group-rank
+  // order, kWatchedPeers of them): every node is watched by that many.
   std::vector<std::string> peer_keys;
   std::vector<const NodeInfo*> peers;
-  std::vector<size_t> peer_rank;
-  const size_t n = round_.nodes.size();
-  const size_t me = static_cast<size_t>(round_.group_rank) < n ? round_.group_rank : 0;
-  for (size_t step = 1; step < n && step <= kWatchedPeers; ++step) {
-    const size_t i = (me + step) % n;
-    peer_keys.push_back(keys_.round(round_.round, "hb/" + round_.nodes[i].node_id));
-    peers.push_back(&round_.nodes[i]);
-    peer_rank.push_back(i);
+  std::vector<int> peer_rank;
+  for (const auto& p : round_.watched) {
+    peer_keys.push_back(keys_.round(round_.round, "hb/" + p.node.node_id));
+    peers.push_back(&p.node);
+    peer_rank.push_back(p.group_rank);
   }
   PeerWatch watch(peers.size(), dead_after, Clock::now());
   BeatSchedule beats(options_.keep_alive_interval, Clock::now());
@@ -168,12 +159,15 @@ namespace ddprun::rendezvous {
 bool KeepAlive::farewell(const std::optional<RoundEnd>& end, bool host, Duration linger_limit) {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
-  std::vector<std::string> peers;
-  for (const auto& n : round_.nodes)
-    if (n.node_id != options_.node_id) peers.push_back(n.node_id);
   try {
     if (end && !publish_end(*store_, keys_, round_.round, *end)) return false;
-    if (host) linger(*store_, keys_, round_.round, peers, linger_limit);
+    if (host) {
+      // The host waits for every member: their list (O(N), one node).
+      std::vector<std::string> peers;
+      for (const auto& n : read_members(*store_, keys_, round_))
+        if (n.node_id != options_.node_id) peers.push_back(n.node_id);
+      linger(*store_, keys_, round_.round, peers, linger_limit);
+    }
     return true;
   } catch (const std::exception& e) {
     spdlog::warn("rendezvous '{}': could not tell the other nodes that this one stops: {}",

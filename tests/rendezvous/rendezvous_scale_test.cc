@@ -1,8 +1,9 @@
-// Requests per node stay flat with the job's size: 256 simulated nodes
-// (bench/rendezvous_sim.h: the real rendezvous code, threads, a real store
-// server over loopback) form a round and re-form it after one dies, and no
-// node makes more than a constant number of store requests for either. A
-// count, not a time: it holds on any machine.
+// Requests and bytes per node stay flat with the job's size: 256 simulated
+// nodes (bench/rendezvous_sim.h: the real rendezvous code, threads, a real
+// store server over loopback) form a round and re-form it after one dies,
+// no node makes more than a constant number of store requests for either,
+// and the mean payload a node moves stays under a constant. Counts, not
+// times: they hold on any machine.
 #include <doctest/doctest.h>
 
 #include "bench/rendezvous_sim.h"
@@ -19,7 +20,17 @@
 // wait is renewed varies from run to run, not with N.
 constexpr int64_t kMaxRequestsPerRound = 32;
 
-TEST_CASE("256 nodes form and re-form with a constant number of requests per node") {
+// Payload bytes (keys and values, both ways) a node moves for one round, on
+// average, whatever N is: its own requests' keys and its own assignment
+// (rank, sizes, master, four watched peers: about 170 bytes), plus its
+// share of the closer's O(N) reads and writes (the records, the N
+// assignments, the member list: about 300 bytes a node). Measured at 256
+// nodes: about 800 a formation, 1,000 a re-formation, the same at 64 and
+// 4,096 (docs/BENCHMARKS.md). Every node reading the whole assignment was
+// O(N): 7,000 bytes at 256 nodes, 117,000 at 4,096.
+constexpr double kMaxBytesPerNode = 2048;
+
+TEST_CASE("256 nodes form and re-form with a constant number of requests and bytes per node") {
   constexpr int kNodes = 256;
   // Two connections a node, both ends in this process, plus slack.
   if (ddprun::base::raise_fd_limit().soft < 4 * kNodes + 256) {
@@ -32,4 +43,6 @@ TEST_CASE("256 nodes form and re-form with a constant number of requests per nod
   REQUIRE(r.error.empty());
   CHECK(r.max_requests <= kMaxRequestsPerRound);
   CHECK(r.reform_max_requests <= kMaxRequestsPerRound);
+  CHECK(r.bytes_per_node <= kMaxBytesPerNode);
+  CHECK(r.reform_bytes_per_node <= kMaxBytesPerNode);
 }
