@@ -139,7 +139,7 @@ struct Node {
   Counters round;      // the rendezvous connection, formation
   Counters reform;     // the same, from the death to the next round
   Counters keep_alive; // both keep-alive connections
-  Clock::time_point formed, reformed;
+  Clock::time_point released, formed, reformed;
   std::string error;
 };
 
@@ -203,18 +203,19 @@ SimResult simulate(const SimOptions& o) {
     return std::make_unique<CountingStore>(std::move(inner), c);
   };
 
-  Gate ready(o.nodes), watching(o.nodes);
+  Gate ready(o.nodes), formed(o.nodes), watching(o.nodes);
   std::atomic<bool> go{false};
   std::mutex mu;
   std::condition_variable cv;
   Clock::time_point start, death;
-  const auto deadline = Clock::now() + o.join_timeout * 2;
+  const auto begin = Clock::now();
+  const auto deadline = begin + o.join_timeout * 2;
 
   std::vector<std::thread> threads;
   for (size_t i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       Node& me = nodes[i];
-      bool watched = false;
+      bool watched = false, was_formed = false;
       try {
         RendezvousOptions ro;
         ro.run_id = "scale";
@@ -231,8 +232,11 @@ SimResult simulate(const SimOptions& o) {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait_until(lock, deadline, [&] { return go.load(); });
         }
+        me.released = Clock::now();
         rdzv.next_round();
         me.formed = Clock::now();
+        formed.arrive();
+        was_formed = true;
         if (!o.reform) return;
         std::atomic<bool> ended{false};
         std::mutex emu;
@@ -261,9 +265,8 @@ SimResult simulate(const SimOptions& o) {
         me.reform.bytes = me.round.bytes - b0;
       } catch (const std::exception& e) {
         me.error = "node" + std::to_string(i) + ": " + e.what();
-        if (!watched) {
-          watching.arrive();
-        }
+        if (!was_formed) formed.arrive();
+        if (!watched) watching.arrive();
       }
     });
   }
@@ -272,24 +275,29 @@ SimResult simulate(const SimOptions& o) {
     start = Clock::now();
     go = true;
   }
+  const double cpu_at_start = server ? cpu_seconds(loop) : 0;
+  result.setup_s = seconds(start - begin);
+  result.store_cpu_setup_s = cpu_at_start;
   cv.notify_all();
+  double cpu_formed = cpu_at_start;
+  if (formed.wait_all(deadline) && server) cpu_formed = cpu_seconds(loop);
+  result.store_cpu_formation_s = cpu_formed - cpu_at_start;
+  double cpu_at_death = cpu_formed;
   if (o.reform && watching.wait_all(deadline)) {
-    if (server) result.store_cpu_formation_s = cpu_seconds(loop);
+    if (server) cpu_at_death = cpu_seconds(loop);
     death = Clock::now();
     cut->cancel();  // node 0's agent "died": its keep-alive socket goes down
   }
   for (auto& t : threads) t.join();
   if (server) {
-    double total = cpu_seconds(loop);
-    if (o.reform) result.store_cpu_reformation_s = total - result.store_cpu_formation_s;
-    else result.store_cpu_formation_s = total;
+    if (o.reform) result.store_cpu_reformation_s = cpu_seconds(loop) - cpu_at_death;
     boost::asio::post(io, [&] { server->close(); io.stop(); });
     loop.join();
     server.reset();
   }
 
   int64_t reqs = 0, bytes = 0, rreqs = 0, rbytes = 0;
-  Clock::time_point last = start, rlast = death;
+  Clock::time_point last = start, rlast = death, released = start;
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = nodes[i];
     if (!nd.error.empty() && result.error.empty()) result.error = nd.error;
@@ -298,6 +306,7 @@ SimResult simulate(const SimOptions& o) {
     bytes += nd.round.bytes - nd.reform.bytes;
     result.max_requests = std::max(result.max_requests, formation_requests);
     last = std::max(last, nd.formed);
+    released = std::max(released, nd.released);
     if (i == 0) continue;
     rreqs += nd.reform.requests;
     rbytes += nd.reform.bytes;
@@ -305,6 +314,7 @@ SimResult simulate(const SimOptions& o) {
     rlast = std::max(rlast, nd.reformed);
   }
   result.formation_s = seconds(last - start);
+  result.release_s = seconds(released - start);
   result.requests_per_node = static_cast<double>(reqs) / n;
   result.bytes_per_node = static_cast<double>(bytes) / n;
   if (o.reform && n > 1) {
@@ -319,12 +329,14 @@ std::string to_json(const SimOptions& o, const SimResult& r) {
   std::ostringstream s;
   s.precision(4);
   s << "{\"backend\": \"" << o.backend << "\", \"nodes\": " << r.nodes
+    << ", \"setup_s\": " << r.setup_s << ", \"release_s\": " << r.release_s
     << ", \"formation_s\": " << r.formation_s << ", \"reformation_s\": " << r.reformation_s
     << ", \"requests_per_node\": " << r.requests_per_node << ", \"max_requests\": " << r.max_requests
     << ", \"bytes_per_node\": " << static_cast<int64_t>(r.bytes_per_node)
     << ", \"reform_requests_per_node\": " << r.reform_requests_per_node
     << ", \"reform_max_requests\": " << r.reform_max_requests
     << ", \"reform_bytes_per_node\": " << static_cast<int64_t>(r.reform_bytes_per_node)
+    << ", \"store_cpu_setup_s\": " << r.store_cpu_setup_s
     << ", \"store_cpu_formation_s\": " << r.store_cpu_formation_s
     << ", \"store_cpu_reformation_s\": " << r.store_cpu_reformation_s;
   if (!r.error.empty()) {

@@ -9,7 +9,6 @@
 //   current            the round being formed (an integer)
 //   last_closed        the newest formed round
 //   restarts           job-wide restart count
-//   seq_counter        first-join counter; seq/<node_id> = a node's number
 //   gave_up, gave_up/<n>  nodes that gave up a join that never formed
 //   introspect/round_<N>/  the agents' introspection board of round N
 //   r<N>/joined        join counter of round N; r<N>/node/<slot> = record

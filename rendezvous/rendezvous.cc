@@ -210,14 +210,6 @@ std::string Rendezvous::round_key(int64_t round, const std::string& k) const {
   return keys_.round(round, k);
 }
 
-int64_t Rendezvous::sequence_number() {
-  // Two requests: a fresh number, kept only when this node has none yet
-  // (compare_set returns the value the key holds after it). A number not
-  // kept is a gap, and seq only orders.
-  const int64_t n = store_->add(key("seq_counter"), 1);
-  return to_i64(store_->compare_set(key("seq/" + options_.node_id), {}, to_bytes(std::to_string(n))));
-}
-
 std::string Rendezvous::join_error(int64_t round, const std::string& what) {
   std::string who;
   int64_t joined = 0;
@@ -327,19 +319,20 @@ RoundResult Rendezvous::next_round() {
   const auto deadline = Clock::now() + options_.join_timeout;
   const int64_t max = options_.max_nodes;
   try {
-    if (seq_ < 0) seq_ = sequence_number();
     NodeInfo me{options_.node_id, options_.local_addr, options_.master_port,
                 options_.local_world_size, seq_};
+    int64_t r = store_->add(key("current"), 0);
     for (;;) {
-      const int64_t r = store_->add(key("current"), 0);
       const std::string closed = keys_.closed(r);
-      if (store_->check({closed})) {
-        // Round r is running (or over): move on to r + 1. A node that is
-        // not one of its members asks the members to re-form (scale-up)
-        // when the group has room for it.
-        store_->compare_set(key("current"), to_bytes(std::to_string(r)),
-                            to_bytes(std::to_string(r + 1)));
-        const bool member = current_ && current_->round == r;
+      // A member of round r knows it is formed; the others look.
+      const bool member = current_ && current_->round == r;
+      if (member || store_->check({closed})) {
+        // Round r is running (or over): move on to r + 1 (compare_set
+        // returns the round current names after it, ours or a newer one).
+        // A node that is not one of its members asks the members to
+        // re-form (scale-up) when the group has room for it.
+        const int64_t next = to_i64(store_->compare_set(key("current"), to_bytes(std::to_string(r)),
+                                                        to_bytes(std::to_string(r + 1))));
         if (!member) {
           const Formed f = decode_formed(store_->get(closed, Duration(0)), closed);
           if (f.size < max) {
@@ -352,9 +345,14 @@ RoundResult Rendezvous::next_round() {
             awaited_ = std::make_pair(r, f.closer);  // they come to the next round for us
           }
         }
+        r = next;
         continue;
       }
       const int64_t slot = store_->add(round_key(r, "joined"), 1);
+      // First-join order without a request of its own: the round and the
+      // slot of this node's first join, unique and ordered job-wide (a
+      // counter in the store cost every node one more round trip).
+      if (seq_ < 0) seq_ = me.seq = (r << 32) | slot;
       if (slot <= max) {
         store_->set(round_key(r, "node/" + std::to_string(slot)), to_bytes(encode_node(me)));
       }
@@ -412,6 +410,7 @@ RoundResult Rendezvous::next_round() {
       try {
         record = store_->get(mine, Duration(0));
       } catch (const TimeoutError&) {
+        r = store_->add(key("current"), 0);
         continue;  // the round filled up without us: wait for the next
       }
       auto a = decode_assignment(to_string(record));

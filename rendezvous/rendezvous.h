@@ -4,8 +4,11 @@
 // Nodes join numbered rounds. A round closes at max_nodes at once, or at
 // min_nodes plus last_call_timeout. Group ranks are deterministic: a node
 // keeps its previous group rank when it still fits, and the other nodes
-// fill the free ranks in first-join order (a job-wide sequence number kept
-// in the store). While a round runs, KeepAlive heartbeats this node and
+// fill the free ranks in first-join order (the round and slot of a node's
+// first join). One node closes a round: it writes every member's own
+// assignment (rank, sizes, master, the peers it watches), and each node
+// reads only its own, so the bytes per node stay flat with the job's size.
+// While a round runs, KeepAlive heartbeats this node and
 // watches its next four peers in group-rank order (a ring: every node has
 // four watchers, and the work per node stays flat with the job); the round
 // ends for everyone when any node signals a failure, a member's KeepAlive
@@ -172,7 +175,6 @@ class Rendezvous {
   friend class KeepAlive;
   std::string key(const std::string& k) const;
   std::string round_key(int64_t round, const std::string& k) const;
-  int64_t sequence_number();
   std::string join_error(int64_t round, const std::string& what);
   // Decides the assignment of a round from its first `n` slots and tries to
   // publish it; whoever publishes first wins.
@@ -206,7 +208,7 @@ class Rendezvous {
   RendezvousOptions options_;
   JobKeys keys_;
   std::unique_ptr<Store> store_;
-  int64_t seq_ = -1;
+  int64_t seq_ = -1;  // first-join order: (round << 32) | slot of the first join
   std::optional<RoundResult> current_;
   // The running round this node asked to re-form (a scale-up), its round
   // and closer, until it has joined the next: its members come back for us.
