@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/fd_limit.h"
@@ -42,12 +44,16 @@ size_t size_of(const std::vector<std::string>& keys) {
 // call of the TCP client is one round trip (client.h), etcd's may be more.
 class CountingStore : public Store {
  public:
-  CountingStore(std::unique_ptr<Store> inner, Counters& c) : inner_(std::move(inner)), c_(c) {}
+  // `first_get` runs once, before the first get (a KeepAlive's first wait
+  // for the round's end, after its first beat).
+  CountingStore(std::unique_ptr<Store> inner, Counters& c, std::function<void()> first_get)
+      : inner_(std::move(inner)), c_(c), first_get_(std::move(first_get)) {}
   void set(const std::string& k, const Bytes& v) override {
     count(k.size() + v.size());
     inner_->set(k, v);
   }
   Bytes get(const std::string& k, Duration t) override {
+    if (first_get_) std::exchange(first_get_, nullptr)();
     count(k.size());
     auto v = inner_->get(k, t);
     c_.bytes += v.size();
@@ -114,6 +120,7 @@ class CountingStore : public Store {
   }
   std::unique_ptr<Store> inner_;
   Counters& c_;
+  std::function<void()> first_get_;
 };
 
 // Threads meet here: start together, and the death only once all watch.
@@ -182,7 +189,8 @@ SimResult simulate(const SimOptions& o) {
 
   std::vector<Node> nodes(n);
   std::shared_ptr<Canceller> cut = std::make_shared<Canceller>();  // node 0's keep-alive
-  auto connect = [&](Counters& c, std::shared_ptr<Canceller> canceller) -> std::unique_ptr<Store> {
+  auto connect = [&](Counters& c, std::shared_ptr<Canceller> canceller,
+                     std::function<void()> first_get = nullptr) -> std::unique_ptr<Store> {
     std::unique_ptr<Store> inner;
     if (o.backend == "store") {
       ClientOptions co;
@@ -200,7 +208,7 @@ SimResult simulate(const SimOptions& o) {
       eo.canceller = std::move(canceller);
       inner = std::make_unique<EtcdStore>(eo);
     }
-    return std::make_unique<CountingStore>(std::move(inner), c);
+    return std::make_unique<CountingStore>(std::move(inner), c, std::move(first_get));
   };
 
   Gate ready(o.nodes), formed(o.nodes), watching(o.nodes);
@@ -215,7 +223,14 @@ SimResult simulate(const SimOptions& o) {
   for (size_t i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       Node& me = nodes[i];
-      bool watched = false, was_formed = false;
+      bool was_formed = false;
+      // The death comes once every KeepAlive has beaten and waits for the
+      // round's end (its first get), as in a job that runs a while: the
+      // first beats are no part of the re-formation.
+      std::atomic<bool> watching_now{false};
+      auto watches = [&] {
+        if (!watching_now.exchange(true)) watching.arrive();
+      };
       try {
         RendezvousOptions ro;
         ro.run_id = "scale";
@@ -226,7 +241,7 @@ SimResult simulate(const SimOptions& o) {
         ro.join_timeout = o.join_timeout;
         ro.last_call_timeout = o.join_timeout;  // the round closes at max_nodes
         Rendezvous rdzv([&] { return connect(me.round, nullptr); }, ro,
-                        [&] { return connect(me.keep_alive, i == 0 ? cut : nullptr); });
+                        [&] { return connect(me.keep_alive, i == 0 ? cut : nullptr, watches); });
         ready.arrive();
         {
           std::unique_lock<std::mutex> lock(mu);
@@ -246,8 +261,6 @@ SimResult simulate(const SimOptions& o) {
           ended = true;
           ecv.notify_all();
         });
-        watching.arrive();
-        watched = true;
         // Node 0's keep-alive connection is cut from outside (its round ends
         // as a lost store); the others see the round ended by its death.
         {
@@ -266,7 +279,7 @@ SimResult simulate(const SimOptions& o) {
       } catch (const std::exception& e) {
         me.error = "node" + std::to_string(i) + ": " + e.what();
         if (!was_formed) formed.arrive();
-        if (!watched) watching.arrive();
+        watches();
       }
     });
   }

@@ -62,7 +62,10 @@ KeepAlive::~KeepAlive() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   // Leaving on purpose is no death: disarm before the connection closes.
-  if (!on_close_armed_) return;
+  // Not needed once the round's end is written (the notice writes only
+  // while it is absent) where the store applies notices itself: a round
+  // trip less for every member of an ended round.
+  if (!on_close_armed_ || (end_written_ && !settles_)) return;
   try {
     store_->set_on_close({}, {}, "");
   } catch (const std::exception& e) {
@@ -118,6 +121,7 @@ void KeepAlive::run() {
             store_->append(prefix_ + "dead_seen", to_bytes(peers[i]->node_id + "\n"));
             if (publish_end(*store_, keys_, round_.round, dead_end)) {
               spdlog::warn("rendezvous '{}': {}", options_.run_id, dead_end.reason);
+              end_written_ = true;
               return end(dead_end);
             }
             // Someone else ended the round first: report theirs below.
@@ -126,7 +130,7 @@ void KeepAlive::run() {
       }
       // Where members' death notices wait for a participant to apply them
       // (etcd: an ended lease), every watcher looks for them often.
-      const bool settles = store_->settle_closed(prefix_);
+      const bool settles = settles_ = store_->settle_closed(prefix_);
       auto wait = std::min(settles ? kSettleSlice : kMaxBlock,
                            std::chrono::duration_cast<Duration>(beats.next() - Clock::now()));
       if (wait.count() < 1) wait = Duration(1);
@@ -140,6 +144,7 @@ void KeepAlive::run() {
           e.kind = RoundEnd::kFailed;
           e.reason = std::string("the round ended with a record this node cannot read: ") + bad.what();
         }
+        end_written_ = true;  // await_end read it
         return end(e);
       } catch (const TimeoutError&) {
         // the round goes on

@@ -321,12 +321,25 @@ RoundResult Rendezvous::next_round() {
   try {
     NodeInfo me{options_.node_id, options_.local_addr, options_.master_port,
                 options_.local_world_size, seq_};
-    int64_t r = store_->add(key("current"), 0);
+    // Where current names the round being formed. A member of a round
+    // moves past it at once (compare_set returns the round current names
+    // after it: the one it makes, or a newer one) and joins that round
+    // without looking whether it formed already: it rarely has (this node
+    // came back late), and joining a formed round only finds so later (no
+    // assignment of ours in it), at the cost of this node's requests alone.
+    int64_t r = 0;
+    bool unseen = false;  // r is not known to be formed, and not looked at
+    if (current_) {
+      r = to_i64(store_->compare_set(key("current"), to_bytes(std::to_string(current_->round)),
+                                     to_bytes(std::to_string(current_->round + 1))));
+      unseen = r > current_->round;
+    } else {
+      r = store_->add(key("current"), 0);
+    }
     for (;;) {
       const std::string closed = keys_.closed(r);
-      // A member of round r knows it is formed; the others look.
       const bool member = current_ && current_->round == r;
-      if (member || store_->check({closed})) {
+      if (!unseen && (member || store_->check({closed}))) {
         // Round r is running (or over): move on to r + 1 (compare_set
         // returns the round current names after it, ours or a newer one).
         // A node that is not one of its members asks the members to
@@ -348,6 +361,7 @@ RoundResult Rendezvous::next_round() {
         r = next;
         continue;
       }
+      unseen = false;
       const int64_t slot = store_->add(round_key(r, "joined"), 1);
       // First-join order without a request of its own: the round and the
       // slot of this node's first join, unique and ordered job-wide (a
@@ -377,9 +391,8 @@ RoundResult Rendezvous::next_round() {
           // back (O(nodes) bytes, once); the others wait below for the
           // round it closes. All of them reading was O(nodes^2) bytes.
           bool closed_early = false;
-          std::set<std::string> dead;
-          if (may_expect(dead) && claims_close(r)) {
-            const auto expected = expected_members(dead);
+          if (may_expect() && claims_close(r)) {
+            const auto expected = expected_members();
             const auto patience = std::max(options_.last_call_timeout, options_.close_timeout);
             if (!expected.empty() &&
                 wait_for_expected(r, expected, std::min(now + patience, deadline))) {
@@ -444,18 +457,18 @@ std::set<std::string> Rendezvous::dead_members() {
   return dead;
 }
 
-bool Rendezvous::may_expect(std::set<std::string>& dead) {
-  if (current_) {
-    dead = dead_members();
-    return !dead.count(options_.node_id);  // evicted: its view of who is live is stale
-  }
+bool Rendezvous::may_expect() {
+  // One check (dead/<node> is set by the store's death notice and by the
+  // watchers alike): evicted, its view of who is live is stale.
+  if (current_) return !store_->check({keys_.dead(current_->round, options_.node_id)});
   return awaited_.has_value();
 }
 
-std::set<std::string> Rendezvous::expected_members(const std::set<std::string>& dead) {
+std::set<std::string> Rendezvous::expected_members() {
   std::set<std::string> out;
   try {
     if (current_) {
+      const auto dead = dead_members();
       for (const auto& n : read_members(*store_, keys_, *current_))
         if (!dead.count(n.node_id)) out.insert(n.node_id);
       // A late node ended the round to be taken in: wait for it too, or the

@@ -189,13 +189,13 @@ class Rendezvous {
   std::vector<NodeInfo> previous_members();
   // Whether this node may expect members back in the round it joins (it
   // was a member of the last round and not marked dead there, or it asked
-  // a round to re-form for it); `dead` gets the last round's dead.
-  bool may_expect(std::set<std::string>& dead);
+  // a round to re-form for it).
+  bool may_expect();
   // The nodes this node expects back in the round it joins (itself left
-  // out): the members of its last round not in `dead`, and those of a
+  // out): the members of its last round not marked dead, and those of a
   // round it asked to re-form for it (scale-up). Read by the round's close
   // claimer only: the member lists are O(N) bytes.
-  std::set<std::string> expected_members(const std::set<std::string>& dead);
+  std::set<std::string> expected_members();
   // Members of the last round seen dead (two store reads).
   std::set<std::string> dead_members();
   // Waits (until `until`) for every expected node to join round `r`;
@@ -245,6 +245,9 @@ class KeepAlive {
   std::function<void(const RoundEnd&)> on_end_;
   std::atomic<bool> stop_{false};
   bool on_close_armed_ = false;  // the store ends the round if our connection closes
+  // Written by the thread, read after it is joined.
+  bool end_written_ = false;  // the thread saw the round's end record
+  bool settles_ = true;       // the store leaves notices to participants (settle_closed)
   std::thread thread_;
 };
 
