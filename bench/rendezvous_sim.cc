@@ -146,7 +146,9 @@ struct Node {
   Counters round;      // the rendezvous connection, formation
   Counters reform;     // the same, from the death to the next round
   Counters keep_alive; // both keep-alive connections
-  Clock::time_point released, formed, reformed;
+  // The re-formation: this node's KeepAlive reported the end, the node
+  // had it torn down, the node had the next round.
+  Clock::time_point released, formed, ended, left, reformed;
   std::string error;
 };
 
@@ -257,6 +259,7 @@ SimResult simulate(const SimOptions& o) {
         std::mutex emu;
         std::condition_variable ecv;
         auto keep_alive = rdzv.watch([&](const RoundEnd&) {
+          me.ended = Clock::now();
           std::lock_guard<std::mutex> lock(emu);
           ended = true;
           ecv.notify_all();
@@ -269,6 +272,7 @@ SimResult simulate(const SimOptions& o) {
             throw std::runtime_error("the round never ended after node 0 died");
         }
         keep_alive.reset();
+        me.left = Clock::now();
         if (i == 0) return;
         // Requests from here on are the re-formation's.
         const int64_t r0 = me.round.requests, b0 = me.round.bytes;
@@ -310,7 +314,7 @@ SimResult simulate(const SimOptions& o) {
   }
 
   int64_t reqs = 0, bytes = 0, rreqs = 0, rbytes = 0;
-  Clock::time_point last = start, rlast = death, released = start;
+  Clock::time_point last = start, rlast = death, released = start, rended = death, rleft = death;
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = nodes[i];
     if (!nd.error.empty() && result.error.empty()) result.error = nd.error;
@@ -325,6 +329,8 @@ SimResult simulate(const SimOptions& o) {
     rbytes += nd.reform.bytes;
     result.reform_max_requests = std::max<int64_t>(result.reform_max_requests, nd.reform.requests);
     rlast = std::max(rlast, nd.reformed);
+    rended = std::max(rended, nd.ended);
+    rleft = std::max(rleft, nd.left);
   }
   result.formation_s = seconds(last - start);
   result.release_s = seconds(released - start);
@@ -332,6 +338,8 @@ SimResult simulate(const SimOptions& o) {
   result.bytes_per_node = static_cast<double>(bytes) / n;
   if (o.reform && n > 1) {
     result.reformation_s = seconds(rlast - death);
+    result.reform_ended_s = seconds(rended - death);
+    result.reform_left_s = seconds(rleft - death);
     result.reform_requests_per_node = static_cast<double>(rreqs) / (n - 1);
     result.reform_bytes_per_node = static_cast<double>(rbytes) / (n - 1);
   }
@@ -344,6 +352,7 @@ std::string to_json(const SimOptions& o, const SimResult& r) {
   s << "{\"backend\": \"" << o.backend << "\", \"nodes\": " << r.nodes
     << ", \"setup_s\": " << r.setup_s << ", \"release_s\": " << r.release_s
     << ", \"formation_s\": " << r.formation_s << ", \"reformation_s\": " << r.reformation_s
+    << ", \"reform_ended_s\": " << r.reform_ended_s << ", \"reform_left_s\": " << r.reform_left_s
     << ", \"requests_per_node\": " << r.requests_per_node << ", \"max_requests\": " << r.max_requests
     << ", \"bytes_per_node\": " << static_cast<int64_t>(r.bytes_per_node)
     << ", \"reform_requests_per_node\": " << r.reform_requests_per_node

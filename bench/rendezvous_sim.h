@@ -35,6 +35,10 @@ struct SimResult {
   // round: the death noticed (the store's on-close writes), every
   // KeepAlive ended, the next round formed.
   double reformation_s = 0;
+  // Of reformation_s: until the last survivor's KeepAlive reported the end,
+  // and until the last had torn its KeepAlive down (then: the next round).
+  double reform_ended_s = 0;
+  double reform_left_s = 0;
   // Requests each node made for the round (its rendezvous connection, not
   // the keep-alive's): the mean and the most any node made.
   double requests_per_node = 0;

@@ -237,7 +237,15 @@ std::vector<NodeInfo> Rendezvous::previous_members() {
   }
   const Formed f = decode_formed(store_->get(keys_.closed(last), Duration(0)), keys_.closed(last));
   if (f.size == 0) return {};
-  return read_members(*store_, keys_, last, f.closer);
+  return members_of(last, f.closer);
+}
+
+const std::vector<NodeInfo>& Rendezvous::members_of(int64_t round, int64_t closer) {
+  // The claimer reads its last round's members for who is expected back,
+  // then for the stable ranks: once (O(N) bytes on the close's path).
+  if (!members_ || members_->round != round || members_->closer != closer)
+    members_ = MemberList{round, closer, read_members(*store_, keys_, round, closer)};
+  return members_->nodes;
 }
 
 void Rendezvous::close_round(int64_t round, int64_t n) {
@@ -375,13 +383,6 @@ RoundResult Rendezvous::next_round() {
         if (slot == max) {
           close_once(r, slot, left(deadline));
         } else {
-          // Every node can close the round (the first to publish wins), so
-          // a node that dies during the last call cannot stall the others:
-          // wait for MIN nodes, then give the last call its window.
-          const std::string min_key = round_key(r, "node/" + std::to_string(options_.min_nodes));
-          store_->wait({min_key}, left(deadline));
-          const auto now = Clock::now();
-          const auto last_call_end = now + options_.last_call_timeout;
           // The nodes expected back are all the round needs: close as soon
           // as every one of them has joined (by name, not by count: a late
           // node's slot is no member's), and give a slow one more than the
@@ -390,12 +391,24 @@ RoundResult Rendezvous::next_round() {
           // close's claimer) reads who is expected and looks who came
           // back (O(nodes) bytes, once); the others wait below for the
           // round it closes. All of them reading was O(nodes^2) bytes.
+          // The claim is tried on joining, not once MIN have joined: after
+          // a death MIN are there only when the last survivor is, and the
+          // claims and the claimer's reads then came all at once, between
+          // that join and the close.
+          std::set<std::string> expected;
+          const bool claimer = may_expect() && claims_close(r);
+          if (claimer) expected = expected_members();
+          // Every node can close the round (the first to publish wins), so
+          // a node that dies during the last call cannot stall the others:
+          // wait for MIN nodes, then give the last call its window.
+          const std::string min_key = round_key(r, "node/" + std::to_string(options_.min_nodes));
+          store_->wait({min_key}, left(deadline));
+          const auto now = Clock::now();
+          const auto last_call_end = now + options_.last_call_timeout;
           bool closed_early = false;
-          if (may_expect() && claims_close(r)) {
-            const auto expected = expected_members();
+          if (claimer && !expected.empty()) {
             const auto patience = std::max(options_.last_call_timeout, options_.close_timeout);
-            if (!expected.empty() &&
-                wait_for_expected(r, expected, std::min(now + patience, deadline))) {
+            if (wait_for_expected(r, expected, std::min(now + patience, deadline))) {
               close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
               closed_early = true;
             }
@@ -469,7 +482,7 @@ std::set<std::string> Rendezvous::expected_members() {
   try {
     if (current_) {
       const auto dead = dead_members();
-      for (const auto& n : read_members(*store_, keys_, *current_))
+      for (const auto& n : members_of(current_->round, current_->closer))
         if (!dead.count(n.node_id)) out.insert(n.node_id);
       // A late node ended the round to be taken in: wait for it too, or the
       // members, back first, close the next round without it, it asks again,
@@ -482,7 +495,7 @@ std::set<std::string> Rendezvous::expected_members() {
       }
     }
     if (awaited_) {
-      for (const auto& n : read_members(*store_, keys_, awaited_->first, awaited_->second))
+      for (const auto& n : members_of(awaited_->first, awaited_->second))
         out.insert(n.node_id);
     }
   } catch (const TimeoutError& e) {

@@ -187,6 +187,8 @@ class Rendezvous {
   // The previous round's members, for the stable rank rule (the closer's
   // read: O(N) bytes, one node a round).
   std::vector<NodeInfo> previous_members();
+  // read_members on this node's connection, the last list kept.
+  const std::vector<NodeInfo>& members_of(int64_t round, int64_t closer);
   // Whether this node may expect members back in the round it joins (it
   // was a member of the last round and not marked dead there, or it asked
   // a round to re-form for it).
@@ -213,6 +215,12 @@ class Rendezvous {
   // The running round this node asked to re-form (a scale-up), its round
   // and closer, until it has joined the next: its members come back for us.
   std::optional<std::pair<int64_t, int64_t>> awaited_;
+  struct MemberList {
+    int64_t round = 0;
+    int64_t closer = 0;
+    std::vector<NodeInfo> nodes;
+  };
+  std::optional<MemberList> members_;  // the last list members_of read
 };
 
 // Heartbeats one round and watches it on a thread with its own store
