@@ -310,15 +310,9 @@ void Rendezvous::close_once(int64_t round, int64_t n, Duration left_to_join) {
 
 RoundResult Rendezvous::result_from(int64_t round, int64_t closer, Assignment a) {
   RoundResult r;
+  static_cast<Assignment&>(r) = std::move(a);
   r.round = round;
-  r.group_rank = a.group_rank;
-  r.group_world_size = a.group_world_size;
-  r.rank_base = a.rank_base;
-  r.world_size = a.world_size;
-  r.master_addr = std::move(a.master_addr);
-  r.master_port = a.master_port;
   r.store_prefix = options_.run_id + "/round_" + std::to_string(round) + "/";
-  r.watched = std::move(a.watched);
   r.closer = closer;
   return r;
 }

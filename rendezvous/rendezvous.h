@@ -119,17 +119,11 @@ struct Assignment {
   std::vector<Peer> watched;  // the next min(kWatchedPeers, N-1) in group-rank order
 };
 
-// This node's view of a formed round.
-struct RoundResult {
+// This node's view of a formed round: its assignment (watched: the peers
+// its KeepAlive watches), and where the round is.
+struct RoundResult : Assignment {
   int64_t round = 0;
-  int group_rank = 0;
-  int group_world_size = 1;
-  int rank_base = 0;   // global rank of this node's local rank 0
-  int world_size = 1;  // sum of local world sizes
-  std::string master_addr;
-  int master_port = 0;
-  std::string store_prefix;    // for the round's workers: "<run_id>/round_<n>/"
-  std::vector<Peer> watched;   // the peers this node's KeepAlive watches
+  std::string store_prefix;  // for the round's workers: "<run_id>/round_<n>/"
   // The seq of the node whose assignment won the round's close: where the
   // full member list is (read_members; not read to form a round).
   int64_t closer = 0;
