@@ -156,6 +156,14 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // CPU seconds a thread has used (the store's event loop: what the store
 // itself costs, apart from the simulated nodes sharing this machine).
+// CPU seconds this whole process has used (the nodes and the store): what
+// a phase costs the machine, whatever else shares its cores.
+double process_cpu_seconds() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
 double cpu_seconds(std::thread& t) {
   clockid_t id;
   timespec ts{};
@@ -293,19 +301,23 @@ SimResult simulate(const SimOptions& o) {
     go = true;
   }
   const double cpu_at_start = server ? cpu_seconds(loop) : 0;
+  const double process_at_start = process_cpu_seconds();
   result.setup_s = seconds(start - begin);
   result.store_cpu_setup_s = cpu_at_start;
   cv.notify_all();
   double cpu_formed = cpu_at_start;
   if (formed.wait_all(deadline) && server) cpu_formed = cpu_seconds(loop);
   result.store_cpu_formation_s = cpu_formed - cpu_at_start;
-  double cpu_at_death = cpu_formed;
+  result.cpu_formation_s = process_cpu_seconds() - process_at_start;
+  double cpu_at_death = cpu_formed, process_at_death = 0;
   if (o.reform && watching.wait_all(deadline)) {
     if (server) cpu_at_death = cpu_seconds(loop);
+    process_at_death = process_cpu_seconds();
     death = Clock::now();
     cut->cancel();  // node 0's agent "died": its keep-alive socket goes down
   }
   for (auto& t : threads) t.join();
+  if (o.reform && process_at_death > 0) result.cpu_reformation_s = process_cpu_seconds() - process_at_death;
   if (server) {
     if (o.reform) result.store_cpu_reformation_s = cpu_seconds(loop) - cpu_at_death;
     boost::asio::post(io, [&] { server->close(); io.stop(); });
@@ -358,6 +370,8 @@ std::string to_json(const SimOptions& o, const SimResult& r) {
     << ", \"reform_requests_per_node\": " << r.reform_requests_per_node
     << ", \"reform_max_requests\": " << r.reform_max_requests
     << ", \"reform_bytes_per_node\": " << static_cast<int64_t>(r.reform_bytes_per_node)
+    << ", \"cpu_formation_s\": " << r.cpu_formation_s
+    << ", \"cpu_reformation_s\": " << r.cpu_reformation_s
     << ", \"store_cpu_setup_s\": " << r.store_cpu_setup_s
     << ", \"store_cpu_formation_s\": " << r.store_cpu_formation_s
     << ", \"store_cpu_reformation_s\": " << r.store_cpu_reformation_s;

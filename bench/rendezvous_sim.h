@@ -53,6 +53,12 @@ struct SimResult {
   // set-up (accepting and greeting the N connections), the formation, and
   // the re-formation (with the keep-alive beats and their ends).
   double store_cpu_setup_s = 0;
+  // CPU the whole process (N nodes and the store, user and kernel) used in
+  // the formation and the re-formation: their cost to this machine, apart
+  // from what else ran on its cores meanwhile (on 2 idle cores a phase
+  // takes at least half of it).
+  double cpu_formation_s = 0;
+  double cpu_reformation_s = 0;
   double store_cpu_formation_s = 0;
   double store_cpu_reformation_s = 0;
   std::string error;  // the first node's failure, empty when all formed

@@ -11,7 +11,8 @@
 //   restarts           job-wide restart count
 //   gave_up, gave_up/<n>  nodes that gave up a join that never formed
 //   introspect/round_<N>/  the agents' introspection board of round N
-//   r<N>/joined        join counter of round N; r<N>/node/<slot> = record
+//   r<N>/joined        join counter of round N (its closer adds 2^40 once
+//                      it is formed); r<N>/node/<slot> = record
 //   r<N>/closed        the round is formed: "<group_world_size>\t<closer seq>",
 //                      naming whose assignment won (the first to write it)
 //   r<N>/a<S>/<node_id>  closer S's assignment of that node (Assignment in

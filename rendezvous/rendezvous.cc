@@ -26,6 +26,11 @@ Duration left(Clock::time_point deadline) {
   return d.count() < 0 ? Duration(0) : d;
 }
 
+// Added to a round's join counter by its closer once the round is formed:
+// a node that joins it later gets a slot above this and knows at once (a
+// check of r<N>/closed before every join cost every node a round trip).
+constexpr int64_t kFormedMark = int64_t{1} << 40;
+
 // How long past close_timeout the other nodes wait for the node that claimed
 // a round's close before closing it themselves (that node died or stalled).
 constexpr Duration kCloserGrace{5000};
@@ -215,6 +220,7 @@ std::string Rendezvous::join_error(int64_t round, const std::string& what) {
   int64_t joined = 0;
   try {
     joined = store_->add(round_key(round, "joined"), 0);
+    if (joined > kFormedMark) joined -= kFormedMark;
     for (int64_t i = 1; i <= joined && i <= 64; ++i) {
       std::string k = round_key(round, "node/" + std::to_string(i));
       if (!store_->check({k})) continue;
@@ -283,6 +289,7 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
   multi_set_bounded(*store_, keys, values);
   const Bytes value = encode_formed({static_cast<int64_t>(assigned.size()), seq_});
   if (store_->compare_set(keys_.closed(round), {}, value) == value) {
+    store_->add(round_key(round, "joined"), kFormedMark);
     store_->set(key("last_closed"), to_bytes(std::to_string(round)));
     spdlog::info("rendezvous '{}': round {} formed with {} nodes", options_.run_id, round,
                  assigned.size());
@@ -325,23 +332,23 @@ RoundResult Rendezvous::next_round() {
                 options_.local_world_size, seq_};
     // Where current names the round being formed. A member of a round
     // moves past it at once (compare_set returns the round current names
-    // after it: the one it makes, or a newer one) and joins that round
-    // without looking whether it formed already: it rarely has (this node
-    // came back late), and joining a formed round only finds so later (no
-    // assignment of ours in it), at the cost of this node's requests alone.
+    // after it: the one it makes, or a newer one). No node looks whether
+    // the round it joins is formed already: the join says so (the closer
+    // marks the counter, kFormedMark), or, where the closer died before
+    // marking it, the round turns out to hold no assignment of ours.
     int64_t r = 0;
-    bool unseen = false;  // r is not known to be formed, and not looked at
     if (current_) {
       r = to_i64(store_->compare_set(key("current"), to_bytes(std::to_string(current_->round)),
                                      to_bytes(std::to_string(current_->round + 1))));
-      unseen = r > current_->round;
     } else {
       r = store_->add(key("current"), 0);
     }
+    bool formed_already = false;  // round r is formed without us
     for (;;) {
       const std::string closed = keys_.closed(r);
       const bool member = current_ && current_->round == r;
-      if (!unseen && (member || store_->check({closed}))) {
+      if (formed_already || member) {
+        formed_already = false;
         // Round r is running (or over): move on to r + 1 (compare_set
         // returns the round current names after it, ours or a newer one).
         // A node that is not one of its members asks the members to
@@ -363,8 +370,11 @@ RoundResult Rendezvous::next_round() {
         r = next;
         continue;
       }
-      unseen = false;
       const int64_t slot = store_->add(round_key(r, "joined"), 1);
+      if (slot > kFormedMark) {
+        formed_already = true;
+        continue;
+      }
       // First-join order without a request of its own: the round and the
       // slot of this node's first join, unique and ordered job-wide (a
       // counter in the store cost every node one more round trip).
@@ -430,7 +440,7 @@ RoundResult Rendezvous::next_round() {
       try {
         record = store_->get(mine, Duration(0));
       } catch (const TimeoutError&) {
-        r = store_->add(key("current"), 0);
+        formed_already = true;
         continue;  // the round filled up without us: wait for the next
       }
       auto a = decode_assignment(to_string(record));
