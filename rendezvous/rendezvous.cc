@@ -83,8 +83,8 @@ void multi_set_bounded(Store& store, const std::vector<std::string>& keys,
       bytes += keys[end].size() + values[end].size() + 8;
       ++end;
     }
-    store.multi_set({keys.begin() + static_cast<std::ptrdiff_t>(begin), keys.begin() + static_cast<std::ptrdiff_t>(end)},
-                    {values.begin() + static_cast<std::ptrdiff_t>(begin), values.begin() + static_cast<std::ptrdiff_t>(end)});
+    const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
+    store.multi_set({keys.begin() + b, keys.begin() + e}, {values.begin() + b, values.begin() + e});
     begin = end;
   }
 }
