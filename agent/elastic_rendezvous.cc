@@ -180,7 +180,7 @@ void ElasticRendezvous::forget_finished_job() {
   const int64_t r = round_->round;
   control_->set(keys_.exited(r, rdzv_->node_id()), rdzv::to_bytes("1"));
   if (!drain_) return;
-  for (const auto& n : round_->nodes)
+  for (const auto& n : rdzv::read_members(*control_, keys_, *round_))
     if (!control_->check({keys_.exited(r, n.node_id)})) return;
   if (control_->remove_prefix(keys_.job()) >= 0)
     spdlog::debug("rendezvous '{}': the job's keys are deleted from the store", options_.run_id);
@@ -213,7 +213,7 @@ void ElasticRendezvous::finish_job() {
       store->set(keys_.exited(r, rdzv_->node_id()), rdzv::to_bytes("1"));
     } else if (drain_) {
       std::vector<std::string> keys;
-      for (const auto& n : round_->nodes)
+      for (const auto& n : rdzv::read_members(*control_, keys_, *round_))
         if (n.node_id != rdzv_->node_id()) keys.push_back(keys_.exited(r, n.node_id));
       if (keys.empty()) return;
       const Duration limit = std::min<Duration>(rdzv_->options().close_timeout, Duration(10000));
@@ -261,13 +261,15 @@ void ElasticRendezvous::farewell() {
     keep_alive_->farewell(publish, host, linger);
     return;
   }
-  std::vector<std::string> peers;
-  for (const auto& n : round_->nodes)
-    if (n.node_id != rdzv_->node_id()) peers.push_back(n.node_id);
   try {
     auto store = open_rendezvous_store(spec_, kFarewellConnect, kFarewellConnect, nullptr);
     if (publish && !rdzv::publish_end(*store, keys_, round_->round, *publish)) return;
-    if (host) rdzv::linger(*store, keys_, round_->round, peers, linger);
+    if (host) {
+      std::vector<std::string> peers;
+      for (const auto& n : rdzv::read_members(*store, keys_, *round_))
+        if (n.node_id != rdzv_->node_id()) peers.push_back(n.node_id);
+      rdzv::linger(*store, keys_, round_->round, peers, linger);
+    }
   } catch (const std::exception& e) {
     spdlog::warn("could not tell the other nodes that this one stops: {}", e.what());
   }
@@ -525,8 +527,11 @@ bool ElasticRendezvous::exit_barrier() {
   const Duration limit = std::max(rdzv_->options().close_timeout, Duration(300000));
   const auto deadline = Clock::now() + limit;
   const int64_t r = round_->round;
+  // Every member's outcome: their list, read here (a round's formation
+  // gives each node its own assignment only, rendezvous.h).
+  const auto members = rdzv::read_members(*control_, keys_, *round_);
   std::vector<std::string> nodes;
-  for (const auto& n : round_->nodes) nodes.push_back(n.node_id);
+  for (const auto& n : members) nodes.push_back(n.node_id);
   control_->set(keys_.outcome(r, rdzv_->node_id()), rdzv::outcome_ok());
   spdlog::info("local workers succeeded; waiting for the other nodes to finish");
   for (;;) {
@@ -545,7 +550,7 @@ bool ElasticRendezvous::exit_barrier() {
       std::string missing;
       for (size_t i = 0; i < nodes.size(); ++i)
         if (!control_->check({keys_.outcome(r, nodes[i])}))
-          missing += " " + round_->nodes[i].node_id + " at " + round_->nodes[i].addr;
+          missing += " " + members[i].node_id + " at " + members[i].addr;
       throw RendezvousError("no outcome within " + std::to_string(limit.count() / 1000) +
                             " s from" + missing);
     }

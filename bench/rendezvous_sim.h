@@ -23,8 +23,22 @@ struct SimOptions {
 
 struct SimResult {
   int nodes = 0;
-  double formation_s = 0;    // all threads start -> the last has its round
-  double reformation_s = 0;  // node 0's connection cut -> the last survivor has the next round
+  // Before the clock: the N threads started, each node's Rendezvous made
+  // (its store connection opened and greeted).
+  double setup_s = 0;
+  // All N released at once -> the last has its round: the rendezvous
+  // protocol's requests only (no connecting, no thread start).
+  double formation_s = 0;
+  // Of formation_s, the release itself: until the last thread is running.
+  double release_s = 0;
+  // Node 0's keep-alive connection cut -> the last survivor has the next
+  // round: the death noticed (the store's on-close writes), every
+  // KeepAlive ended, the next round formed.
+  double reformation_s = 0;
+  // Of reformation_s: until the last survivor's KeepAlive reported the end,
+  // and until the last had torn its KeepAlive down (then: the next round).
+  double reform_ended_s = 0;
+  double reform_left_s = 0;
   // Requests each node made for the round (its rendezvous connection, not
   // the keep-alive's): the mean and the most any node made.
   double requests_per_node = 0;
@@ -35,8 +49,16 @@ struct SimResult {
   int64_t reform_max_requests = 0;
   double reform_bytes_per_node = 0;
   // CPU the store's event loop used (backend store): the store's own cost,
-  // apart from the simulated nodes sharing the machine's cores. Formation
-  // includes the nodes' connecting; re-formation, the keep-alive beats.
+  // apart from the simulated nodes sharing the machine's cores, in the
+  // set-up (accepting and greeting the N connections), the formation, and
+  // the re-formation (with the keep-alive beats and their ends).
+  double store_cpu_setup_s = 0;
+  // CPU the whole process (N nodes and the store, user and kernel) used in
+  // the formation and the re-formation: their cost to this machine, apart
+  // from what else ran on its cores meanwhile (on 2 idle cores a phase
+  // takes at least half of it).
+  double cpu_formation_s = 0;
+  double cpu_reformation_s = 0;
   double store_cpu_formation_s = 0;
   double store_cpu_reformation_s = 0;
   std::string error;  // the first node's failure, empty when all formed

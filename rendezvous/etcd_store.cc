@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -222,6 +223,20 @@ EtcdStore::~EtcdStore() {
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
   impl_->post("/v3/kv/put", {{"key", b64(key)}, {"value", b64(value)}}, "set(" + quoted(key) + ")");
+}
+
+void EtcdStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  if (keys.size() != values.size())
+    throw StoreError("etcd: multi_set: " + std::to_string(keys.size()) + " keys but " +
+                     std::to_string(values.size()) + " values");
+  constexpr size_t kMaxTxnOps = 128;
+  for (size_t begin = 0; begin < keys.size(); begin += kMaxTxnOps) {
+    const size_t end = std::min(keys.size(), begin + kMaxTxnOps);
+    json ops = json::array();
+    for (size_t i = begin; i < end; ++i) ops.push_back(put_op(keys[i], values[i]));
+    impl_->txn(json::array(), ops, json::array(),
+               "multi_set(" + quoted(keys[begin]) + " and " + std::to_string(end - begin - 1) + " more)");
+  }
 }
 
 Bytes EtcdStore::get(const std::string& key, Duration timeout) {

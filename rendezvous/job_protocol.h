@@ -9,11 +9,17 @@
 //   current            the round being formed (an integer)
 //   last_closed        the newest formed round
 //   restarts           job-wide restart count
-//   seq_counter        first-join counter; seq/<node_id> = a node's number
 //   gave_up, gave_up/<n>  nodes that gave up a join that never formed
 //   introspect/round_<N>/  the agents' introspection board of round N
-//   r<N>/joined        join counter of round N; r<N>/node/<slot> = record
-//   r<N>/closed        the round's nodes in group-rank order (one record a line)
+//   r<N>/joined        join counter of round N (its closer adds 2^40 once
+//                      it is formed); r<N>/node/<slot> = record
+//   r<N>/closed        the round is formed: "<group_world_size>\t<closer seq>",
+//                      naming whose assignment won (the first to write it)
+//   r<N>/a<S>/<node_id>  closer S's assignment of that node (Assignment in
+//                      rendezvous.h: rank, sizes, master, watched peers),
+//                      all written before S tries r<N>/closed
+//   r<N>/m<S>          closer S's members in group-rank order (one node
+//                      record a line): read by few (read_members)
 //   r<N>/closer        the node that claimed closing the round
 //   r<N>/end           why the round ended: an encoded RoundEnd
 //   r<N>/end_seen/<node_id>  the node's keep-alive read r<N>/end
@@ -57,6 +63,11 @@ class JobKeys {
   std::string round(int64_t round) const { return base_ + "r" + std::to_string(round) + "/"; }
   std::string round(int64_t r, const std::string& key) const { return round(r) + key; }
   std::string restarts() const { return job("restarts"); }
+  std::string closed(int64_t r) const { return round(r, "closed"); }
+  std::string assignment(int64_t r, int64_t closer, const std::string& node) const {
+    return round(r, "a" + std::to_string(closer) + "/" + node);
+  }
+  std::string members(int64_t r, int64_t closer) const { return round(r, "m" + std::to_string(closer)); }
   std::string end(int64_t r) const { return round(r, "end"); }
   std::string end_seen(int64_t r, const std::string& node) const { return round(r, "end_seen/" + node); }
   std::string dead(int64_t r, const std::string& node) const { return round(r, "dead/" + node); }

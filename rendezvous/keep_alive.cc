@@ -16,11 +16,6 @@ constexpr Duration kMaxBlock{500};
 // How often a watcher applies ended members' notices where the store
 // leaves that to the participants (settle_closed).
 constexpr Duration kSettleSlice{100};
-// Peers each node watches: its successors in group-rank order, in a ring.
-// Every node is watched by this many, and one watcher ending the round is
-// enough; watching all N-1 peers made each beat read N-1 counters, O(N^2)
-// bytes a beat across the job (at 4,096 nodes, 16 M keys every interval).
-constexpr size_t kWatchedPeers = 4;
 
 RoundEnd store_lost(const std::string& why) {
   RoundEnd e;
@@ -43,13 +38,10 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
   // link), the store ends the round at once, marks this node dead and
   // counts the restart, so the peers need not wait out the keep-alive
   // window. The heartbeats stay for deaths a socket does not show.
-  const NodeInfo* me = nullptr;
-  for (const auto& n : round_.nodes)
-    if (n.node_id == options_.node_id) me = &n;
   RoundEnd death;
   death.kind = RoundEnd::kPeerDead;
   death.node = options_.node_id;
-  death.reason = "node " + options_.node_id + " at " + (me ? me->addr : options_.local_addr) +
+  death.reason = "node " + options_.node_id + " at " + options_.local_addr +
                  " (group rank " + std::to_string(round_.group_rank) + ") " +
                  std::string(kConnectionClosed) + " (its agent died or lost the link)";
   // A reply may take the whole window (interval x max_attempt) before the
@@ -70,7 +62,10 @@ KeepAlive::~KeepAlive() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   // Leaving on purpose is no death: disarm before the connection closes.
-  if (!on_close_armed_) return;
+  // Not needed once the round's end is written (the notice writes only
+  // while it is absent) where the store applies notices itself: a round
+  // trip less for every member of an ended round.
+  if (!on_close_armed_ || (end_written_ && !settles_)) return;
   try {
     store_->set_on_close({}, {}, "");
   } catch (const std::exception& e) {
@@ -83,16 +78,15 @@ KeepAlive::~KeepAlive() {
 void KeepAlive::run() {
   const std::string my_hb = keys_.round(round_.round, "hb/" + options_.node_id);
   const Duration dead_after = options_.keep_alive_interval * options_.keep_alive_max_attempt;
+  // The peers the closer assigned this node (its successors in group-rank
+  // order, kWatchedPeers of them): every node is watched by that many.
   std::vector<std::string> peer_keys;
   std::vector<const NodeInfo*> peers;
-  std::vector<size_t> peer_rank;
-  const size_t n = round_.nodes.size();
-  const size_t me = static_cast<size_t>(round_.group_rank) < n ? round_.group_rank : 0;
-  for (size_t step = 1; step < n && step <= kWatchedPeers; ++step) {
-    const size_t i = (me + step) % n;
-    peer_keys.push_back(keys_.round(round_.round, "hb/" + round_.nodes[i].node_id));
-    peers.push_back(&round_.nodes[i]);
-    peer_rank.push_back(i);
+  std::vector<int> peer_rank;
+  for (const auto& p : round_.watched) {
+    peer_keys.push_back(keys_.round(round_.round, "hb/" + p.node.node_id));
+    peers.push_back(&p.node);
+    peer_rank.push_back(p.group_rank);
   }
   PeerWatch watch(peers.size(), dead_after, Clock::now());
   BeatSchedule beats(options_.keep_alive_interval, Clock::now());
@@ -127,6 +121,7 @@ void KeepAlive::run() {
             store_->append(prefix_ + "dead_seen", to_bytes(peers[i]->node_id + "\n"));
             if (publish_end(*store_, keys_, round_.round, dead_end)) {
               spdlog::warn("rendezvous '{}': {}", options_.run_id, dead_end.reason);
+              end_written_ = true;
               return end(dead_end);
             }
             // Someone else ended the round first: report theirs below.
@@ -135,7 +130,7 @@ void KeepAlive::run() {
       }
       // Where members' death notices wait for a participant to apply them
       // (etcd: an ended lease), every watcher looks for them often.
-      const bool settles = store_->settle_closed(prefix_);
+      const bool settles = settles_ = store_->settle_closed(prefix_);
       auto wait = std::min(settles ? kSettleSlice : kMaxBlock,
                            std::chrono::duration_cast<Duration>(beats.next() - Clock::now()));
       if (wait.count() < 1) wait = Duration(1);
@@ -149,6 +144,7 @@ void KeepAlive::run() {
           e.kind = RoundEnd::kFailed;
           e.reason = std::string("the round ended with a record this node cannot read: ") + bad.what();
         }
+        end_written_ = true;  // await_end read it
         return end(e);
       } catch (const TimeoutError&) {
         // the round goes on
@@ -168,12 +164,15 @@ namespace ddprun::rendezvous {
 bool KeepAlive::farewell(const std::optional<RoundEnd>& end, bool host, Duration linger_limit) {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
-  std::vector<std::string> peers;
-  for (const auto& n : round_.nodes)
-    if (n.node_id != options_.node_id) peers.push_back(n.node_id);
   try {
     if (end && !publish_end(*store_, keys_, round_.round, *end)) return false;
-    if (host) linger(*store_, keys_, round_.round, peers, linger_limit);
+    if (host) {
+      // The host waits for every member: their list (O(N), one node).
+      std::vector<std::string> peers;
+      for (const auto& n : read_members(*store_, keys_, round_))
+        if (n.node_id != options_.node_id) peers.push_back(n.node_id);
+      linger(*store_, keys_, round_.round, peers, linger_limit);
+    }
     return true;
   } catch (const std::exception& e) {
     spdlog::warn("rendezvous '{}': could not tell the other nodes that this one stops: {}",

@@ -5,6 +5,7 @@
 #include "rendezvous/job_protocol.h"
 
 #include "rendezvous/client.h"
+#include "rendezvous/wire.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -25,6 +26,11 @@ Duration left(Clock::time_point deadline) {
   return d.count() < 0 ? Duration(0) : d;
 }
 
+// Added to a round's join counter by its closer once the round is formed:
+// a node that joins it later gets a slot above this and knows at once (a
+// check of r<N>/closed before every join cost every node a round trip).
+constexpr int64_t kFormedMark = int64_t{1} << 40;
+
 // How long past close_timeout the other nodes wait for the node that claimed
 // a round's close before closing it themselves (that node died or stalled).
 constexpr Duration kCloserGrace{5000};
@@ -37,25 +43,50 @@ int64_t to_i64(const Bytes& b) {
   }
 }
 
-std::vector<NodeInfo> decode_nodes(const Bytes& b) {
-  // Without a stream per line: every node decodes the whole round (N
-  // records), and a simulation of N nodes on one machine decodes N^2.
-  std::vector<NodeInfo> nodes;
-  const std::string text = to_string(b);
-  nodes.reserve(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')));
-  for (size_t pos = 0; pos < text.size();) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    if (auto n = decode_node(text.substr(pos, end - pos))) nodes.push_back(std::move(*n));
-    pos = end + 1;
-  }
-  return nodes;
+// r<N>/closed: the round's size and whose assignment won (job_protocol.h).
+struct Formed {
+  int64_t size = 0;
+  int64_t closer = 0;
+};
+
+Bytes encode_formed(const Formed& f) {
+  return to_bytes(std::to_string(f.size) + "\t" + std::to_string(f.closer));
 }
 
-Bytes encode_nodes(const std::vector<NodeInfo>& nodes) {
-  std::string s;
-  for (const auto& n : nodes) s += encode_node(n) + "\n";
-  return to_bytes(s);
+Formed decode_formed(const Bytes& b, const std::string& key) {
+  const std::string text = to_string(b);
+  const size_t tab = text.find('\t');
+  Formed f;
+  try {
+    size_t a = 0, c = 0;
+    if (tab == std::string::npos) throw std::invalid_argument("no tab");
+    f.size = std::stoll(text.substr(0, tab), &a);
+    f.closer = std::stoll(text.substr(tab + 1), &c);
+    if (a != tab || c != text.size() - tab - 1 || f.size < 0) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw RendezvousError("rendezvous: " + key + " holds '" + text.substr(0, 64) +
+                          "', not '<size>\\t<closer>' (every node must run the same ddprun)");
+  }
+  return f;
+}
+
+// multi_set in requests the ddprun store takes (wire.h: at most 8,192 keys
+// and 4 MiB a frame), with room to spare: a closer of 4,096 nodes writes
+// 8,193 keys, about 1 MB.
+void multi_set_bounded(Store& store, const std::vector<std::string>& keys,
+                       const std::vector<Bytes>& values) {
+  constexpr size_t kKeys = wire::kMaxKeysPerRequest / 2, kBytes = wire::kMaxFrameSize / 2;
+  for (size_t begin = 0; begin < keys.size();) {
+    size_t end = begin, bytes = 0;
+    while (end < keys.size() && end - begin < kKeys &&
+           (end == begin || bytes + keys[end].size() + values[end].size() + 8 <= kBytes)) {
+      bytes += keys[end].size() + values[end].size() + 8;
+      ++end;
+    }
+    const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
+    store.multi_set({keys.begin() + b, keys.begin() + e}, {values.begin() + b, values.begin() + e});
+    begin = end;
+  }
 }
 
 std::string default_node_id() {
@@ -141,57 +172,6 @@ void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousO
   }
 }
 
-std::string encode_node(const NodeInfo& n) {
-  return n.node_id + "\t" + n.addr + "\t" + std::to_string(n.master_port) + "\t" +
-         std::to_string(n.local_world_size) + "\t" + std::to_string(n.seq);
-}
-
-std::optional<NodeInfo> decode_node(const std::string& text) {
-  std::string f[5];
-  size_t pos = 0;
-  for (int i = 0; i < 5; ++i) {
-    size_t tab = text.find('\t', pos);
-    if ((tab == std::string::npos) != (i == 4)) return std::nullopt;  // exactly five fields
-    f[i] = text.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos);
-    pos = tab + 1;
-  }
-  try {
-    size_t a = 0, b = 0, c = 0;
-    NodeInfo n{f[0], f[1], std::stoi(f[2], &a), std::stoi(f[3], &b), std::stoll(f[4], &c)};
-    if (a != f[2].size() || b != f[3].size() || c != f[4].size()) return std::nullopt;
-    return n;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-std::vector<NodeInfo> assign_ranks(std::vector<NodeInfo> nodes,
-                                   const std::vector<NodeInfo>& previous) {
-  const size_t n = nodes.size();
-  std::vector<std::optional<NodeInfo>> slots(n);
-  std::sort(nodes.begin(), nodes.end(),
-            [](const NodeInfo& a, const NodeInfo& b) { return a.seq < b.seq; });
-  std::vector<NodeInfo> rest;
-  for (const auto& node : nodes) {
-    auto it = std::find_if(previous.begin(), previous.end(),
-                           [&](const NodeInfo& p) { return p.node_id == node.node_id; });
-    size_t prev = it == previous.end() ? n : static_cast<size_t>(it - previous.begin());
-    if (prev < n && !slots[prev]) {
-      slots[prev] = node;
-    } else {
-      rest.push_back(node);
-    }
-  }
-  size_t next = 0;
-  for (const auto& node : rest) {
-    while (slots[next]) ++next;
-    slots[next] = node;
-  }
-  std::vector<NodeInfo> out;
-  for (auto& s : slots) out.push_back(*s);
-  return out;
-}
-
 Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options,
                        StoreFactory keep_alive_factory)
     : factory_(std::move(factory)),
@@ -235,20 +215,12 @@ std::string Rendezvous::round_key(int64_t round, const std::string& k) const {
   return keys_.round(round, k);
 }
 
-int64_t Rendezvous::sequence_number() {
-  std::string k = key("seq/" + options_.node_id);
-  if (!store_->check({k})) {
-    int64_t n = store_->add(key("seq_counter"), 1);
-    store_->compare_set(k, {}, to_bytes(std::to_string(n)));
-  }
-  return to_i64(store_->get(k, Duration(0)));
-}
-
 std::string Rendezvous::join_error(int64_t round, const std::string& what) {
   std::string who;
   int64_t joined = 0;
   try {
     joined = store_->add(round_key(round, "joined"), 0);
+    if (joined > kFormedMark) joined -= kFormedMark;
     for (int64_t i = 1; i <= joined && i <= 64; ++i) {
       std::string k = round_key(round, "node/" + std::to_string(i));
       if (!store_->check({k})) continue;
@@ -260,6 +232,26 @@ std::string Rendezvous::join_error(int64_t round, const std::string& what) {
   return "rendezvous '" + options_.run_id + "' round " + std::to_string(round) + ": " +
          std::to_string(joined) + " of " + std::to_string(options_.min_nodes) +
          " required nodes joined " + what + (who.empty() ? "" : " (" + who + ")");
+}
+
+std::vector<NodeInfo> Rendezvous::previous_members() {
+  int64_t last = 0;
+  try {
+    last = to_i64(store_->get(key("last_closed"), Duration(0)));
+  } catch (const TimeoutError&) {
+    return {};  // no round formed yet
+  }
+  const Formed f = decode_formed(store_->get(keys_.closed(last), Duration(0)), keys_.closed(last));
+  if (f.size == 0) return {};
+  return members_of(last, f.closer);
+}
+
+const std::vector<NodeInfo>& Rendezvous::members_of(int64_t round, int64_t closer) {
+  // The claimer reads its last round's members for who is expected back,
+  // then for the stable ranks: once (O(N) bytes on the close's path).
+  if (!members_ || members_->round != round || members_->closer != closer)
+    members_ = MemberList{round, closer, read_members(*store_, keys_, round, closer)};
+  return members_->nodes;
 }
 
 void Rendezvous::close_round(int64_t round, int64_t n) {
@@ -278,17 +270,26 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
       if (auto node = decode_node(to_string(store_->get(k, Duration(0))))) nodes.push_back(*node);
     }
   }
-  std::vector<NodeInfo> previous;
-  if (store_->check({key("last_closed")})) {
-    int64_t last = to_i64(store_->get(key("last_closed"), Duration(0)));
-    previous = decode_nodes(store_->get(round_key(last, "closed"), Duration(0)));
+  const auto assigned = assign_ranks(nodes, previous_members());
+  const auto each = assignments(assigned);
+  // Every member's own assignment, its heartbeat counter and the member
+  // list, under this closer's seq and before it tries to publish: whoever
+  // reads r<N>/closed finds the winner's records complete, and a closer
+  // that loses the race overwrites nothing of the winner's.
+  keys.clear();
+  std::vector<Bytes> values;
+  for (size_t i = 0; i < assigned.size(); ++i) {
+    keys.push_back(keys_.assignment(round, seq_, assigned[i].node_id));
+    values.push_back(to_bytes(encode_assignment(each[i])));
+    keys.push_back(round_key(round, "hb/" + assigned[i].node_id));
+    values.push_back(to_bytes("0"));
   }
-  auto assigned = assign_ranks(nodes, previous);
-  std::vector<std::string> hb;
-  for (const auto& node : assigned) hb.push_back(round_key(round, "hb/" + node.node_id));
-  if (!hb.empty()) store_->multi_set(hb, std::vector<Bytes>(hb.size(), to_bytes("0")));
-  Bytes value = encode_nodes(assigned);
-  if (store_->compare_set(round_key(round, "closed"), {}, value) == value) {
+  keys.push_back(keys_.members(round, seq_));
+  values.push_back(to_bytes(encode_nodes(assigned)));
+  multi_set_bounded(*store_, keys, values);
+  const Bytes value = encode_formed({static_cast<int64_t>(assigned.size()), seq_});
+  if (store_->compare_set(keys_.closed(round), {}, value) == value) {
+    store_->add(round_key(round, "joined"), kFormedMark);
     store_->set(key("last_closed"), to_bytes(std::to_string(round)));
     spdlog::info("rendezvous '{}': round {} formed with {} nodes", options_.run_id, round,
                  assigned.size());
@@ -307,29 +308,19 @@ void Rendezvous::close_once(int64_t round, int64_t n, Duration left_to_join) {
   // themselves only when it has not come within close_timeout and a grace.
   if (claims_close(round)) return close_round(round, n);
   try {
-    store_->wait({round_key(round, "closed")},
+    store_->wait({keys_.closed(round)},
                  std::min(options_.close_timeout + kCloserGrace, left_to_join));
   } catch (const TimeoutError&) {
     close_round(round, n);
   }
 }
 
-RoundResult Rendezvous::result_from(int64_t round, const std::vector<NodeInfo>& nodes) {
+RoundResult Rendezvous::result_from(int64_t round, int64_t closer, Assignment a) {
   RoundResult r;
+  static_cast<Assignment&>(r) = std::move(a);
   r.round = round;
-  r.nodes = nodes;
-  r.group_world_size = static_cast<int>(nodes.size());
-  r.world_size = 0;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (nodes[i].node_id == options_.node_id) {
-      r.group_rank = static_cast<int>(i);
-      r.rank_base = r.world_size;
-    }
-    r.world_size += nodes[i].local_world_size;
-  }
-  r.master_addr = nodes.at(0).addr;
-  r.master_port = nodes.at(0).master_port;
   r.store_prefix = options_.run_id + "/round_" + std::to_string(round) + "/";
+  r.closer = closer;
   return r;
 }
 
@@ -337,40 +328,80 @@ RoundResult Rendezvous::next_round() {
   const auto deadline = Clock::now() + options_.join_timeout;
   const int64_t max = options_.max_nodes;
   try {
-    if (seq_ < 0) seq_ = sequence_number();
     NodeInfo me{options_.node_id, options_.local_addr, options_.master_port,
                 options_.local_world_size, seq_};
+    // Where current names the round being formed. A member of a round
+    // moves past it at once (compare_set returns the round current names
+    // after it: the one it makes, or a newer one). No node looks whether
+    // the round it joins is formed already: the join says so (the closer
+    // marks the counter, kFormedMark), or, where the closer died before
+    // marking it, the round turns out to hold no assignment of ours.
+    int64_t r = 0;
+    if (current_) {
+      r = to_i64(store_->compare_set(key("current"), to_bytes(std::to_string(current_->round)),
+                                     to_bytes(std::to_string(current_->round + 1))));
+    } else {
+      r = store_->add(key("current"), 0);
+    }
+    bool formed_already = false;  // round r is formed without us
     for (;;) {
-      const int64_t r = store_->add(key("current"), 0);
-      const std::string closed = round_key(r, "closed");
-      if (store_->check({closed})) {
-        // Round r is running (or over): move on to r + 1. A node that is
-        // not one of its members asks the members to re-form (scale-up)
-        // when the group has room for it.
-        auto nodes = decode_nodes(store_->get(closed, Duration(0)));
-        store_->compare_set(key("current"), to_bytes(std::to_string(r)),
-                            to_bytes(std::to_string(r + 1)));
-        bool member = current_ && current_->round == r;
-        if (!member && static_cast<int64_t>(nodes.size()) < max) {
-          RoundEnd up;
-          up.kind = RoundEnd::kScaleUp;
-          up.exit_status = 0;
-          up.node = me.node_id;
-          up.reason = "scale-up: node " + me.node_id + " at " + me.addr + " waits to join";
-          publish_end(*store_, keys_, r, up);
-          awaited_ = nodes;  // they come to the next round for us
+      const std::string closed = keys_.closed(r);
+      const bool member = current_ && current_->round == r;
+      if (formed_already || member) {
+        formed_already = false;
+        // Round r is running (or over): move on to r + 1 (compare_set
+        // returns the round current names after it, ours or a newer one).
+        // A node that is not one of its members asks the members to
+        // re-form (scale-up) when the group has room for it.
+        const int64_t next = to_i64(store_->compare_set(key("current"), to_bytes(std::to_string(r)),
+                                                        to_bytes(std::to_string(r + 1))));
+        if (!member) {
+          const Formed f = decode_formed(store_->get(closed, Duration(0)), closed);
+          if (f.size < max) {
+            RoundEnd up;
+            up.kind = RoundEnd::kScaleUp;
+            up.exit_status = 0;
+            up.node = me.node_id;
+            up.reason = "scale-up: node " + me.node_id + " at " + me.addr + " waits to join";
+            publish_end(*store_, keys_, r, up);
+            awaited_ = std::make_pair(r, f.closer);  // they come to the next round for us
+          }
         }
+        r = next;
         continue;
       }
       const int64_t slot = store_->add(round_key(r, "joined"), 1);
+      if (slot > kFormedMark) {
+        formed_already = true;
+        continue;
+      }
+      // First-join order without a request of its own: the round and the
+      // slot of this node's first join, unique and ordered job-wide (a
+      // counter in the store cost every node one more round trip).
+      if (seq_ < 0) seq_ = me.seq = (r << 32) | slot;
       if (slot <= max) {
         store_->set(round_key(r, "node/" + std::to_string(slot)), to_bytes(encode_node(me)));
       }
-      Bytes assignment;
+      Bytes formed;  // r<N>/closed's value, once read
       try {
         if (slot == max) {
           close_once(r, slot, left(deadline));
         } else {
+          // The nodes expected back are all the round needs: close as soon
+          // as every one of them has joined (by name, not by count: a late
+          // node's slot is no member's), and give a slow one more than the
+          // last call before leaving it out, so that none of them comes
+          // back as a late node with another group rank. One node (the
+          // close's claimer) reads who is expected and looks who came
+          // back (O(nodes) bytes, once); the others wait below for the
+          // round it closes. All of them reading was O(nodes^2) bytes.
+          // The claim is tried on joining, not once MIN have joined: after
+          // a death MIN are there only when the last survivor is, and the
+          // claims and the claimer's reads then came all at once, between
+          // that join and the close.
+          std::set<std::string> expected;
+          const bool claimer = may_expect() && claims_close(r);
+          if (claimer) expected = expected_members();
           // Every node can close the round (the first to publish wins), so
           // a node that dies during the last call cannot stall the others:
           // wait for MIN nodes, then give the last call its window.
@@ -378,17 +409,8 @@ RoundResult Rendezvous::next_round() {
           store_->wait({min_key}, left(deadline));
           const auto now = Clock::now();
           const auto last_call_end = now + options_.last_call_timeout;
-          // The nodes expected back are all the round needs: close as soon
-          // as every one of them has joined (by name, not by count: a late
-          // node's slot is no member's), and give a slow one more than the
-          // last call before leaving it out, so that none of them comes
-          // back as a late node with another group rank.
-          const auto expected = expected_members();
           bool closed_early = false;
-          // One node (the close's claimer) looks who came back, reading
-          // the records (O(nodes) bytes, once); the others wait below for
-          // the round it closes. All of them reading was O(nodes^2) bytes.
-          if (!expected.empty() && claims_close(r)) {
+          if (claimer && !expected.empty()) {
             const auto patience = std::max(options_.last_call_timeout, options_.close_timeout);
             if (wait_for_expected(r, expected, std::min(now + patience, deadline))) {
               close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
@@ -398,24 +420,36 @@ RoundResult Rendezvous::next_round() {
           }
           if (!closed_early) {
             try {
-              store_->wait({closed}, std::min(left(last_call_end), left(deadline)));
+              formed = store_->get(closed, std::min(left(last_call_end), left(deadline)));
             } catch (const TimeoutError&) {
               close_once(r, std::min(store_->add(round_key(r, "joined"), 0), max), left(deadline));
             }
           }
         }
-        assignment = store_->get(closed, left(deadline));
+        if (formed.empty()) formed = store_->get(closed, left(deadline));
       } catch (const TimeoutError&) {
         throw RendezvousError(join_error(r, "within join_timeout " +
                                                 std::to_string(options_.join_timeout.count()) +
                                                 " ms"));
       }
-      auto nodes = decode_nodes(assignment);
-      bool in = std::any_of(nodes.begin(), nodes.end(),
-                            [&](const NodeInfo& n) { return n.node_id == me.node_id; });
-      if (!in) continue;  // the round filled up without us: wait for the next
-      awaited_.clear();
-      current_ = result_from(r, nodes);
+      // This node's own record of the winner's assignment: constant bytes
+      // whatever the round's size (bench/rendezvous_scale).
+      const Formed f = decode_formed(formed, closed);
+      const std::string mine = keys_.assignment(r, f.closer, me.node_id);
+      Bytes record;
+      try {
+        record = store_->get(mine, Duration(0));
+      } catch (const TimeoutError&) {
+        formed_already = true;
+        continue;  // the round filled up without us: wait for the next
+      }
+      auto a = decode_assignment(to_string(record));
+      if (!a) {
+        throw RendezvousError("rendezvous '" + options_.run_id + "': the assignment at " + mine +
+                              " is not one this ddprun reads (every node must run the same ddprun)");
+      }
+      awaited_.reset();
+      current_ = result_from(r, f.closer, std::move(*a));
       return *current_;
     }
   } catch (const StoreError& e) {
@@ -440,24 +474,40 @@ std::set<std::string> Rendezvous::dead_members() {
   return dead;
 }
 
+bool Rendezvous::may_expect() {
+  // One check (dead/<node> is set by the store's death notice and by the
+  // watchers alike): evicted, its view of who is live is stale.
+  if (current_) return !store_->check({keys_.dead(current_->round, options_.node_id)});
+  return awaited_.has_value();
+}
+
 std::set<std::string> Rendezvous::expected_members() {
   std::set<std::string> out;
-  if (current_) {
-    const auto dead = dead_members();
-    if (dead.count(options_.node_id)) return {};  // evicted: its view is stale
-    for (const auto& n : current_->nodes)
-      if (!dead.count(n.node_id)) out.insert(n.node_id);
-    // A late node ended the round to be taken in: wait for it too, or the
-    // members, back first, close the next round without it, it asks again,
-    // and on a loaded machine that repeats until its join_timeout.
-    try {
-      auto end = read_end(*store_, keys_, current_->round);
-      if (end && end->kind == RoundEnd::kScaleUp && !end->node.empty()) out.insert(end->node);
-    } catch (const RecordError& e) {
-      spdlog::debug("rendezvous '{}': {}", options_.run_id, e.what());
+  try {
+    if (current_) {
+      const auto dead = dead_members();
+      for (const auto& n : members_of(current_->round, current_->closer))
+        if (!dead.count(n.node_id)) out.insert(n.node_id);
+      // A late node ended the round to be taken in: wait for it too, or the
+      // members, back first, close the next round without it, it asks again,
+      // and on a loaded machine that repeats until its join_timeout.
+      try {
+        auto end = read_end(*store_, keys_, current_->round);
+        if (end && end->kind == RoundEnd::kScaleUp && !end->node.empty()) out.insert(end->node);
+      } catch (const RecordError& e) {
+        spdlog::debug("rendezvous '{}': {}", options_.run_id, e.what());
+      }
     }
+    if (awaited_) {
+      for (const auto& n : members_of(awaited_->first, awaited_->second))
+        out.insert(n.node_id);
+    }
+  } catch (const TimeoutError& e) {
+    // A member list gone (a store that lost keys): expect whom we know of.
+    spdlog::debug("rendezvous '{}': {}", options_.run_id, e.what());
+  } catch (const RendezvousError& e) {
+    spdlog::debug("rendezvous '{}': {}", options_.run_id, e.what());
   }
-  for (const auto& n : awaited_) out.insert(n.node_id);
   out.erase(options_.node_id);
   return out;
 }
@@ -467,7 +517,7 @@ bool Rendezvous::wait_for_expected(int64_t r, const std::set<std::string>& expec
   // Slots fill in join order, so wait for as many as could hold them all,
   // then look who took them (one multi_get); in slices, to notice a round
   // closed meanwhile.
-  const std::string closed = round_key(r, "closed");
+  const std::string closed = keys_.closed(r);
   int64_t slots = static_cast<int64_t>(expected.size()) + 1;
   while (slots <= options_.max_nodes) {
     if (store_->check({closed})) return false;

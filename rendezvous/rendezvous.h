@@ -4,8 +4,11 @@
 // Nodes join numbered rounds. A round closes at max_nodes at once, or at
 // min_nodes plus last_call_timeout. Group ranks are deterministic: a node
 // keeps its previous group rank when it still fits, and the other nodes
-// fill the free ranks in first-join order (a job-wide sequence number kept
-// in the store). While a round runs, KeepAlive heartbeats this node and
+// fill the free ranks in first-join order (the round and slot of a node's
+// first join). One node closes a round: it writes every member's own
+// assignment (rank, sizes, master, the peers it watches), and each node
+// reads only its own, so the bytes per node stay flat with the job's size.
+// While a round runs, KeepAlive heartbeats this node and
 // watches its next four peers in group-rank order (a ring: every node has
 // four watchers, and the work per node stays flat with the job); the round
 // ends for everyone when any node signals a failure, a member's KeepAlive
@@ -90,17 +93,40 @@ struct NodeInfo {
   int64_t seq = 0;  // first-join order in the job
 };
 
-// This node's view of a formed round.
-struct RoundResult {
-  int64_t round = 0;
+// Peers each node's KeepAlive watches: its successors in group-rank order,
+// in a ring. Every node is watched by this many, and one watcher ending the
+// round is enough; watching all N-1 peers made each beat read N-1
+// counters, O(N^2) bytes a beat across the job.
+constexpr size_t kWatchedPeers = 4;
+
+// A member of a round and its group rank.
+struct Peer {
+  int group_rank = 0;
+  NodeInfo node;
+};
+
+// What one node reads of a formed round: its own slot and the few peers it
+// watches, a record of constant size whatever the round's size (all N
+// records for every node was O(N^2) bytes a round). The closer writes one
+// per member (job_protocol.h: r<N>/a<closer>/<node_id>).
+struct Assignment {
   int group_rank = 0;
   int group_world_size = 1;
-  int rank_base = 0;   // global rank of this node's local rank 0
+  int rank_base = 0;   // global rank of the node's local rank 0
   int world_size = 1;  // sum of local world sizes
   std::string master_addr;
   int master_port = 0;
-  std::string store_prefix;    // for the round's workers: "<run_id>/round_<n>/"
-  std::vector<NodeInfo> nodes; // in group-rank order
+  std::vector<Peer> watched;  // the next min(kWatchedPeers, N-1) in group-rank order
+};
+
+// This node's view of a formed round: its assignment (watched: the peers
+// its KeepAlive watches), and where the round is.
+struct RoundResult : Assignment {
+  int64_t round = 0;
+  std::string store_prefix;  // for the round's workers: "<run_id>/round_<n>/"
+  // The seq of the node whose assignment won the round's close: where the
+  // full member list is (read_members; not read to form a round).
+  int64_t closer = 0;
 };
 
 class KeepAlive;
@@ -143,7 +169,6 @@ class Rendezvous {
   friend class KeepAlive;
   std::string key(const std::string& k) const;
   std::string round_key(int64_t round, const std::string& k) const;
-  int64_t sequence_number();
   std::string join_error(int64_t round, const std::string& what);
   // Decides the assignment of a round from its first `n` slots and tries to
   // publish it; whoever publishes first wins.
@@ -152,11 +177,20 @@ class Rendezvous {
   bool claims_close(int64_t round);
   // close_round by the one node that claims it first; the others wait.
   void close_once(int64_t round, int64_t n, Duration left_to_join);
-  RoundResult result_from(int64_t round, const std::vector<NodeInfo>& nodes);
+  RoundResult result_from(int64_t round, int64_t closer, Assignment a);
+  // The previous round's members, for the stable rank rule (the closer's
+  // read: O(N) bytes, one node a round).
+  std::vector<NodeInfo> previous_members();
+  // read_members on this node's connection, the last list kept.
+  const std::vector<NodeInfo>& members_of(int64_t round, int64_t closer);
+  // Whether this node may expect members back in the round it joins (it
+  // was a member of the last round and not marked dead there, or it asked
+  // a round to re-form for it).
+  bool may_expect();
   // The nodes this node expects back in the round it joins (itself left
   // out): the members of its last round not marked dead, and those of a
-  // round it asked to re-form for it (scale-up). None when this node was
-  // itself marked dead (evicted: its view of who is live is stale).
+  // round it asked to re-form for it (scale-up). Read by the round's close
+  // claimer only: the member lists are O(N) bytes.
   std::set<std::string> expected_members();
   // Members of the last round seen dead (two store reads).
   std::set<std::string> dead_members();
@@ -170,11 +204,17 @@ class Rendezvous {
   RendezvousOptions options_;
   JobKeys keys_;
   std::unique_ptr<Store> store_;
-  int64_t seq_ = -1;
+  int64_t seq_ = -1;  // first-join order: (round << 32) | slot of the first join
   std::optional<RoundResult> current_;
-  // The members of the running round this node asked to re-form (a
-  // scale-up), until it has joined the next.
-  std::vector<NodeInfo> awaited_;
+  // The running round this node asked to re-form (a scale-up), its round
+  // and closer, until it has joined the next: its members come back for us.
+  std::optional<std::pair<int64_t, int64_t>> awaited_;
+  struct MemberList {
+    int64_t round = 0;
+    int64_t closer = 0;
+    std::vector<NodeInfo> nodes;
+  };
+  std::optional<MemberList> members_;  // the last list members_of read
 };
 
 // Heartbeats one round and watches it on a thread with its own store
@@ -207,6 +247,9 @@ class KeepAlive {
   std::function<void(const RoundEnd&)> on_end_;
   std::atomic<bool> stop_{false};
   bool on_close_armed_ = false;  // the store ends the round if our connection closes
+  // Written by the thread, read after it is joined.
+  bool end_written_ = false;  // the thread saw the round's end record
+  bool settles_ = true;       // the store leaves notices to participants (settle_closed)
   std::thread thread_;
 };
 
@@ -217,6 +260,30 @@ inline constexpr const char* kConnectionClosed = "closed its store connection";
 // hold tabs or newlines).
 std::string encode_node(const NodeInfo& node);
 std::optional<NodeInfo> decode_node(const std::string& text);
+// A list of node records, one a line (lines that are no record are skipped).
+std::string encode_nodes(const std::vector<NodeInfo>& nodes);
+std::vector<NodeInfo> decode_nodes(const std::string& text);
+
+// The assignment record (text): a header line "group_rank group_world_size
+// rank_base world_size master_addr master_port", then a line "group_rank
+// <node record>" per watched peer, fields tab-separated. decode_assignment
+// rejects anything else (nullopt).
+std::string encode_assignment(const Assignment& a);
+std::optional<Assignment> decode_assignment(const std::string& text);
+// Every member's assignment, in group-rank order, from the members in
+// group-rank order (rank bases, the master, the watched ring).
+std::vector<Assignment> assignments(const std::vector<NodeInfo>& members);
+
+// The members of a formed round in group-rank order: O(N) bytes, for the
+// few that need them all (the exit barrier, the host's linger, the next
+// closer), on the caller's store connection. Throws StoreError or
+// TimeoutError (the record is gone), RendezvousError (unreadable).
+std::vector<NodeInfo> read_members(Store& store, const JobKeys& keys, int64_t round,
+                                   int64_t closer);
+inline std::vector<NodeInfo> read_members(Store& store, const JobKeys& keys,
+                                          const RoundResult& round) {
+  return read_members(store, keys, round.round, round.closer);
+}
 
 // The stable rank rule, exposed for tests: nodes whose previous group rank
 // is below nodes.size() keep it; the others fill the free ranks in seq order.

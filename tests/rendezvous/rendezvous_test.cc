@@ -146,6 +146,47 @@ TEST_CASE("the stable rank rule keeps previous ranks and fills holes in join ord
   CHECK(fresh[0].node_id == "a");
 }
 
+TEST_CASE("each member's assignment names its rank, the sizes, the master and its next four peers") {
+  std::vector<NodeInfo> members;
+  for (int i = 0; i < 6; ++i)
+    members.push_back({"n" + std::to_string(i), "10.0.0." + std::to_string(i), 29500 + i, i + 1, i});
+  auto each = assignments(members);
+  REQUIRE(each.size() == 6);
+  CHECK(each[3].group_rank == 3);
+  CHECK(each[3].group_world_size == 6);
+  CHECK(each[3].rank_base == 1 + 2 + 3);
+  CHECK(each[3].world_size == 21);
+  CHECK(each[3].master_addr == "10.0.0.0");
+  CHECK(each[3].master_port == 29500);
+  // a ring: rank 3 watches 4, 5, 0, 1
+  REQUIRE(each[3].watched.size() == kWatchedPeers);
+  CHECK(each[3].watched[2].group_rank == 0);
+  CHECK(each[3].watched[2].node.node_id == "n0");
+  // the record decodes to what was encoded
+  auto back = decode_assignment(encode_assignment(each[3]));
+  REQUIRE(back);
+  CHECK(encode_assignment(*back) == encode_assignment(each[3]));
+  CHECK(back->watched[3].node.addr == "10.0.0.1");
+  // two members watch each other only
+  auto two = assignments({members[0], members[1]});
+  REQUIRE(two[1].watched.size() == 1);
+  CHECK(two[1].watched[0].group_rank == 0);
+}
+
+TEST_CASE("an assignment record that is not one is refused") {
+  const std::string good = encode_assignment(assignments({{"a", "h", 1, 1, 1}, {"b", "h", 1, 1, 2}})[0]);
+  CHECK(decode_assignment(good));
+  for (const std::string& bad :
+       {std::string(), std::string("0\t1\t0\t1\th"), std::string("1\t1\t0\t1\th\t1\n"),
+        std::string("0\t1\t0\t1\th\t99999999999\n"), std::string("-1\t1\t0\t1\th\t1\n"),
+        good + "x\n", good + "5\tb\th\t1\t1\t2\n",
+        good + good.substr(good.find('\n') + 1) + good.substr(good.find('\n') + 1) +
+            good.substr(good.find('\n') + 1) + good.substr(good.find('\n') + 1)}) {
+    CAPTURE(bad);
+    CHECK_FALSE(decode_assignment(bad));
+  }
+}
+
 TEST_CASE("a node whose heartbeats stop is declared dead by the others") {
   ServerThread server;
   Rendezvous a(factory(server.port()), node(1, 2, 2));
@@ -262,6 +303,11 @@ TEST_CASE("a node that vanishes during the last call does not stall the round") 
   ghost.set("rdzv/job/r0/node/2", to_bytes(encode_node({"ghost", "10.0.0.9", 1, 2, 99})));
   RoundResult r = formed.get();
   CHECK(r.group_world_size == 2);
-  CHECK(r.nodes[0].node_id == "node1");  // first-join order
-  CHECK(r.nodes[1].node_id == "ghost");
+  CHECK(r.group_rank == 0);  // first-join order
+  REQUIRE(r.watched.size() == 1);
+  CHECK(r.watched[0].node.node_id == "ghost");
+  auto members = read_members(ghost, a.keys(), r);
+  REQUIRE(members.size() == 2);
+  CHECK(members[0].node_id == "node1");
+  CHECK(members[1].node_id == "ghost");
 }
