@@ -534,11 +534,22 @@ bool ElasticRendezvous::exit_barrier() {
   for (const auto& n : members) nodes.push_back(n.node_id);
   control_->set(keys_.outcome(r, rdzv_->node_id()), rdzv::outcome_ok());
   spdlog::info("local workers succeeded; waiting for the other nodes to finish");
+  std::string store_error;
   for (;;) {
     auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
-    if (auto all_ok = rdzv::outcomes_within(*control_, keys_, r, nodes,
-                                            std::clamp(left, Duration(1), Duration(1000))))
-      return *all_ok;
+    try {
+      if (auto all_ok = rdzv::outcomes_within(*control_, keys_, r, nodes,
+                                              std::clamp(left, Duration(1), Duration(1000))))
+        return *all_ok;
+    } catch (const rdzv::AuthError&) {
+      throw;
+    } catch (const rdzv::StoreError& e) {
+      // The store is unreachable for now (a reconnect is bounded by the
+      // slice): the KeepAlive decides when it is lost (below), so the
+      // reason is the same as anywhere else in the round.
+      if (canceller_->cancelled()) throw;
+      store_error = e.what();
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (remote_end_ && (remote_end_->kind == rdzv::RoundEnd::kPeerDead ||
@@ -547,6 +558,9 @@ bool ElasticRendezvous::exit_barrier() {
                               fail_request(*remote_end_).reason);
     }
     if (Clock::now() >= deadline) {
+      if (!store_error.empty())
+        throw RendezvousError("no outcome within " + std::to_string(limit.count() / 1000) +
+                              " s: " + store_error);
       std::string missing;
       for (size_t i = 0; i < nodes.size(); ++i)
         if (!control_->check({keys_.outcome(r, nodes[i])}))

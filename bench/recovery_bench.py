@@ -28,9 +28,14 @@ Launchers:
       talk to torch 2.x's libuv store, so under torch 2.x's torchrun it
       never gets past the rendezvous. The Python example's recovery under
       torch 2.x is tests/examples (examples.rank_recovery).
+  torchrun 2.x (.venv-torch's, --max-restarts 1) with --train2, the same
+      `train` built against that torch's own LibTorch (build-cuda/bin/train,
+      scripts/build-cuda.sh; on CPU here, --backend gloo), beside ddprun's
+      rows with that binary: its TCPStore client is torch 2.x's.
 
 Usage: /usr/bin/python3 bench/recovery_bench.py [--ddprun build/bin/ddprun]
          [--train build/bin/train] [--torchrun bench/torchrun-1.13]
+         [--torchrun2 .venv-torch/bin/torchrun] [--train2 build-cuda/bin/train]
          [--reps 5] [--steps 400] [--seed 1]
 Prints a Markdown table (medians over --reps) and one JSON line per run,
 then, for the rank-scoped rows, where the time goes (medians, from train's
@@ -149,6 +154,8 @@ def main():
     ap.add_argument("--ddprun", default=os.path.join(ROOT, "build/bin/ddprun"))
     ap.add_argument("--train", default=os.path.join(ROOT, "build/bin/train"))
     ap.add_argument("--torchrun", default=os.path.join(HERE, "torchrun-1.13"))
+    ap.add_argument("--torchrun2", default=os.path.join(ROOT, ".venv-torch/bin/torchrun"))
+    ap.add_argument("--train2", default=os.path.join(ROOT, "build-cuda/bin/train"))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--checkpoint-every", type=int, default=100)
@@ -156,19 +163,26 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    launchers = [("ddprun --restart-scope=rank --standby-workers=1", "standby"),
-                 ("ddprun --restart-scope=rank", "rank"), ("ddprun --restart-scope=group", "group")]
+    # (row, how it is launched, the train binary)
+    launchers = [("ddprun --restart-scope=rank --standby-workers=1", "standby", a.train),
+                 ("ddprun --restart-scope=rank", "rank", a.train),
+                 ("ddprun --restart-scope=group", "group", a.train)]
     if os.access(a.torchrun, os.X_OK):
-        launchers.append(("torchrun 1.13", "torchrun"))
-    results = {name: [] for name, _ in launchers}
-    breakdown = {name: [] for name, kind in launchers if kind in ("standby", "rank")}
+        launchers.append(("torchrun 1.13", "torchrun", a.train))
+    if os.access(a.torchrun2, os.X_OK) and os.access(a.train2, os.X_OK):
+        two = " (train on LibTorch 2.x)"
+        launchers += [("ddprun --restart-scope=rank --standby-workers=1" + two, "standby", a.train2),
+                      ("ddprun --restart-scope=group" + two, "group", a.train2),
+                      ("torchrun 2.x" + two, "torchrun2", a.train2)]
+    results = {name: [] for name, _, _ in launchers}
+    breakdown = {name: [] for name, kind, _ in launchers if kind in ("standby", "rank")}
     for rep in range(a.reps):
         # Past the first checkpoint, away from the next: the group restarts
         # lose what they lose in the field on average (about half a period).
         k = rng.randint(a.checkpoint_every + 5, a.steps - 5)
-        for name, kind in launchers:
+        for name, kind, train_bin in launchers:
             with tempfile.TemporaryDirectory(prefix="recovery_bench.") as tmp:
-                train = [a.train, "--synthetic", "--backend", "gloo", "--steps", str(a.steps),
+                train = [train_bin, "--synthetic", "--backend", "gloo", "--steps", str(a.steps),
                          "--log-every", "1", "--checkpoint-every", str(a.checkpoint_every),
                          "--checkpoint-dir", os.path.join(tmp, "ckpt"), "--kill-at-step",
                          str(k), "--kill-rank", str(a.kill_rank)]
@@ -177,6 +191,9 @@ def main():
                     cmd = [a.torchrun, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
                            "--monitor_interval=0.1", "--no_python"] + train
                     env["PATH"] = "/usr/bin:" + env.get("PATH", "")  # Debian's python3, torch 1.13
+                elif kind == "torchrun2":
+                    cmd = [a.torchrun2, "--standalone", "--nproc-per-node=2", "--max-restarts=1",
+                           "--monitor-interval=0.1", "--no-python"] + train
                 elif kind == "standby":
                     cmd = [a.ddprun, "--nproc-per-node=2", "--max-restarts=1",
                            "--restart-scope=rank", "--standby-workers=1"] + train
@@ -200,7 +217,7 @@ def main():
     print("| launcher | failure → all ranks stepping (median) | steps lost (median, max) "
           "| checkpoints read |")
     print("|---|---|---|---|")
-    for name, _ in launchers:
+    for name, _, _ in launchers:
         rows = results[name]
         secs = statistics.median(r[0] for r in rows)
         lost = [r[1] for r in rows]

@@ -92,8 +92,9 @@ void Client::throw_if_cancelled(const std::string& what) const {
                      std::to_string(after.count()) + " ms");
 }
 
-void Client::connect() {
-  auto deadline = Clock::now() + options_.connect_timeout;
+void Client::connect(Clock::time_point cap) {
+  const auto start = Clock::now();
+  const auto deadline = std::min(start + options_.connect_timeout, cap);
   std::string last_error = "no attempt";
   auto backoff = std::chrono::milliseconds(10);
   // Each attempt (connect, greeting, authentication) has a window of its
@@ -110,8 +111,10 @@ void Client::connect() {
     }
     throw_if_cancelled("connect");
     if (Clock::now() + backoff >= deadline) {
-      throw StoreError("cannot connect to store at " + address_ + " within " +
-                       std::to_string(options_.connect_timeout.count()) + " ms: " + last_error);
+      throw StoreError(
+          "cannot connect to store at " + address_ + " within " +
+          std::to_string(std::chrono::duration_cast<Duration>(deadline - start).count()) +
+          " ms: " + last_error);
     }
     std::this_thread::sleep_for(backoff);  // the server may still be starting
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
@@ -329,7 +332,10 @@ void Client::read_acks(Clock::time_point deadline, std::string& error) {
 
 void Client::reconnect(Clock::time_point deadline) {
   disconnect();
-  connect();
+  // Bounded by the call: a store that has gone (its host agent exited)
+  // fails a 1 s call after 1 s, not after connect_timeout (a finished
+  // agent's exit barrier sat 20 s in here, past its own slices).
+  connect(deadline);
   // Sets whose acknowledgement was lost are repeated: harmless, and the
   // caller was told they succeeded.
   for (const auto& u : unacked_) send_all(u.frame, deadline, "set(" + quoted(u.key) + ")");

@@ -88,8 +88,9 @@ class Client : public Store {
  private:
   using Clock = std::chrono::steady_clock;
   // Connects and authenticates, retrying with back-off (the server may
-  // still be starting) until options_.connect_timeout.
-  void connect();
+  // still be starting) until options_.connect_timeout or `cap`, whichever
+  // comes first: a reconnect inside a call ends by the call's deadline.
+  void connect(Clock::time_point cap = Clock::time_point::max());
   // One pass over the host's addresses; true with fd_ connected. On
   // failure `last_error` says why.
   bool open_connection(Clock::time_point deadline, std::string& last_error);

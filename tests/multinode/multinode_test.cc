@@ -468,8 +468,14 @@ TEST_CASE("multinode.handshakeint") {
   CHECK(status == 130);
   CHECK(job.log(1).find("got SIGINT while the other nodes were reading the job's outcome") !=
         std::string::npos);
+  const auto resumed = std::chrono::steady_clock::now();
   job.agents[2]->signal(SIGCONT);
-  CHECK(job.agents[2]->wait(kDeadline) >= 0);
+  const int status2 = job.agents[2]->wait(kDeadline);
+  MESSAGE("node 2 exited " << status2 << " "
+          << std::chrono::duration<double>(std::chrono::steady_clock::now() - resumed).count()
+          << " s after SIGCONT");
+  INFO("node 2:\n" << job.log(2));
+  CHECK(status2 >= 0);
 }
 
 TEST_CASE("multinode.pause") {
