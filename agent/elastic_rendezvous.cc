@@ -541,6 +541,7 @@ bool ElasticRendezvous::exit_barrier() {
       if (auto all_ok = rdzv::outcomes_within(*control_, keys_, r, nodes,
                                               std::clamp(left, Duration(1), Duration(1000))))
         return *all_ok;
+      store_error.clear();  // reachable again: the deadline's report names the missing nodes
     } catch (const rdzv::AuthError&) {
       throw;
     } catch (const rdzv::StoreError& e) {
