@@ -165,7 +165,6 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
       return fail(base::describe_error("cannot create", parent, errno));
   }
-  remove_stale_cgroups(parent);
   std::string path;
   for (int tries = 0;; ++tries) {
     path = parent + "/job." + std::to_string(getpid()) + "." + random_suffix();
@@ -193,6 +192,10 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     return fail(reason);
   }
   return cg;
+}
+
+void JobCgroup::remove_stale_siblings() const {
+  remove_stale_cgroups(path_.substr(0, path_.rfind('/')));
 }
 
 JobCgroup::~JobCgroup() {
