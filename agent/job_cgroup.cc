@@ -60,6 +60,14 @@ std::string random_suffix() {
   return s.str();
 }
 
+void probe_child(const void* procs_fd, bool placed) {
+  if (placed) _exit(0);
+  // Only write and _exit: the agent runs other threads, and the child may
+  // share its memory (fork_into_cgroup.h).
+  ssize_t n = write(*static_cast<const int*>(procs_fd), "0", 1);
+  _exit(n == 1 ? 0 : (errno > 0 && errno < 126 ? errno : EIO));
+}
+
 // Moves a throwaway child into the cgroup: the one sure test that this
 // process may place its workers there (permissions, delegation, a threaded
 // or domain-invalid cgroup). Returns 0 or the child's errno. Tries the way
@@ -71,13 +79,7 @@ int probe_join(int dir_fd, int procs_fd, bool* in_place) {
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old);
   bool placed = false;
-  pid_t pid = fork_into_cgroup(*in_place ? dir_fd : -1, &placed);
-  if (pid == 0) {
-    if (placed) _exit(0);
-    // Only write and _exit: the agent may already run other threads.
-    ssize_t n = write(procs_fd, "0", 1);
-    _exit(n == 1 ? 0 : (errno > 0 && errno < 126 ? errno : EIO));
-  }
+  pid_t pid = start_in_cgroup(*in_place ? dir_fd : -1, probe_child, &procs_fd, &placed);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return fork_errno;
