@@ -11,12 +11,12 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <vector>
 #include <sstream>
 
 #include "agent/fork_into_cgroup.h"
 #include "base/procfs.h"
+#include "base/safe_file.h"
 #include "base/system_error.h"
 
 namespace ddprun::agent {
@@ -53,12 +53,7 @@ std::string unescape(std::string_view s) {
   return out;
 }
 
-std::string random_suffix() {
-  std::random_device rd;
-  std::ostringstream s;
-  s << std::hex << (rd() & 0xffffffu);
-  return s.str();
-}
+std::string random_suffix() { return base::random_hex(3); }
 
 void probe_child(const void* procs_fd, bool placed) {
   if (placed) _exit(0);

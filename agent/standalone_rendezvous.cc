@@ -1,19 +1,10 @@
 #include "agent/standalone_rendezvous.h"
 
-#include <random>
+#include "base/safe_file.h"
 
 namespace ddprun::agent {
 
-std::string random_token() {
-  std::random_device rd;  // /dev/urandom
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 4; ++i) {
-    uint32_t v = rd();
-    for (int j = 0; j < 8; ++j, v >>= 4) out += kHex[v & 0xf];
-  }
-  return out;
-}
+std::string random_token() { return base::random_hex(16); }
 
 StandaloneRendezvous::StandaloneRendezvous(const Options& options) : run_id_(options.run_id) {
   round_.local_world_size = options.nproc_per_node;
