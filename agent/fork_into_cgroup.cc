@@ -95,54 +95,56 @@ namespace ddprun::agent {
 
 pid_t start_in_cgroup(int cgroup_dir_fd, ChildMain child, const void* arg, bool* placed) {
   *placed = false;
-#ifndef DDPRUN_TSAN
-  if (clone3_works.load(std::memory_order_relaxed)) {
-    clone_args args{};
-    args.exit_signal = SIGCHLD;
-    if (cgroup_dir_fd >= 0) {
-      args.flags = CLONE_INTO_CGROUP;
-      args.cgroup = static_cast<__u64>(cgroup_dir_fd);
+  clone_args args{};
+  args.exit_signal = SIGCHLD;
+  if (cgroup_dir_fd >= 0) {
+    args.flags = CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<__u64>(cgroup_dir_fd);
+  }
+  // glibc has no clone3 wrapper (nor the wheel's 2.34 floor).
+#if defined(DDPRUN_SHARED_MEMORY_CHILD)
+  void* stack = MAP_FAILED;
+  if (clone3_works.load(std::memory_order_relaxed))
+    stack = mmap(nullptr, kChildStack + 4096, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack != MAP_FAILED && mprotect(stack, 4096, PROT_NONE) == 0) {
+    args.flags |= CLONE_VM | CLONE_VFORK;
+    args.stack = reinterpret_cast<__u64>(stack) + 4096;
+    args.stack_size = kChildStack;
+    // Read by the child in this frame: the caller waits until it is done.
+    const Start start{child, arg, cgroup_dir_fd >= 0};
+    const long r = ddprun_clone3_run(&args, sizeof args, child_entry, const_cast<Start*>(&start));
+    munmap(stack, kChildStack + 4096);
+    if (r > 0) {
+      *placed = start.placed;
+      return static_cast<pid_t>(r);
     }
-#ifdef DDPRUN_SHARED_MEMORY_CHILD
-    // glibc has no clone3 wrapper (nor the wheel's 2.34 floor).
-    void* stack = mmap(nullptr, kChildStack + 4096, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (stack != MAP_FAILED && mprotect(stack, 4096, PROT_NONE) == 0) {
-      args.flags |= CLONE_VM | CLONE_VFORK;
-      args.stack = reinterpret_cast<__u64>(stack) + 4096;
-      args.stack_size = kChildStack;
-      // Read by the child in this frame: the caller waits until it is done.
-      Start start{child, arg, cgroup_dir_fd >= 0};
-      const long r = ddprun_clone3_run(&args, sizeof args, child_entry, &start);
-      munmap(stack, kChildStack + 4096);
-      if (r > 0) {
-        *placed = start.placed;
-        return static_cast<pid_t>(r);
-      }
-      errno = static_cast<int>(-r);
-    } else if (stack != MAP_FAILED) {
-      munmap(stack, kChildStack + 4096);
-    }
-#else
+    if (r == -ENOSYS || r == -E2BIG || r == -EINVAL)
+      clone3_works.store(false, std::memory_order_relaxed);
+    // Any other refusal (EACCES, EBUSY, ...): fork() and the child's
+    // cgroup.procs write name the error the user can act on.
+  } else if (stack != MAP_FAILED) {
+    munmap(stack, kChildStack + 4096);
+  }
+#elif !defined(DDPRUN_TSAN)
+  if (cgroup_dir_fd >= 0 && clone3_works.load(std::memory_order_relaxed)) {
     // No CLONE_VM and no stack: the child continues on a copy of this
     // stack, as after fork().
     const long pid = syscall(SYS_clone3, &args, sizeof args);
     if (pid == 0) {
-      child(arg, cgroup_dir_fd >= 0);
+      child(arg, true);
       _exit(127);
     }
     if (pid > 0) {
-      *placed = cgroup_dir_fd >= 0;
+      *placed = true;
       return static_cast<pid_t>(pid);
     }
-#endif
     if (errno == ENOSYS || errno == E2BIG || errno == EINVAL)
       clone3_works.store(false, std::memory_order_relaxed);
-    // Any other refusal (EACCES, EBUSY, ...): fork() and the child's
-    // cgroup.procs write name the error the user can act on.
+    // Any other refusal: fork(), as above.
   }
 #else
-  (void)cgroup_dir_fd;
+  (void)args;  // TSan's runtime must see every fork: fork() only
 #endif
   const pid_t pid = fork();
   if (pid == 0) {
