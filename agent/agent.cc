@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "agent/exit_status.h"
@@ -286,12 +285,7 @@ void Agent::make_cgroup(EnvMap& worker_env) {
   // groups is found by ancestry while ddprun lives and by an environment
   // token after it is SIGKILLed (guardian.h).
   spdlog::info("no job cgroup ({}); teardown uses process groups instead", why);
-  unsigned char bytes[16];
-  std::random_device rd;
-  for (auto& b : bytes) b = static_cast<unsigned char>(rd());
-  char hex[33];
-  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
-  worker_env[base::kEnvContainmentToken] = hex;
+  worker_env[base::kEnvContainmentToken] = base::random_hex(16);
 }
 
 int Agent::run() {

@@ -95,6 +95,8 @@ class Agent {
   // The restart back-off; a stop signal ends it early.
   void back_off(std::chrono::milliseconds delay);
   void make_cgroup(EnvMap& worker_env);
+  // The runtime folders and job cgroups of SIGKILLed agents; once.
+  void remove_leftovers_of_dead_agents();
   // `call` runs on an OffLoopTask; it must capture by value (it may be left
   // running past a stop signal, see the definition).
   template <class T>
@@ -136,6 +138,8 @@ class Agent {
   std::unique_ptr<RuntimeDir> runtime_;
   // Where kept folders go ($TMPDIR, /tmp: runtime_dir.h's temp_bases).
   std::vector<std::string> temp_bases_;
+  // Runtime bases still to clear of dead agents' folders (runtime_dir.h).
+  std::vector<std::string> stale_bases_;
 };
 
 }  // namespace ddprun::agent

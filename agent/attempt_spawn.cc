@@ -47,24 +47,27 @@ Attempt::Worker Attempt::spawn_worker(int lr, SpawnKind kind) {
   if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(w.local_rank))
     shown_streams = kStdNone;
   base::ScopedFd out_log, err_log;
-  try {
-    // By the folder's descriptor, never through a symlink (base/safe_file.h).
-    const base::SafeDir folder = base::SafeDir::open(dir);
-    // A replacement goes on in the slot's files: what the replaced
-    // process wrote last (its traceback) stays above.
-    auto open_log = [&](const char* name) {
-      return replacement ? folder.open_append(name) : folder.open_truncate(name);
-    };
-    if (filed & kStdOut) {
-      w.stdout_log = dir + "/" + base::kFileStdoutLog;
-      out_log = open_log(base::kFileStdoutLog);
+  // Not opened (a walk from /) when no stream is filed (issue 24).
+  if (filed != kStdNone) {
+    try {
+      // By the folder's descriptor, never through a symlink (base/safe_file.h).
+      const base::SafeDir folder = base::SafeDir::open(dir);
+      // A replacement goes on in the slot's files: what the replaced
+      // process wrote last (its traceback) stays above.
+      auto open_log = [&](const char* name) {
+        return replacement ? folder.open_append(name) : folder.open_truncate(name);
+      };
+      if (filed & kStdOut) {
+        w.stdout_log = dir + "/" + base::kFileStdoutLog;
+        out_log = open_log(base::kFileStdoutLog);
+      }
+      if (filed & kStdErr) {
+        w.stderr_log = dir + "/" + base::kFileStderrLog;
+        err_log = open_log(base::kFileStderrLog);
+      }
+    } catch (const base::FileError& e) {
+      throw SpawnError(std::string("cannot open log file: ") + e.what(), e.error());
     }
-    if (filed & kStdErr) {
-      w.stderr_log = dir + "/" + base::kFileStderrLog;
-      err_log = open_log(base::kFileStderrLog);
-    }
-  } catch (const base::FileError& e) {
-    throw SpawnError(std::string("cannot open log file: ") + e.what(), e.error());
   }
 
   // Rank scope: the channel's worker end is inherited under its own number

@@ -11,12 +11,12 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <vector>
 #include <sstream>
 
 #include "agent/fork_into_cgroup.h"
 #include "base/procfs.h"
+#include "base/safe_file.h"
 #include "base/system_error.h"
 
 namespace ddprun::agent {
@@ -53,11 +53,14 @@ std::string unescape(std::string_view s) {
   return out;
 }
 
-std::string random_suffix() {
-  std::random_device rd;
-  std::ostringstream s;
-  s << std::hex << (rd() & 0xffffffu);
-  return s.str();
+std::string random_suffix() { return base::random_hex(3); }
+
+void probe_child(const void* procs_fd, bool placed) {
+  if (placed) _exit(0);
+  // Only write and _exit: the agent runs other threads, and the child may
+  // share its memory (fork_into_cgroup.h).
+  ssize_t n = write(*static_cast<const int*>(procs_fd), "0", 1);
+  _exit(n == 1 ? 0 : (errno > 0 && errno < 126 ? errno : EIO));
 }
 
 // Moves a throwaway child into the cgroup: the one sure test that this
@@ -71,13 +74,7 @@ int probe_join(int dir_fd, int procs_fd, bool* in_place) {
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old);
   bool placed = false;
-  pid_t pid = fork_into_cgroup(*in_place ? dir_fd : -1, &placed);
-  if (pid == 0) {
-    if (placed) _exit(0);
-    // Only write and _exit: the agent may already run other threads.
-    ssize_t n = write(procs_fd, "0", 1);
-    _exit(n == 1 ? 0 : (errno > 0 && errno < 126 ? errno : EIO));
-  }
+  pid_t pid = start_in_cgroup(*in_place ? dir_fd : -1, probe_child, &procs_fd, &placed);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return fork_errno;
@@ -165,7 +162,6 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
       return fail(base::describe_error("cannot create", parent, errno));
   }
-  remove_stale_cgroups(parent);
   std::string path;
   for (int tries = 0;; ++tries) {
     path = parent + "/job." + std::to_string(getpid()) + "." + random_suffix();
@@ -193,6 +189,10 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     return fail(reason);
   }
   return cg;
+}
+
+void JobCgroup::remove_stale_siblings() const {
+  remove_stale_cgroups(path_.substr(0, path_.rfind('/')));
 }
 
 JobCgroup::~JobCgroup() {

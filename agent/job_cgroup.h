@@ -59,6 +59,10 @@ class JobCgroup {
   bool populated() const;
   // kill_all() and wait until the cgroup is empty or `deadline` passes.
   bool kill_and_wait(std::chrono::steady_clock::time_point deadline);
+  // Removes the empty job.<pid>.* cgroups beside this one whose agent is
+  // gone (one that died before its guardian started): housekeeping, which
+  // the agent does once its first workers are started.
+  void remove_stale_siblings() const;
 
  private:
   explicit JobCgroup(std::string path) : path_(std::move(path)) {}

@@ -50,9 +50,8 @@ std::optional<int> Agent::prepare_job(AttemptSetup& setup, EnvMap env) {
   try {
     if (!rendezvous_) rendezvous_ = std::make_unique<StandaloneRendezvous>(options_);
     setup.run_id = rendezvous_->run_id();
-    // Folders of agents that were SIGKILLed go first (their lock is free).
-    for (const auto& base : runtime_bases(setup.base_env)) remove_stale_runtime_dirs(base);
-    runtime_ = std::make_unique<RuntimeDir>(runtime_bases(setup.base_env));
+    stale_bases_ = runtime_bases(setup.base_env);
+    runtime_ = std::make_unique<RuntimeDir>(stale_bases_);
     setup.runtime_dir = runtime_->path();
     temp_bases_ = temp_bases(setup.base_env);
     setup.run_dir = make_run_dir(setup.base_env, options_.log_dir.empty() && redirected);
@@ -114,6 +113,7 @@ bool Agent::run_attempt(Attempt& attempt) {
     spdlog::error("{}", e.what());
     spawned = false;
   }
+  remove_leftovers_of_dead_agents();
   // A signal that arrived before the attempt existed still stops it.
   if (pending_signal_) attempt.interrupt(pending_signal_);
   run_until([&] { return attempt.done(); });
@@ -166,6 +166,15 @@ Agent::NextStep Agent::after_attempt(const AttemptResult& result, bool spawned, 
   spdlog::warn("{}; restarting the group (restart {} of {})", root_cause_line(result),
                restart + 1 + result.rank_restarts, options_.max_restarts);
   return {std::nullopt, d.delay};
+}
+
+void Agent::remove_leftovers_of_dead_agents() {
+  // Housekeeping nobody waits for: after the first workers are started, not
+  // before them (issue 24). Our own folder and cgroup are locked and alive.
+  if (stale_bases_.empty()) return;
+  for (const auto& base : stale_bases_) remove_stale_runtime_dirs(base);
+  stale_bases_.clear();
+  if (cgroup_) cgroup_->remove_stale_siblings();
 }
 
 void Agent::back_off(std::chrono::milliseconds delay) {

@@ -15,8 +15,8 @@
 // it; the guardian closes it at once).
 //
 // The destructor removes the folder. After a kill -9 the folder stays, but
-// its lock is free: remove_stale() (run by every agent at start-up) removes
-// such folders. A folder is only made visible under its final name once it
+// its lock is free: remove_stale_runtime_dirs() (run by every agent once its
+// first workers are started) removes such folders. A folder is only made visible under its final name once it
 // is locked (created as .ddprun-agent-new.<random>, then renamed), so a
 // scanning agent never mistakes a folder being set up for a dead one.
 //

@@ -29,10 +29,25 @@ struct ChildReport {
   int err;
 };
 
-// Runs in the forked child: async-signal-safe calls only.
-[[noreturn]] void child_exec(const char* path, char* const* argv, char* const* envp,
-                             const SpawnRequest& req, int report_fd, pid_t agent,
-                             const cpu_set_t* cpus, bool in_cgroup) {
+// What the child reads: built before it starts, never written after (it
+// may share the agent's memory: fork_into_cgroup.h).
+struct ChildPlan {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  const SpawnRequest* req;
+  int report_fd;
+  pid_t agent;
+  const cpu_set_t* cpus;  // null: the agent's affinity
+};
+
+// Runs in the child: async-signal-safe calls only, nothing of the agent's
+// memory written (the report lives on the child's own stack).
+[[noreturn]] void child_exec(const void* plan_ptr, bool in_cgroup) {
+  const ChildPlan& plan = *static_cast<const ChildPlan*>(plan_ptr);
+  const SpawnRequest& req = *plan.req;
+  const pid_t agent = plan.agent;
+  const cpu_set_t* cpus = plan.cpus;
   ChildReport report{ChildReport::kSetup, 0};
   // --numa-binding: bound before the program (and its threads) exist.
   if (cpus != nullptr && sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) goto fail;
@@ -70,11 +85,11 @@ struct ChildReport {
     if (fcntl(fd, F_SETFD, 0) != 0) goto fail;
   if (req.nofile_limit && setrlimit(RLIMIT_NOFILE, &*req.nofile_limit) != 0) goto fail;
   base::reset_signals_for_exec();  // undo the agent's handlers, ignores and mask
-  execve(path, argv, envp);
+  execve(plan.path, plan.argv, plan.envp);
   report.step = ChildReport::kExec;
 fail:
   report.err = errno;
-  ssize_t ignored = write(report_fd, &report, sizeof report);
+  ssize_t ignored = write(plan.report_fd, &report, sizeof report);
   (void)ignored;
   _exit(127);
 }
@@ -103,12 +118,11 @@ StartedProcess start_process(const SpawnRequest& request) {
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old);
-  pid_t agent = getpid();
+  const ChildPlan plan{request.path.c_str(), argv.data(), envp.data(), &request,
+                       report.write.get(), getpid(), request.cpus.empty() ? nullptr : &cpus};
   bool in_cgroup = false;
-  pid_t pid = fork_into_cgroup(request.cgroup_procs_fd >= 0 ? request.cgroup_dir_fd : -1, &in_cgroup);
-  if (pid == 0)
-    child_exec(request.path.c_str(), argv.data(), envp.data(), request, report.write.get(),
-               agent, request.cpus.empty() ? nullptr : &cpus, in_cgroup);
+  pid_t pid = start_in_cgroup(request.cgroup_procs_fd >= 0 ? request.cgroup_dir_fd : -1,
+                              child_exec, &plan, &in_cgroup);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, nullptr);
   report.write.reset();

@@ -78,12 +78,14 @@ struct SpawnRequest {
 // Throws SpawnError naming the program when fork or exec fails.
 pid_t spawn_process(const SpawnRequest& request);
 
-// spawn_process in two steps, so that several workers are forked before
+// spawn_process in two steps, so that several workers are started before
 // the agent waits for the first one's exec and their start-ups overlap
 // (issue 24: serially, each worker waited for the previous exec).
-// start_process forks and returns at once (throws SpawnError when fork
-// fails); finish_process waits for the exec, or for the child's report of
-// why it could not, and then reaps the child and throws SpawnError.
+// start_process starts the child and returns once it has exec'd where the
+// child shares the agent's memory until then (fork_into_cgroup.h), at once
+// after a fork (throws SpawnError when no process could be made);
+// finish_process waits for the exec, or for the child's report of why it
+// could not, and then reaps the child and throws SpawnError.
 struct StartedProcess {
   pid_t pid = -1;
   base::ScopedFd report;  // the close-on-exec pipe's read end

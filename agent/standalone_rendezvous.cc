@@ -1,19 +1,10 @@
 #include "agent/standalone_rendezvous.h"
 
-#include <random>
+#include "base/safe_file.h"
 
 namespace ddprun::agent {
 
-std::string random_token() {
-  std::random_device rd;  // /dev/urandom
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 4; ++i) {
-    uint32_t v = rd();
-    for (int j = 0; j < 8; ++j, v >>= 4) out += kHex[v & 0xf];
-  }
-  return out;
-}
+std::string random_token() { return base::random_hex(16); }
 
 StandaloneRendezvous::StandaloneRendezvous(const Options& options) : run_id_(options.run_id) {
   round_.local_world_size = options.nproc_per_node;
@@ -39,8 +30,9 @@ StandaloneRendezvous::StandaloneRendezvous(const Options& options) : run_id_(opt
 
 RoundInfo StandaloneRendezvous::next_round(int restart_count) {
   // The last attempt's workers are gone: the new ones start from an empty
-  // TCPStore (store_host.h).
-  store_->clear_tcpstore();
+  // TCPStore (store_host.h). The first round's store was just made: no
+  // round trip to the store thread before the first workers (issue 24).
+  if (rounds_++ > 0) store_->clear_tcpstore();
   RoundInfo r = round_;
   // Store keys (DDPRUN_STORE_PREFIX), only alike to the attempt folder's
   // name: not-a-contract-name

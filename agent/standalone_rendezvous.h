@@ -31,6 +31,7 @@ class StandaloneRendezvous : public RendezvousHandler {
 
  private:
   RoundInfo round_;
+  int rounds_ = 0;  // next_round() calls so far
   std::string run_id_;
   std::unique_ptr<PortReservation> port_;
   std::unique_ptr<StoreHost> store_;

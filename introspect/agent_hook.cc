@@ -111,21 +111,32 @@ void IntrospectHook::set_up(const std::string& agent_runtime_dir) {
     } else {
       runtime_dir_ = agent_runtime_dir + "/introspect";
     }
-    const base::SafeDir runtime = base::SafeDir::open(runtime_dir_, true, 0700);
-    runtime.subdir(base::kFilePyStackDir, true);
-    runtime.subdir("stacks", true);
+    // The workers' sitecustomize opens its stack file there as it starts.
+    base::SafeDir::open(runtime_dir_, true, 0700).subdir(base::kFilePyStackDir, true);
+  } catch (const std::exception& e) {
+    spdlog::warn("ddprun status/stacks unavailable for this job: {}", e.what());
+    std::error_code ignored;
+    if (own_runtime_dir_) fs::remove_all(runtime_dir_, ignored);
+    own_runtime_dir_ = false;
+    runtime_dir_.clear();
+  }
+}
+
+void IntrospectHook::serve() {
+  serving_ = true;
+  if (runtime_dir_.empty()) return;
+  try {
+    base::SafeDir::open(runtime_dir_).subdir("stacks", true);
     server_ = std::make_unique<ControlServer>(
         io_, runtime_dir_ + "/" + base::kFileControlSocket,
         [this](const nlohmann::json& req, ControlServer::Reply reply) { handle(req, reply); });
     AgentEntry e{options_.run_id, host_, ::getpid(), server_->path()};
     registration_ = std::make_unique<Registration>(registry_dir(options_.registry_dir), e);
   } catch (const std::exception& e) {
+    // The workers keep the stack folder they were given; nobody asks for it.
     spdlog::warn("ddprun status/stacks unavailable for this job: {}", e.what());
+    registration_.reset();
     server_.reset();
-    std::error_code ignored;
-    if (own_runtime_dir_) fs::remove_all(runtime_dir_, ignored);
-    own_runtime_dir_ = false;
-    runtime_dir_.clear();
   }
 }
 
@@ -154,6 +165,7 @@ void IntrospectHook::add_worker_env(const agent::AttemptInfo& attempt, int,
 }
 
 void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::AttemptControl&) {
+  if (!serving_) serve();
   restarts_ = attempt.restart_count;
   attempt_ = attempt_number(attempt.log_dir, attempt.restart_count);
   workers_.clear();

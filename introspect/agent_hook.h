@@ -3,9 +3,11 @@
 //
 // Before the first worker starts it makes "introspect/" in the agent's
 // private runtime folder (agent/runtime_dir.h; its own mkdtemp'd 0700
-// folder when the agent has none) holding the control socket
-// (control_wire.h) and the workers' Python stack dumps, and registers the
-// agent in the per-user registry (registry.h); both go at destruction. Workers get DDPRUN_PYSTACK_SIGNAL/DIR (stacks.h).
+// folder when the agent has none) and its folder for the workers' Python
+// stack dumps; workers get DDPRUN_PYSTACK_SIGNAL/DIR (stacks.h). Once the
+// first workers are started (off the path to them: issue 24) it opens the
+// control socket (control_wire.h) there and registers the agent in the
+// per-user registry (registry.h); both go at destruction.
 // Once a second while an attempt runs it samples each worker's /proc (state,
 // CPU %, RSS) and its last heartbeat step (from the watchdog), keeps step
 // rates and reports stragglers (step_rates.h) on the console and in the
@@ -94,7 +96,10 @@ class IntrospectHook : public agent::AgentHooks {
     bool exited = false;
     bool straggler = false;
   };
+  // The runtime folder and the stack folder (before the first worker).
   void set_up(const std::string& agent_runtime_dir);
+  // The control socket and the registry entry (once workers run).
+  void serve();
   void schedule_sample();
   void sample();
   void check_stragglers();
@@ -111,6 +116,7 @@ class IntrospectHook : public agent::AgentHooks {
   EventSource events_;
   std::string host_;
   bool set_up_ = false;
+  bool serving_ = false;  // serve() ran
   std::string runtime_dir_;
   bool own_runtime_dir_ = false;
   std::unique_ptr<ControlServer> server_;

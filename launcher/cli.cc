@@ -7,7 +7,6 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
-#include <random>
 #include <sstream>
 
 #include "agent/exit_status.h"
@@ -93,14 +92,11 @@ StdSpec parse_std(const std::string& flag, const std::string& v) {
 }
 
 std::string random_run_id() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  char buf[40];
-  uint64_t a = gen(), b = gen();
-  std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
-                static_cast<unsigned>(a >> 16) & 0xffff, static_cast<unsigned>(a) & 0xffff,
-                static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b) & 0xffffffffffffULL);
-  return buf;
+  // getrandom, not std::random_device: its cpuid probe costs ~20 us in a VM
+  // at every start (issue 24).
+  const std::string h = base::random_hex(16);
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
+         "-" + h.substr(20);
 }
 
 // torchrun 2.x flags into `o` (after interpret: needs nproc_per_node).

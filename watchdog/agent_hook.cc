@@ -111,6 +111,29 @@ WatchdogHook::~WatchdogHook() {
   join_capture();
 }
 
+void WatchdogHook::open_event_log() {
+  // Not before an attempt began: the run folder is not known yet.
+  if (event_log_opened_ || attempt_dir_.empty()) return;
+  event_log_opened_ = true;
+  // The run directory (parent of attempt_<n>) holds the job's event log.
+  const std::string run_dir = fs::path(attempt_dir_).parent_path().string();
+  try {
+    events_ = std::make_unique<EventLog>(run_dir + "/" + base::kFileEvents, files_);
+    events_->echo_to_console(options_.events_to_console);
+    events_->write("start", attempt_, {}, "job started",
+                   {{"heartbeat_timeout_s", options_.detect.heartbeat_timeout.count() / 1e3},
+                    {"hang_timeout", options_.learn ? "auto" : "fixed"},
+                    {"hang_timeout_floor_s", options_.learner.floor.count() / 1e3},
+                    {"on_hang", to_string(options_.on_hang)},
+                    {"silence_timeout_s", options_.detect.silence_timeout.count() / 1e3},
+                    {"stuck_timeout_s", options_.detect.effective_stuck_timeout().count() / 1e3},
+                    {"file_timer", options_.file_timer}});
+  } catch (const std::exception& e) {
+    spdlog::warn("no event log: {}", e.what());
+  }
+  say_native_unwatched();
+}
+
 void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   attempt_ = attempt.restart_count;
   attempt_dir_ = attempt.log_dir;
@@ -121,25 +144,6 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
       options_.learn ? &learner_ : nullptr);
   dog_->on_unwatched(
       [this](const std::vector<int>& ranks, Millis setup) { on_unwatched(ranks, setup); });
-  // The run directory (parent of attempt_<n>) holds the job's event log.
-  if (!events_) {
-    const std::string run_dir = fs::path(attempt_dir_).parent_path().string();
-    try {
-      events_ = std::make_unique<EventLog>(run_dir + "/" + base::kFileEvents, files_);
-      events_->echo_to_console(options_.events_to_console);
-      events_->write("start", attempt_, {}, "job started",
-                     {{"heartbeat_timeout_s", options_.detect.heartbeat_timeout.count() / 1e3},
-                      {"hang_timeout", options_.learn ? "auto" : "fixed"},
-                      {"hang_timeout_floor_s", options_.learner.floor.count() / 1e3},
-                      {"on_hang", to_string(options_.on_hang)},
-                      {"silence_timeout_s", options_.detect.silence_timeout.count() / 1e3},
-                      {"stuck_timeout_s", options_.detect.effective_stuck_timeout().count() / 1e3},
-                      {"file_timer", options_.file_timer}});
-    } catch (const std::exception& e) {
-      spdlog::warn("no event log: {}", e.what());
-    }
-    say_native_unwatched();
-  }
   // Sockets and FIFOs live in the agent's private folder, never in the log
   // folder another job may share.
   const std::string private_dir =
@@ -194,6 +198,9 @@ void WatchdogHook::add_worker_env(const agent::AttemptInfo& attempt, int local_r
 
 void WatchdogHook::workers_started(const agent::AttemptInfo& attempt,
                                    agent::AttemptControl& control) {
+  // The event log's file is made once the first workers run, not on the
+  // path to them (issue 24); nothing is written to it before.
+  open_event_log();
   info_ = attempt;
   control_ = &control;
   for (const auto& w : attempt.workers) dog_->add_worker(w.local_rank, w.rank, w.pid);
@@ -585,6 +592,7 @@ void WatchdogHook::close_replaced_hang() {
 }
 
 void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
+  open_event_log();  // workers that could not all be started
   // A capture still running concerns workers that are gone now.
   join_capture();
   last_max_step_ = dog_ ? dog_->max_step() : -1;

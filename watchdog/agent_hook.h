@@ -163,6 +163,8 @@ class WatchdogHook : public agent::AgentHooks {
   // At the job's start, once: learned detection cannot watch a program that
   // gets no automatic beats (not Python) until it beats itself.
   void say_native_unwatched();
+  // events.jsonl and its "start" line; once per job.
+  void open_event_log();
   // Multi-node rounds: this node's guards to the others, theirs to dog_.
   void share_guards(const agent::AttemptInfo& attempt);
   void publish_guards(const std::vector<Guard>& guards);
@@ -177,6 +179,7 @@ class WatchdogHook : public agent::AgentHooks {
   // so it outlives it.
   std::shared_ptr<base::QueuedWriter> files_ = make_watchdog_writer();
   std::unique_ptr<EventLog> events_;
+  bool event_log_opened_ = false;  // open_event_log() ran
   // Per job (one run id): learned timeouts survive restarts.
   TimeoutLearner learner_;
   bool said_unwatched_ = false;

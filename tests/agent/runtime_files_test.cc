@@ -148,3 +148,22 @@ TEST_CASE("TMPDIR=/nonexistent falls back to /tmp") {
   auto env = read_env(dir.path() + "/env.0");
   CHECK(env["TORCHELASTIC_ERROR_FILE"].rfind("/tmp/ddprun-agent.", 0) == 0);
 }
+
+TEST_CASE("a job whose program cannot be executed still has its event log's start line") {
+  // The event log is made once the workers run (issue 24), or when the
+  // attempt ends without them, as here.
+  TempDir dir;
+  const std::string logs = dir.path() + "/logs";
+  const std::string script = dir.path() + "/bad_interpreter.sh";
+  std::ofstream(script) << "#!" << dir.path() << "/no-such-interpreter\n";
+  REQUIRE(chmod(script.c_str(), 0755) == 0);
+  auto r = run_ddprun({"--rdzv-id=noexec", "--log-dir", logs, script});
+  CAPTURE(r.err);
+  CHECK(r.status == 127);
+  auto runs = run_folders(logs, "noexec");
+  REQUIRE(runs.size() == 1);
+  const std::string events = read_file(runs[0] + "/events.jsonl");
+  CHECK(count_of(events, "\"event\":\"start\"") == 1);
+  CHECK(events.rfind("{", 0) == 0);
+  CHECK(events.find("\"event\":\"start\"") < events.find('\n'));  // the first line
+}

@@ -1,6 +1,7 @@
 // Restart policy rules, the JSON-lines event log and the hang report files.
 #include <doctest/doctest.h>
 
+#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -92,6 +93,7 @@ TEST_CASE("no-progress rule stays inactive when no attempt reports steps") {
 TEST_CASE("event log lines are JSON with time, attempt, ranks and reason") {
   TempDir dir;
   const std::string path = dir.path() + "/events.jsonl";
+  const time_t before = time(nullptr);
   {
     wd::EventLog log(path);
     log.write("start", 0, {}, "2 workers");
@@ -113,6 +115,19 @@ TEST_CASE("event log lines are JSON with time, attempt, ranks and reason") {
   CHECK(lines[2]["attempt"] == 1);
   CHECK(lines[3]["event"] == "done");
   CHECK(lines[0]["time"].get<std::string>().back() == 'Z');
+  // The UTC calendar time of the write (computed without gmtime_r), between
+  // the clock's readings before and after it.
+  std::tm tm{};
+  int usec = -1;
+  REQUIRE(sscanf(lines[0]["time"].get<std::string>().c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%6dZ",
+                 &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec,
+                 &usec) == 7);
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  const time_t written = timegm(&tm);
+  CHECK(written >= before);
+  CHECK(written <= time(nullptr));
+  CHECK(usec >= 0);
   CHECK(lines[3]["monotonic_s"].get<double>() >= lines[0]["monotonic_s"].get<double>());
   // The error names the first folder that is missing (base::SafeDir walks the path).
   const std::string missing = dir.path() + "/no: No such file or directory";
