@@ -22,17 +22,12 @@ NodeBoard::NodeBoard(BoardPlace place, Requested on_request)
     : place_(std::move(place)),
       canceller_(std::make_shared<rdzv::Canceller>()),
       on_request_(std::move(on_request)) {
-  thread_ = std::thread([this] { run(); });
+  // A call blocked on a store that is gone returns at the cancel.
+  service_.start([this] { run(); }, [c = canceller_] { c->cancel(); });
 }
 
 NodeBoard::~NodeBoard() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  canceller_->cancel();  // a call blocked on a store that is gone returns now
-  thread_.join();
+  service_.stop();
   // Requests still waiting get an answer: their callers must not hang.
   for (auto& done : waiting_) done({}, "the round ended before the other nodes were read");
   for (auto& ask : new_asks_) ask.done({}, {"the round ended before the other nodes were asked"});
@@ -43,39 +38,27 @@ std::string NodeBoard::key(const std::string& name) const {
 }
 
 void NodeBoard::ask_stacks(int rank, Asked done) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  service_.hand_over([&] {
     Ask a;
     a.rank = rank;
     a.done = std::move(done);
     new_asks_.push_back(std::move(a));
-  }
-  cv_.notify_all();
+  });
 }
 
 void NodeBoard::answer(const std::string& id, nlohmann::json reply) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    answers_.emplace_back(id, std::move(reply));
-  }
-  cv_.notify_all();
+  service_.hand_over([&] { answers_.emplace_back(id, std::move(reply)); });
 }
 
 void NodeBoard::publish(nlohmann::json status) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  service_.hand_over([&] {
     entry_ = std::move(status);
     has_entry_ = true;
-  }
-  cv_.notify_all();
+  });
 }
 
 void NodeBoard::fetch(Fetched done) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    waiting_.push_back(std::move(done));
-  }
-  cv_.notify_all();
+  service_.hand_over([&] { waiting_.push_back(std::move(done)); });
 }
 
 void NodeBoard::run() {
@@ -92,24 +75,23 @@ void NodeBoard::run() {
     std::vector<Fetched> waiting;
     std::vector<Ask> fresh;
     std::vector<std::pair<std::string, nlohmann::json>> answers;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      // Requests from other nodes are looked for once a second, replies to
-      // our own asks every 100 ms while some are out.
-      const auto wake = asks.empty() ? next_poll : SteadyClock::now() + std::chrono::milliseconds(100);
-      cv_.wait_until(lock, wake, [&] {
-        return stop_ || has_entry_ || !waiting_.empty() || !new_asks_.empty() || !answers_.empty();
-      });
-      if (stop_) break;
-      if (has_entry_) {
-        entry = std::move(entry_);
-        has_entry_ = false;
-        have_entry = true;
-      }
-      waiting.swap(waiting_);
-      fresh.swap(new_asks_);
-      answers.swap(answers_);
-    }
+    // Requests from other nodes are looked for once a second, replies to
+    // our own asks every 100 ms while some are out.
+    const auto wake = asks.empty() ? next_poll : SteadyClock::now() + std::chrono::milliseconds(100);
+    const bool go_on = service_.wait_until(
+        wake,
+        [&] { return has_entry_ || !waiting_.empty() || !new_asks_.empty() || !answers_.empty(); },
+        [&] {
+          if (has_entry_) {
+            entry = std::move(entry_);
+            has_entry_ = false;
+            have_entry = true;
+          }
+          waiting.swap(waiting_);
+          fresh.swap(new_asks_);
+          answers.swap(answers_);
+        });
+    if (!go_on) break;
     if (have_entry) {
       entry["node"] = place_.node;
       entry["published_unix"] =

@@ -30,14 +30,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "base/service_thread.h"
 
 #include "rendezvous/canceller.h"
 #include "rendezvous/store.h"
@@ -105,16 +104,14 @@ class NodeBoard {
 
   BoardPlace place_;
   std::shared_ptr<rendezvous::Canceller> canceller_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;                // guarded by mu_
-  bool has_entry_ = false;           // guarded by mu_
-  nlohmann::json entry_;             // guarded by mu_
-  std::vector<Fetched> waiting_;     // guarded by mu_
-  std::vector<Ask> new_asks_;        // guarded by mu_
-  std::vector<std::pair<std::string, nlohmann::json>> answers_;  // guarded by mu_
+  // Guarded by service_'s mutex (hand_over / wait_until's take):
+  bool has_entry_ = false;
+  nlohmann::json entry_;
+  std::vector<Fetched> waiting_;
+  std::vector<Ask> new_asks_;
+  std::vector<std::pair<std::string, nlohmann::json>> answers_;
   Requested on_request_;
-  std::thread thread_;
+  base::ServiceThread service_;
 };
 
 }  // namespace ddprun::introspect

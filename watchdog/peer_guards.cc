@@ -55,26 +55,17 @@ PeerGuards::PeerGuards(GuardPlace place, Changed changed)
     : place_(std::move(place)),
       changed_(std::move(changed)),
       canceller_(std::make_shared<rdzv::Canceller>()) {
-  thread_ = std::thread([this] { run(); });
+  // A call blocked on a store that is gone returns at the cancel.
+  service_.start([this] { run(); }, [c = canceller_] { c->cancel(); });
 }
 
-PeerGuards::~PeerGuards() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  canceller_->cancel();  // a call blocked on a store that is gone returns now
-  thread_.join();
-}
+PeerGuards::~PeerGuards() { service_.stop(); }
 
 void PeerGuards::publish(std::vector<SharedGuard> guards) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  service_.hand_over([&] {
     entry_ = std::move(guards);
     has_entry_ = true;
-  }
-  cv_.notify_all();
+  });
 }
 
 void PeerGuards::run() {
@@ -93,15 +84,12 @@ void PeerGuards::run() {
   std::map<int, uint64_t> seen_seq;  // by node
   auto next_poll = Steady::now();
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(lock, next_poll, [&] { return stop_ || has_entry_; });
-      if (stop_) break;
-      if (has_entry_) {
-        unsent = encode_guards(++seq, entry_);
-        has_entry_ = false;
-      }
-    }
+    if (!service_.wait_until(next_poll, [&] { return has_entry_; }, [&] {
+          if (!has_entry_) return;
+          unsent = encode_guards(++seq, entry_);
+          has_entry_ = false;
+        }))
+      break;
     if (unsent && store.call([&](rdzv::Store& c) {
           c.set(key_of(place_, std::to_string(place_.node)), rdzv::to_bytes(*unsent));
         })) {

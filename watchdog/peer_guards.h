@@ -31,14 +31,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "base/service_thread.h"
 
 namespace ddprun::rendezvous {
 class Canceller;
@@ -99,12 +98,9 @@ class PeerGuards {
   GuardPlace place_;
   Changed changed_;
   std::shared_ptr<rendezvous::Canceller> canceller_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;                  // guarded by mu_
-  bool has_entry_ = false;             // guarded by mu_
-  std::vector<SharedGuard> entry_;     // guarded by mu_
-  std::thread thread_;
+  bool has_entry_ = false;             // guarded by service_'s mutex
+  std::vector<SharedGuard> entry_;     // guarded by service_'s mutex
+  base::ServiceThread service_;
 };
 
 }  // namespace ddprun::watchdog
