@@ -20,6 +20,8 @@ generation 0 only: its replacement goes on; with --hang it sleeps there
 instead, for ddprun's watchdog to find (--heartbeat-timeout). --progress: a line per step.
 --out FILE: rank 0 writes the
 final parameters there (float32, raw bytes), for a test to compare.
+With --standby-workers=1 a pre-started standby (model built, torch
+imported) takes the failed rank's slot instead of a process started then.
 Outside ddprun (torchrun, or ddprun without --restart-scope=rank) it trains
 the same way and a failure ends the run, as it would without the module.
 """
@@ -90,6 +92,11 @@ def main():
     a = ap.parse_args()
 
     model, opt = build(a.seed)
+    if recovery.is_standby():
+        # --standby-workers: built what needs no rank, now wait for a slot.
+        rank, _, gen = recovery.wait_assigned()
+        print(f"standby {os.environ['DDPRUN_STANDBY']} is rank {rank}, generation {gen}",
+              flush=True)
     # The collective timeout bounds what ddprun's notification does not
     # interrupt (the state broadcast; a DDP backward).
     recovery.init_process_group("gloo", timeout=60)

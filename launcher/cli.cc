@@ -344,12 +344,6 @@ void interpret(const RawFlags& f, const std::vector<std::string>& rest, agent::O
   interpret_restarts(f, o);
   interpret_output(f, o);
   interpret_program(f, rest, o);
-  // ddprun_recovery has no standby mode: a Python standby would fail at
-  // once without RANK, again and again (docs/RECOVERY.md).
-  if (o.standby_workers > 0 && o.is_python)
-    throw UsageError("--standby-workers=" + std::to_string(o.standby_workers) +
-                     ": Python scripts have no standby mode yet (`train` and programs speaking "
-                     "the recovery channel do)");
   for (char** e = environ; e && *e; ++e) o.base_env.emplace_back(*e);
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) == 0) o.hostname = host;

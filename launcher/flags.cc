@@ -99,7 +99,7 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   opt("--standby-workers,--standby_workers", o.standby_workers, "PET_STANDBY_WORKERS", T,
       "With --restart-scope=rank: extra workers started with the group that initialise and "
       "wait without a rank; a failed rank's slot goes to one of them instead of a process "
-      "started then (recovery in milliseconds; `train`, not Python scripts yet) [0]");
+      "started then (recovery in milliseconds; Python scripts: ddprun_recovery.wait_assigned) [0]");
   opt("--monitor-interval,--monitor_interval", o.monitor_interval_s, "PET_MONITOR_INTERVAL", T,
       "Accepted for torchrun compatibility; exits are seen at once, nothing polls");
   opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout_s,

@@ -6,15 +6,19 @@
 Runs the example four times: uninterrupted, then with rank 1 SIGKILLing
 itself at step 10, rank 0 at step 25 (--kill-rank/--kill-step, in
 generation 0 only), and rank 1 hanging at step 30 (--hang: asleep before the
-all_reduce, found by ddprun's watchdog, --hang-timeout-floor=3). Each failed run must recover without a group restart
+all_reduce, found by ddprun's watchdog, --hang-timeout-floor=3), then rank 1
+killed at step 10 with a pre-started standby (--standby-workers=1) taking its
+slot. Each failed run must recover without a group restart
 (ddprun says generation 1 formed; every rank ends in generation 1, the
 replacement joined at the step in flight) and end with final parameters
 bit-identical to the uninterrupted run's. The driver is Debian's
 /usr/bin/python3, stdlib only; the workers run the venv's python (exit 77,
 skipped, without it). Every run has a deadline.
 """
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -26,6 +30,7 @@ DEADLINE_S = 300
 def run(ddprun, examples, py, work, name, extra, flags=()):
     out_file = os.path.join(work, name + ".params")
     log_dir = os.path.join(work, name)
+    shutil.rmtree(log_dir, ignore_errors=True)  # a rerun's: one run's events.jsonl
     argv = [ddprun, "--restart-scope=rank", "--max-restarts=1", "--nproc-per-node=2",
             "--log-dir=" + log_dir, "--rdzv-id=" + name, *flags,
             os.path.join(examples, "rank_recovery.py"), "--steps", str(STEPS), "--out", out_file,
@@ -79,6 +84,36 @@ def main():
         if problems:
             raise SystemExit(f"FAILED: {name}: " + "; ".join(problems))
         print(f"ok: {name}: recovered in place, parameters bit-identical")
+    # A pre-started standby (--standby-workers=1, ddprun_recovery's
+    # wait_assigned) takes rank 1's slot: the replacement is the standby's
+    # pid (events.jsonl's rank_assigned), and it joins as any replacement.
+    name = "standby_kill_rank1_step10"
+    out, err, params = run(ddprun, examples, py, work, name,
+                           ["--kill-rank", "1", "--kill-step", "10"], ["--standby-workers=1"])
+    problems = []
+    if sorted(re.findall(done, out)) != [("0", "1"), ("1", "1")]:
+        problems.append("not every rank ended in generation 1")
+    if "standby 1 is rank 1, generation 1" not in out:
+        problems.append("the standby did not become rank 1 in generation 1")
+    if "rank 1 replacement joined generation 1 at step 10" not in out:
+        problems.append("the standby did not join at step 10")
+    events = []
+    for folder, _, files in os.walk(os.path.join(work, name)):  # <log dir>/<run id>/
+        if "events.jsonl" in files:
+            with open(os.path.join(folder, "events.jsonl")) as f:
+                events += [json.loads(line) for line in f if line.strip()]
+    assigned = [e for e in events if e.get("event") == "rank_assigned"]
+    if len(assigned) != 1 or assigned[0].get("ranks") != [1]:
+        problems.append(f"events.jsonl: {len(assigned)} rank_assigned for rank 1, expected 1")
+    if any(e.get("event") == "rank_replaced" for e in events):
+        problems.append("a replacement was spawned although a standby was there")
+    if "gives up" in err:
+        problems.append("ddprun fell back to a group restart")
+    if params != reference:
+        problems.append("final parameters differ from the uninterrupted run's")
+    if problems:
+        raise SystemExit(f"FAILED: {name}: " + "; ".join(problems))
+    print(f"ok: {name}: the standby took the slot, parameters bit-identical")
     return 0
 
 

@@ -67,6 +67,16 @@ def _init():
         return _state
 
 
+def _forget():
+    """Drops what _init() read, so the next beat reads RANK again: a
+    standby (ddprun_recovery.wait_assigned) gets its rank after starting."""
+    global _state
+    with _lock:
+        if _state is not None and _state[0] is not None:
+            _state[0].close()
+        _state = None
+
+
 def _send(fmt, arg):
     """Sends fmt % (rank, arg) (or % rank when arg is None); drops it on error."""
     sock, path, rank = _state if _state is not None else _init()

@@ -12,6 +12,8 @@ The whole loop (examples/rank_recovery.py runs it):
     import ddprun_recovery as recovery        # or: from ddprun import recovery
 
     model, opt = build(seed=0)                 # the same on every rank
+    if recovery.is_standby():                  # --standby-workers: no rank yet
+        recovery.wait_assigned()               # ddprun gives it a failed rank's slot
     recovery.init_process_group("gloo")        # generation 0, or a replacement's
     progress = {"step": 0}                     # everything that says what comes next
     if recovery.is_replacement():              # started by ddprun for generation G
@@ -49,8 +51,16 @@ Rules for the script:
     wrapper again after recover() (its collectives run inside backward(),
     out of all_reduce()'s reach; gloo's error on a dead peer still ends them).
 
+A standby (ddprun --standby-workers=N; DDPRUN_STANDBY set, no RANK) builds
+what needs no rank, then calls wait_assigned() before anything that needs a
+rank (the process group, a GPU from LOCAL_RANK): it returns once ddprun made
+it the replacement of a failed rank, with RANK, LOCAL_RANK and ROLE_RANK set
+and is_replacement() true, so the script goes on as a replacement ddprun
+started would. A script that never calls it cannot be a standby (it fails
+without RANK, and ddprun stops starting standbys once they keep failing).
+
 Outside ddprun, or with --restart-scope=group (DDPRUN_RECOVERY_FD unset):
-enabled() is False, poll() and wait_failed() return None at once,
+enabled() is False, is_standby() False, poll() and wait_failed() return None at once,
 generation() is 0, send_joined() returns False, init_process_group() is
 torch's own and all_reduce() torch's blocking one.
 
@@ -62,11 +72,13 @@ import datetime
 import os
 import select
 import socket
+import sys
 import time
 
 __all__ = [
     "Failure", "PeerFailed", "RecoveryFallback", "enabled", "generation", "is_replacement",
-    "restart_count", "poll", "wait_failed", "send_joined", "init_process_group", "all_reduce",
+    "is_standby", "wait_assigned", "restart_count", "poll", "wait_failed", "send_joined",
+    "init_process_group", "all_reduce",
     "pick_source", "broadcast_state", "recover", "DEFAULT_TIMEOUT_S",
 ]
 
@@ -138,6 +150,9 @@ class _Channel:
         self.current = _env_int("DDPRUN_GENERATION", 0)  # the generation formed or forming
         self.failed = None  # the newest Failure for a generation past `current`
         self.fallback = None  # reason, once the agent gave up
+        # A standby's `event=assign`: (rank, local_rank, generation); None before.
+        self.standby = "DDPRUN_STANDBY" in os.environ
+        self.assigned = None
         self.closed = False  # EOF: the agent is gone
 
     def drain(self):
@@ -168,6 +183,10 @@ class _Channel:
             newest = self.failed.generation if self.failed else self.current
             if g > newest:
                 self.failed = Failure(g, ranks, m.get("cause", ""))
+        elif m["event"] == "assign" and self.standby and self.assigned is None:
+            fields = [_number(m.get(k, "")) for k in ("rank", "local_rank", "generation")]
+            if None not in fields:
+                self.assigned = tuple(fields)
         # ready, recovered: informational; unknown events: ignored.
 
     def wait_readable(self, fds, timeout):
@@ -221,6 +240,51 @@ def generation():
 def is_replacement():
     """True in a process ddprun started to replace a failed rank."""
     return enabled() and _env_int("DDPRUN_GENERATION", 0) > 0
+
+
+def is_standby():
+    """True in a standby ddprun pre-started (--standby-workers) that has not
+    been assigned a rank yet: call wait_assigned() before anything that
+    needs one."""
+    ch = _get()
+    return bool(ch and ch.standby and ch.assigned is None)
+
+
+def wait_assigned(timeout=None):
+    """In a standby: waits until ddprun gives it a failed rank's slot
+    (`event=assign generation=G rank=R local_rank=L`), up to `timeout`
+    seconds (None: for as long as ddprun keeps it; it SIGKILLs standbys at
+    the job's end). Then this process is that rank's replacement:
+    os.environ's RANK, LOCAL_RANK and ROLE_RANK are R, L, R, generation() is
+    G and is_replacement() is True. Returns (R, L, G). Raises RuntimeError
+    outside a standby or when the agent closed the channel, TimeoutError when
+    `timeout` passed."""
+    ch = _get()
+    if ch is None or not ch.standby:
+        raise RuntimeError("ddprun_recovery.wait_assigned(): not a standby (needs ddprun "
+                           "--restart-scope=rank --standby-workers=N)")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while ch.assigned is None:
+        ch.drain()
+        if ch.assigned is not None:
+            break
+        if ch.closed:
+            raise RuntimeError("ddprun closed the recovery channel before this standby was "
+                               "assigned a rank")
+        left = 3600.0 if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no event=assign from ddprun within {timeout:g} s")
+        ch.wait_readable([], left)
+    rank, local_rank, gen = ch.assigned
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), ROLE_RANK=str(rank),
+                      DDPRUN_GENERATION=str(gen))
+    ch.current = gen
+    # ddprun_heartbeat keeps the rank it read first (the standby's none):
+    # its beats must carry the new one.
+    hb = sys.modules.get("ddprun_heartbeat")
+    if hb is not None and hasattr(hb, "_forget"):
+        hb._forget()
+    return rank, local_rank, gen
 
 
 def restart_count():
