@@ -48,6 +48,11 @@ def _init():
         if _state is not None:
             return _state
         path = os.environ.get("DDPRUN_HEARTBEAT_SOCKET", "")
+        # A standby (--standby-workers) has no rank until ddprun assigns it
+        # one: silent until then (ddprun_recovery.wait_assigned calls
+        # _forget(), and the next beat reads RANK).
+        if "DDPRUN_STANDBY" in os.environ and "RANK" not in os.environ:
+            path = ""
         sock = None
         rank = 0
         try:
