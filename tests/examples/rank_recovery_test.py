@@ -47,6 +47,25 @@ def run(ddprun, examples, py, work, name, extra, flags=()):
         return r.stdout, r.stderr, f.read()
 
 
+def standby_problems(out, log_dir, victim):
+    """The standby, not a spawned process, became `victim`: its own line, and
+    events.jsonl's one rank_assigned (the standby's pid) and no rank_replaced."""
+    problems = []
+    if f"standby 1 is rank {victim}, generation 1" not in out:
+        problems.append(f"the standby did not become rank {victim} in generation 1")
+    events = []
+    for folder, _, files in os.walk(log_dir):  # <log dir>/<run id>/
+        if "events.jsonl" in files:
+            with open(os.path.join(folder, "events.jsonl")) as f:
+                events += [json.loads(line) for line in f if line.strip()]
+    assigned = [e for e in events if e.get("event") == "rank_assigned"]
+    if len(assigned) != 1 or assigned[0].get("ranks") != [victim]:
+        problems.append(f"events.jsonl: {len(assigned)} rank_assigned for rank {victim}, expected 1")
+    if any(e.get("event") == "rank_replaced" for e in events):
+        problems.append("a replacement was spawned although a standby was there")
+    return problems
+
+
 def main():
     ddprun, examples, python_dir, py, work = sys.argv[1:6]
     if not os.access(py, os.X_OK) or subprocess.run([py, "-c", "import torch"],
@@ -59,15 +78,20 @@ def main():
     out, _, reference = run(ddprun, examples, py, work, "uninterrupted", [])
     if sorted(re.findall(done, out)) != [("0", "0"), ("1", "0")]:
         raise SystemExit("FAILED: the uninterrupted run did not end in generation 0 on 2 ranks")
-    # (victim, step, hang): a hang is found by the default (learned)
+    # (victim, step, hang, standby): a hang is found by the default (learned)
     # detector, its floor lowered from 60 s; the replacement's setup keeps
-    # the survivors' deadlines waiting.
-    for victim, step, hang in ((1, 10, False), (0, 25, False), (1, 30, True)):
-        name = f"{'hang' if hang else 'kill'}_rank{victim}_step{step}"
+    # the survivors' deadlines waiting. With a standby (--standby-workers=1,
+    # ddprun_recovery.wait_assigned) the slot goes to the pre-started process.
+    cases = ((1, 10, False, False), (0, 25, False, False), (1, 30, True, False),
+             (1, 10, False, True))
+    for victim, step, hang, standby in cases:
+        name = ("standby_" if standby else "") + \
+            f"{'hang' if hang else 'kill'}_rank{victim}_step{step}"
         out, err, params = run(ddprun, examples, py, work, name,
                                ["--kill-rank", str(victim), "--kill-step", str(step)] +
                                (["--hang"] if hang else []),
-                               ["--hang-timeout-floor=3"] if hang else [])
+                               (["--hang-timeout-floor=3"] if hang else []) +
+                               (["--standby-workers=1"] if standby else []))
         problems = []
         if sorted(re.findall(done, out)) != [("0", "1"), ("1", "1")]:
             problems.append("not every rank ended in generation 1")
@@ -79,41 +103,13 @@ def main():
             problems.append("ddprun did not say generation 1 formed")
         if "gives up" in err:
             problems.append("ddprun fell back to a group restart")
+        if standby:
+            problems += standby_problems(out, os.path.join(work, name), victim)
         if params != reference:
             problems.append("final parameters differ from the uninterrupted run's")
         if problems:
             raise SystemExit(f"FAILED: {name}: " + "; ".join(problems))
         print(f"ok: {name}: recovered in place, parameters bit-identical")
-    # A pre-started standby (--standby-workers=1, ddprun_recovery's
-    # wait_assigned) takes rank 1's slot: the replacement is the standby's
-    # pid (events.jsonl's rank_assigned), and it joins as any replacement.
-    name = "standby_kill_rank1_step10"
-    out, err, params = run(ddprun, examples, py, work, name,
-                           ["--kill-rank", "1", "--kill-step", "10"], ["--standby-workers=1"])
-    problems = []
-    if sorted(re.findall(done, out)) != [("0", "1"), ("1", "1")]:
-        problems.append("not every rank ended in generation 1")
-    if "standby 1 is rank 1, generation 1" not in out:
-        problems.append("the standby did not become rank 1 in generation 1")
-    if "rank 1 replacement joined generation 1 at step 10" not in out:
-        problems.append("the standby did not join at step 10")
-    events = []
-    for folder, _, files in os.walk(os.path.join(work, name)):  # <log dir>/<run id>/
-        if "events.jsonl" in files:
-            with open(os.path.join(folder, "events.jsonl")) as f:
-                events += [json.loads(line) for line in f if line.strip()]
-    assigned = [e for e in events if e.get("event") == "rank_assigned"]
-    if len(assigned) != 1 or assigned[0].get("ranks") != [1]:
-        problems.append(f"events.jsonl: {len(assigned)} rank_assigned for rank 1, expected 1")
-    if any(e.get("event") == "rank_replaced" for e in events):
-        problems.append("a replacement was spawned although a standby was there")
-    if "gives up" in err:
-        problems.append("ddprun fell back to a group restart")
-    if params != reference:
-        problems.append("final parameters differ from the uninterrupted run's")
-    if problems:
-        raise SystemExit(f"FAILED: {name}: " + "; ".join(problems))
-    print(f"ok: {name}: the standby took the slot, parameters bit-identical")
     return 0
 
 
