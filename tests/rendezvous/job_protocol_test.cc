@@ -149,3 +149,96 @@ TEST_CASE("the exit barrier's slice tells missing outcomes from failed ones") {
   store.set(keys.outcome(1, "b"), outcome_failed());
   CHECK(outcomes_within(store, keys, 1, {"a", "b"}, 10ms) == std::optional<bool>(false));
 }
+
+namespace {
+RankFailure two_ranks() {
+  RankFailure f;
+  f.generation = 3;
+  f.ranks = {2, 5};
+  f.cause = RankFailure::kHang;
+  f.node = "vm:456:ef01";
+  return f;
+}
+void check_same(const RankFailure& a, const RankFailure& b) {
+  CHECK(a.generation == b.generation);
+  CHECK(a.ranks == b.ranks);
+  CHECK(a.cause == b.cause);
+  CHECK(a.node == b.node);
+}
+}  // namespace
+
+TEST_CASE("a rank failure record reads back field for field, and keeps its limits") {
+  check_same(decode_rank_failure(encode_rank_failure(two_ranks())), two_ranks());
+  RankFailure edge = two_ranks();
+  edge.generation = kMaxGeneration;
+  edge.ranks = {0, static_cast<int>(kMaxFailedRank - 1)};
+  edge.cause = RankFailure::kExit;
+  edge.node = std::string(kMaxEndNode + 1, 'n');
+  RankFailure back = decode_rank_failure(encode_rank_failure(edge));
+  CHECK(back.node == std::string(kMaxEndNode, 'n'));
+  edge.node = back.node;
+  check_same(back, edge);
+  CHECK(std::string(cause_name(RankFailure::kHang)) == "hang");
+
+  RankFailure bad = two_ranks();
+  bad.ranks = {};
+  CHECK_THROWS_WITH_AS(encode_rank_failure(bad), doctest::Contains("0 ranks"), RecordError);
+  bad.ranks = {5, 2};
+  CHECK_THROWS_WITH_AS(encode_rank_failure(bad), doctest::Contains("not ascending"), RecordError);
+  bad.ranks = {static_cast<int>(kMaxFailedRank)};
+  CHECK_THROWS_WITH_AS(encode_rank_failure(bad), doctest::Contains("outside"), RecordError);
+  bad = two_ranks();
+  bad.generation = -1;
+  CHECK_THROWS_WITH_AS(encode_rank_failure(bad), doctest::Contains("generation -1"), RecordError);
+}
+
+TEST_CASE("a damaged rank failure record is refused, naming the defect") {
+  const Bytes whole = encode_rank_failure(two_ranks());
+  for (size_t n = 0; n < whole.size(); ++n) {
+    CAPTURE(n);
+    CHECK_THROWS_AS(decode_rank_failure(Bytes(whole.begin(), whole.begin() + n)), RecordError);
+  }
+  Bytes trailing = whole;
+  trailing.push_back(0);
+  CHECK_THROWS_WITH_AS(decode_rank_failure(trailing), doctest::Contains("1 bytes after its end"),
+                       RecordError);
+  Bytes version = whole;
+  version[3] = 9;
+  CHECK_THROWS_WITH_AS(decode_rank_failure(version), doctest::Contains("version 9"), RecordError);
+  Bytes cause = whole;
+  cause[4] = 7;
+  CHECK_THROWS_WITH_AS(decode_rank_failure(cause), doctest::Contains("unknown cause 7"), RecordError);
+  Bytes count = whole;
+  count[10] = 200;  // more ranks than bytes
+  CHECK_THROWS_WITH_AS(decode_rank_failure(count), doctest::Contains("truncated inside the ranks"),
+                       RecordError);
+  // A round's end is not a rank failure.
+  CHECK_THROWS_WITH_AS(decode_rank_failure(encode_round_end(signalled())),
+                       doctest::Contains("no DRF magic"), RecordError);
+}
+
+TEST_CASE("a generation opens once: a second failure loses; it is recovered when every node joined") {
+  HashStore store;
+  JobKeys keys("job");
+  CHECK_FALSE(read_rank_failure(store, keys, 2, 3));
+  CHECK_THROWS_AS(await_rank_failure(store, keys, 2, 3, 10ms), TimeoutError);
+  // A peer's watcher blocks on the record and wakes when it is written.
+  auto watcher = std::async(std::launch::async, [&] { return await_rank_failure(store, keys, 2, 3, 30s); });
+  CHECK(publish_rank_failure(store, keys, 2, two_ranks()));
+  check_same(watcher.get(), two_ranks());
+  // Another node's failure for the same generation comes second: the
+  // caller ends the round as a group restart instead.
+  RankFailure other = two_ranks();
+  other.node = "vm:789:0000";
+  other.ranks = {7};
+  CHECK_FALSE(publish_rank_failure(store, keys, 2, other));
+  check_same(*read_rank_failure(store, keys, 2, 3), two_ranks());
+  CHECK_FALSE(read_rank_failure(store, keys, 1, 3));  // rounds are apart
+
+  CHECK_FALSE(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
+  publish_generation_joined(store, keys, 2, 3, "a");
+  CHECK_FALSE(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
+  publish_generation_joined(store, keys, 2, 3, "b");
+  CHECK(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
+  CHECK_FALSE(generation_joined_within(store, keys, 2, 4, {"a"}, 10ms));
+}
