@@ -53,6 +53,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -192,6 +193,15 @@ std::optional<RankFailure> read_rank_failure(Store& store, const JobKeys& keys, 
 // Blocks up to `timeout` (TimeoutError) for generation g's failure.
 RankFailure await_rank_failure(Store& store, const JobKeys& keys, int64_t r, int64_t g,
                                Duration timeout);
+// The other agents' watch (run it off the event loop, on a Store of its
+// own, e.g. in a base::OffLoopTask): blocks until generation g's failure is
+// written, waking as the store delivers it (a waiting get, not a poll), and
+// returns it; every `slice` it asks `stop` and returns nullopt once true.
+// StoreError / RecordError propagate (the store is lost, an unreadable
+// record: the caller falls back to a group restart).
+std::optional<RankFailure> watch_rank_failure(Store& store, const JobKeys& keys, int64_t r,
+                                              int64_t g, const std::function<bool()>& stop,
+                                              Duration slice);
 // Records that every local rank of `node` joined generation g.
 void publish_generation_joined(Store& store, const JobKeys& keys, int64_t r, int64_t g,
                                const std::string& node);

@@ -87,6 +87,19 @@ RankFailure await_rank_failure(Store& store, const JobKeys& keys, int64_t r, int
   return decode_rank_failure(store.get(keys.rank_failure(r, g), timeout));
 }
 
+std::optional<RankFailure> watch_rank_failure(Store& store, const JobKeys& keys, int64_t r,
+                                              int64_t g, const std::function<bool()>& stop,
+                                              Duration slice) {
+  while (!stop()) {
+    try {
+      return await_rank_failure(store, keys, r, g, slice);
+    } catch (const TimeoutError&) {
+      // not yet: look at `stop` again
+    }
+  }
+  return std::nullopt;
+}
+
 void publish_generation_joined(Store& store, const JobKeys& keys, int64_t r, int64_t g,
                                const std::string& node) {
   store.set(keys.joined_generation(r, g, node), to_bytes("1"));

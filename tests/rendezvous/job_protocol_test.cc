@@ -4,10 +4,12 @@
 // error; the host's linger ends when every peer has read the end or is gone.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <future>
 
 #include "rendezvous/hash_store.h"
 #include "rendezvous/job_protocol.h"
+#include "test_util.h"
 
 using namespace ddprun::rendezvous;
 using namespace std::chrono_literals;
@@ -132,11 +134,11 @@ TEST_CASE("the host's linger ends when every peer has read the end or is gone, e
   publish_end(store, keys, 0, signalled());
   store.set(keys.dead(0, "gone"), to_bytes("1"));  // its connection closed
   auto reader = std::async(std::launch::async, [&] { return await_end(store, keys, 0, "peer", 10s); });
-  auto left = linger(store, keys, 0, {"peer", "gone"}, 30s);
+  auto left = ddprun::rendezvous::linger(store, keys, 0, {"peer", "gone"}, 30s);
   CHECK(left.empty());
   CHECK(reader.get().signal == 2);
   // A peer that never reads: linger gives up at its deadline and names it.
-  CHECK(linger(store, keys, 0, {"silent"}, 200ms) == std::vector<std::string>{"silent"});
+  CHECK(ddprun::rendezvous::linger(store, keys, 0, {"silent"}, 200ms) == std::vector<std::string>{"silent"});
 }
 
 TEST_CASE("the exit barrier's slice tells missing outcomes from failed ones") {
@@ -241,4 +243,33 @@ TEST_CASE("a generation opens once: a second failure loses; it is recovered when
   publish_generation_joined(store, keys, 2, 3, "b");
   CHECK(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
   CHECK_FALSE(generation_joined_within(store, keys, 2, 4, {"a"}, 10ms));
+}
+
+TEST_CASE("another node's agent wakes on the failure record as the store delivers it, and stops when asked") {
+  testing::ServerThread server;
+  Client watcher_store(server.client_options());
+  Client failing_store(server.client_options());
+  JobKeys keys("job");
+  std::atomic<bool> stop{false};
+  // A slice far longer than the test: the watcher can return the record
+  // only because the store woke its waiting get, never by looking again.
+  auto watcher = std::async(std::launch::async, [&] {
+    auto f = watch_rank_failure(watcher_store, keys, 0, 3, [&] { return stop.load(); }, 60s);
+    return std::make_pair(f, std::chrono::steady_clock::now());
+  });
+  REQUIRE(server.wait_for_state([](auto& s) { return s.waiters() == 1; }));
+  const auto written = std::chrono::steady_clock::now();
+  REQUIRE(publish_rank_failure(failing_store, keys, 0, two_ranks()));
+  auto [seen, woke] = watcher.get();
+  REQUIRE(seen);
+  check_same(*seen, two_ranks());
+  MESSAGE("write to wake: "
+          << std::chrono::duration_cast<std::chrono::microseconds>(woke - written).count() << " us");
+  // Asked to stop (the round ended), it returns within one slice.
+  auto idle = std::async(std::launch::async, [&] {
+    return watch_rank_failure(watcher_store, keys, 0, 4, [&] { return stop.load(); }, 20ms);
+  });
+  REQUIRE(server.wait_for_state([](auto& s) { return s.waiters() == 1; }));
+  stop = true;
+  CHECK_FALSE(idle.get());
 }
