@@ -1,5 +1,6 @@
-// The RoundEnd codec (job_protocol.h has the byte layout). Depends on
-// nothing but the standard library, so the fuzzer builds it alone.
+// The RoundEnd and RankFailure codecs (job_protocol.h has the byte
+// layouts). Depends on nothing but the standard library and the header-only
+// base/recovery_wire.h, so the fuzzer builds it alone.
 #include "rendezvous/job_protocol.h"
 
 namespace ddprun::rendezvous {
@@ -34,6 +35,49 @@ std::string take_text(const Bytes& in, size_t& at, size_t limit, const char* wha
                    in.begin() + static_cast<std::ptrdiff_t>(at + n));
   at += n;
   return text;
+}
+
+void put_u32(Bytes& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
+}
+
+uint32_t take_u32(const Bytes& in, size_t& at) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | in[at + i];
+  at += 4;
+  return v;
+}
+
+uint16_t take_u16(const Bytes& in, size_t& at) {
+  const uint16_t v = static_cast<uint16_t>((in[at] << 8) | in[at + 1]);
+  at += 2;
+  return v;
+}
+
+constexpr uint8_t kFailureMagic[3] = {'D', 'R', 'F'};
+// magic, version, cause, generation, rank count
+constexpr size_t kFailureFixed = 3 + 1 + 1 + 4 + 2;
+
+bool known_cause(uint8_t c) { return c == RankFailure::kExit || c == RankFailure::kHang; }
+
+// The limits a RankFailure's fields keep (encode and decode alike); throws
+// RecordError naming the first one broken.
+void check_failure(int64_t generation, const std::vector<int>& ranks) {
+  if (generation < 0 || generation > kMaxGeneration)
+    throw RecordError("rank failure record: generation " + std::to_string(generation) +
+                      " is outside 0.." + std::to_string(kMaxGeneration));
+  if (ranks.empty() || ranks.size() > kMaxFailedRanks)
+    throw RecordError("rank failure record: " + std::to_string(ranks.size()) +
+                      " ranks, it holds 1.." + std::to_string(kMaxFailedRanks));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= kMaxFailedRank)
+      throw RecordError("rank failure record: rank " + std::to_string(ranks[i]) +
+                        " is outside 0.." + std::to_string(kMaxFailedRank - 1));
+    // Ascending and unique: one spelling per set, so two writers of the
+    // same failure write the same bytes.
+    if (i > 0 && ranks[i] <= ranks[i - 1])
+      throw RecordError("rank failure record: ranks not ascending at " + std::to_string(ranks[i]));
+  }
 }
 
 bool known_kind(uint8_t k) { return k >= RoundEnd::kFailed && k <= RoundEnd::kSignalled; }
@@ -97,6 +141,61 @@ RoundEnd decode_round_end(const Bytes& in) {
     throw RecordError("round end record: " + std::to_string(in.size() - at) +
                       " bytes after its end");
   return end;
+}
+
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+
+const char* cause_name(RankFailure::Cause cause) {
+  return cause == RankFailure::kHang ? "hang" : "exit";
+}
+
+Bytes encode_rank_failure(const RankFailure& f) {
+  if (!known_cause(f.cause))
+    throw RecordError("rank failure record: unknown cause " + std::to_string(int(f.cause)));
+  check_failure(f.generation, f.ranks);
+  Bytes out(kFailureMagic, kFailureMagic + 3);
+  out.push_back(kRankFailureVersion);
+  out.push_back(f.cause);
+  put_u32(out, static_cast<uint32_t>(f.generation));
+  out.push_back(static_cast<uint8_t>(f.ranks.size() >> 8));
+  out.push_back(static_cast<uint8_t>(f.ranks.size() & 0xff));
+  for (int r : f.ranks) put_u32(out, static_cast<uint32_t>(r));
+  put_text(out, f.node, kMaxEndNode);
+  return out;
+}
+
+RankFailure decode_rank_failure(const Bytes& in) {
+  if (in.size() < kFailureFixed)
+    throw RecordError("rank failure record: " + std::to_string(in.size()) +
+                      " bytes, shorter than its " + std::to_string(kFailureFixed) + "-byte header");
+  if (in[0] != kFailureMagic[0] || in[1] != kFailureMagic[1] || in[2] != kFailureMagic[2])
+    throw RecordError("rank failure record: no DRF magic (written by something other than ddprun)");
+  if (in[3] != kRankFailureVersion)
+    throw RecordError("rank failure record: version " + std::to_string(in[3]) +
+                      ", this ddprun reads " + std::to_string(kRankFailureVersion) +
+                      " (every node must run the same ddprun)");
+  if (!known_cause(in[4]))
+    throw RecordError("rank failure record: unknown cause " + std::to_string(in[4]));
+  RankFailure f;
+  f.cause = static_cast<RankFailure::Cause>(in[4]);
+  size_t at = 5;
+  f.generation = take_u32(in, at);
+  const size_t count = take_u16(in, at);
+  // Checked before the ranks are read: a count past the bytes present.
+  if (in.size() - at < count * 4)
+    throw RecordError("rank failure record: truncated inside the ranks (" +
+                      std::to_string(in.size() - at) + " bytes for " + std::to_string(count) +
+                      " ranks)");
+  for (size_t i = 0; i < count; ++i) f.ranks.push_back(static_cast<int>(std::min<uint32_t>(
+                                         take_u32(in, at), static_cast<uint32_t>(kMaxFailedRank))));
+  check_failure(f.generation, f.ranks);
+  f.node = take_text(in, at, kMaxEndNode, "node id");
+  if (at != in.size())
+    throw RecordError("rank failure record: " + std::to_string(in.size() - at) +
+                      " bytes after its end");
+  return f;
 }
 
 }  // namespace ddprun::rendezvous

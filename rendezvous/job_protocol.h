@@ -30,6 +30,10 @@
 //   r<N>/dead_seen     nodes seen missing heartbeats, one id a line
 //   r<N>/outcome/<node_id>  "ok" or "failed": the exit barrier's records
 //   r<N>/exited/<node_id>   the node read the finished job's outcome
+//   r<N>/gen/<G>/failed     --restart-scope=rank across nodes: an encoded
+//                      RankFailure, the ranks whose loss opens generation G
+//                      (the first writer wins; a second is a second failure)
+//   r<N>/gen/<G>/joined/<node_id>  that node's ranks joined generation G
 //
 // A RoundEnd on the wire (encode_round_end; every integer big-endian):
 //   "DRE" | version u8 (1) | kind u8 | exit_status u8 | signal u8 |
@@ -38,16 +42,24 @@
 // with node at most kMaxEndNode bytes and reason at most kMaxEndReason;
 // nothing may follow. A reader rejects anything else with RecordError.
 //
+// A RankFailure on the wire (encode_rank_failure; big-endian):
+//   "DRF" | version u8 (1) | cause u8 (1 exit, 2 hang) | generation u32 |
+//   rank_count u16 | rank u32 x rank_count | node_len u16 | node
+// with 1..kMaxFailedRanks ranks, each below kMaxFailedRank, generation at
+// most kMaxGeneration, node at most kMaxEndNode bytes; nothing may follow.
+//
 // Thread safety: the functions are reentrant; each takes the Store it uses
 // (Stores are thread-compatible: one per thread).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "base/recovery_wire.h"
 #include "rendezvous/store.h"
 
 namespace ddprun::rendezvous {
@@ -73,6 +85,13 @@ class JobKeys {
   std::string dead(int64_t r, const std::string& node) const { return round(r, "dead/" + node); }
   std::string outcome(int64_t r, const std::string& node) const { return round(r, "outcome/" + node); }
   std::string exited(int64_t r, const std::string& node) const { return round(r, "exited/" + node); }
+  std::string generation(int64_t r, int64_t g, const std::string& key) const {
+    return round(r, "gen/" + std::to_string(g) + "/" + key);
+  }
+  std::string rank_failure(int64_t r, int64_t g) const { return generation(r, g, "failed"); }
+  std::string joined_generation(int64_t r, int64_t g, const std::string& node) const {
+    return generation(r, g, "joined/" + node);
+  }
   std::string introspect(int64_t r) const { return job("introspect/round_" + std::to_string(r) + "/"); }
 
  private:
@@ -135,7 +154,62 @@ RoundEnd decode_round_end(const Bytes& bytes);
 inline Bytes outcome_ok() { return to_bytes("ok"); }
 inline Bytes outcome_failed() { return to_bytes("failed"); }
 
+// --restart-scope=rank on several nodes: the node whose rank(s) failed
+// opens generation G with this record in the round's namespace; every
+// other node's agent reads it and tells its own survivors (event=failed on
+// the recovery channel, docs/RECOVERY.md), so the whole job re-forms under
+// G without a restart.
+struct RankFailure {
+  enum Cause : uint8_t { kExit = 1, kHang = 2 };
+  int64_t generation = 0;
+  std::vector<int> ranks;  // global ranks, ascending
+  Cause cause = kExit;
+  std::string node;  // the node whose ranks failed (its id)
+};
+
+constexpr uint8_t kRankFailureVersion = 1;
+constexpr size_t kMaxFailedRanks = 4096;
+// The recovery channel's limits, so a record always fits its packets.
+constexpr int64_t kMaxFailedRank = base::recovery_wire::kMaxRank;
+constexpr int64_t kMaxGeneration = base::recovery_wire::kMaxGeneration;
+
+// "exit" or "hang" (the recovery channel's cause= words).
+const char* cause_name(RankFailure::Cause cause);
+// Throws RecordError for a record out of its limits (a bug in the caller);
+// the node id is cut to kMaxEndNode.
+Bytes encode_rank_failure(const RankFailure& failure);
+// Throws RecordError naming the defect.
+RankFailure decode_rank_failure(const Bytes& bytes);
+
 // ---- Steps, each on the caller's Store connection ----
+
+// Opens generation failure.generation of round r; the first writer wins.
+// False when another record holds it already: a second failure before
+// recovery, which the caller ends as a group restart (publish_end).
+bool publish_rank_failure(Store& store, const JobKeys& keys, int64_t r, const RankFailure& failure);
+// Generation g's failure, or nullopt while none (never blocks).
+std::optional<RankFailure> read_rank_failure(Store& store, const JobKeys& keys, int64_t r,
+                                             int64_t g);
+// Blocks up to `timeout` (TimeoutError) for generation g's failure.
+RankFailure await_rank_failure(Store& store, const JobKeys& keys, int64_t r, int64_t g,
+                               Duration timeout);
+// The other agents' watch (run it off the event loop, on a Store of its
+// own, e.g. in a base::OffLoopTask): blocks until generation g's failure is
+// written, waking as the store delivers it (a waiting get, not a poll), and
+// returns it; every `slice` it asks `stop` and returns nullopt once true.
+// StoreError / RecordError propagate (the store is lost, an unreadable
+// record: the caller falls back to a group restart).
+std::optional<RankFailure> watch_rank_failure(Store& store, const JobKeys& keys, int64_t r,
+                                              int64_t g, const std::function<bool()>& stop,
+                                              Duration slice);
+// Records that every local rank of `node` joined generation g.
+void publish_generation_joined(Store& store, const JobKeys& keys, int64_t r, int64_t g,
+                               const std::string& node);
+// One slice: true once every one of `nodes` joined generation g, false when
+// some have not within `slice` (recovery is complete when all have).
+bool generation_joined_within(Store& store, const JobKeys& keys, int64_t r, int64_t g,
+                              const std::vector<std::string>& nodes, Duration slice);
+
 
 // Ends round `r` with `end` when nobody has yet; the first writer wins and
 // counts the job-wide restart (when end.spends_restart()). True when this

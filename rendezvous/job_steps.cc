@@ -71,4 +71,50 @@ std::optional<bool> outcomes_within(Store& store, const JobKeys& keys, int64_t r
   }
 }
 
+bool publish_rank_failure(Store& store, const JobKeys& keys, int64_t r, const RankFailure& failure) {
+  const Bytes desired = encode_rank_failure(failure);
+  return store.compare_set(keys.rank_failure(r, failure.generation), {}, desired) == desired;
+}
+
+std::optional<RankFailure> read_rank_failure(Store& store, const JobKeys& keys, int64_t r,
+                                             int64_t g) {
+  if (!store.check({keys.rank_failure(r, g)})) return std::nullopt;
+  return decode_rank_failure(store.get(keys.rank_failure(r, g), Duration(0)));
+}
+
+RankFailure await_rank_failure(Store& store, const JobKeys& keys, int64_t r, int64_t g,
+                               Duration timeout) {
+  return decode_rank_failure(store.get(keys.rank_failure(r, g), timeout));
+}
+
+std::optional<RankFailure> watch_rank_failure(Store& store, const JobKeys& keys, int64_t r,
+                                              int64_t g, const std::function<bool()>& stop,
+                                              Duration slice) {
+  while (!stop()) {
+    try {
+      return await_rank_failure(store, keys, r, g, slice);
+    } catch (const TimeoutError&) {
+      // not yet: look at `stop` again
+    }
+  }
+  return std::nullopt;
+}
+
+void publish_generation_joined(Store& store, const JobKeys& keys, int64_t r, int64_t g,
+                               const std::string& node) {
+  store.set(keys.joined_generation(r, g, node), to_bytes("1"));
+}
+
+bool generation_joined_within(Store& store, const JobKeys& keys, int64_t r, int64_t g,
+                              const std::vector<std::string>& nodes, Duration slice) {
+  std::vector<std::string> wanted;
+  for (const auto& n : nodes) wanted.push_back(keys.joined_generation(r, g, n));
+  try {
+    store.wait(wanted, slice);
+    return true;
+  } catch (const TimeoutError&) {
+    return false;
+  }
+}
+
 }  // namespace ddprun::rendezvous

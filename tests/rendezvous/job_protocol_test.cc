@@ -4,10 +4,12 @@
 // error; the host's linger ends when every peer has read the end or is gone.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <future>
 
 #include "rendezvous/hash_store.h"
 #include "rendezvous/job_protocol.h"
+#include "test_util.h"
 
 using namespace ddprun::rendezvous;
 using namespace std::chrono_literals;
@@ -132,11 +134,11 @@ TEST_CASE("the host's linger ends when every peer has read the end or is gone, e
   publish_end(store, keys, 0, signalled());
   store.set(keys.dead(0, "gone"), to_bytes("1"));  // its connection closed
   auto reader = std::async(std::launch::async, [&] { return await_end(store, keys, 0, "peer", 10s); });
-  auto left = linger(store, keys, 0, {"peer", "gone"}, 30s);
+  auto left = ddprun::rendezvous::linger(store, keys, 0, {"peer", "gone"}, 30s);
   CHECK(left.empty());
   CHECK(reader.get().signal == 2);
   // A peer that never reads: linger gives up at its deadline and names it.
-  CHECK(linger(store, keys, 0, {"silent"}, 200ms) == std::vector<std::string>{"silent"});
+  CHECK(ddprun::rendezvous::linger(store, keys, 0, {"silent"}, 200ms) == std::vector<std::string>{"silent"});
 }
 
 TEST_CASE("the exit barrier's slice tells missing outcomes from failed ones") {
@@ -148,4 +150,126 @@ TEST_CASE("the exit barrier's slice tells missing outcomes from failed ones") {
   CHECK(outcomes_within(store, keys, 1, {"a", "b"}, 10ms) == std::optional<bool>(true));
   store.set(keys.outcome(1, "b"), outcome_failed());
   CHECK(outcomes_within(store, keys, 1, {"a", "b"}, 10ms) == std::optional<bool>(false));
+}
+
+namespace {
+RankFailure two_ranks() {
+  RankFailure f;
+  f.generation = 3;
+  f.ranks = {2, 5};
+  f.cause = RankFailure::kHang;
+  f.node = "vm:456:ef01";
+  return f;
+}
+void check_same(const RankFailure& a, const RankFailure& b) {
+  CHECK(a.generation == b.generation);
+  CHECK(a.ranks == b.ranks);
+  CHECK(a.cause == b.cause);
+  CHECK(a.node == b.node);
+}
+}  // namespace
+
+TEST_CASE("a rank failure record reads back field for field, and keeps its limits") {
+  check_same(decode_rank_failure(encode_rank_failure(two_ranks())), two_ranks());
+  RankFailure edge = two_ranks();
+  edge.generation = kMaxGeneration;
+  edge.ranks = {0, static_cast<int>(kMaxFailedRank - 1)};
+  edge.cause = RankFailure::kExit;
+  edge.node = std::string(kMaxEndNode + 1, 'n');
+  RankFailure back = decode_rank_failure(encode_rank_failure(edge));
+  CHECK(back.node == std::string(kMaxEndNode, 'n'));
+  edge.node = back.node;
+  check_same(back, edge);
+  CHECK(std::string(cause_name(RankFailure::kHang)) == "hang");
+
+  RankFailure bad = two_ranks();
+  bad.ranks = {};
+  CHECK_THROWS_WITH_AS(encode_rank_failure(bad), doctest::Contains("0 ranks"), RecordError);
+  bad.ranks = {5, 2};
+  CHECK_THROWS_WITH_AS(encode_rank_failure(bad), doctest::Contains("not ascending"), RecordError);
+  bad.ranks = {static_cast<int>(kMaxFailedRank)};
+  CHECK_THROWS_WITH_AS(encode_rank_failure(bad), doctest::Contains("outside"), RecordError);
+  bad = two_ranks();
+  bad.generation = -1;
+  CHECK_THROWS_WITH_AS(encode_rank_failure(bad), doctest::Contains("generation -1"), RecordError);
+}
+
+TEST_CASE("a damaged rank failure record is refused, naming the defect") {
+  const Bytes whole = encode_rank_failure(two_ranks());
+  for (size_t n = 0; n < whole.size(); ++n) {
+    CAPTURE(n);
+    CHECK_THROWS_AS(decode_rank_failure(Bytes(whole.begin(), whole.begin() + n)), RecordError);
+  }
+  Bytes trailing = whole;
+  trailing.push_back(0);
+  CHECK_THROWS_WITH_AS(decode_rank_failure(trailing), doctest::Contains("1 bytes after its end"),
+                       RecordError);
+  Bytes version = whole;
+  version[3] = 9;
+  CHECK_THROWS_WITH_AS(decode_rank_failure(version), doctest::Contains("version 9"), RecordError);
+  Bytes cause = whole;
+  cause[4] = 7;
+  CHECK_THROWS_WITH_AS(decode_rank_failure(cause), doctest::Contains("unknown cause 7"), RecordError);
+  Bytes count = whole;
+  count[10] = 200;  // more ranks than bytes
+  CHECK_THROWS_WITH_AS(decode_rank_failure(count), doctest::Contains("truncated inside the ranks"),
+                       RecordError);
+  // A round's end is not a rank failure.
+  CHECK_THROWS_WITH_AS(decode_rank_failure(encode_round_end(signalled())),
+                       doctest::Contains("no DRF magic"), RecordError);
+}
+
+TEST_CASE("a generation opens once: a second failure loses; it is recovered when every node joined") {
+  HashStore store;
+  JobKeys keys("job");
+  CHECK_FALSE(read_rank_failure(store, keys, 2, 3));
+  CHECK_THROWS_AS(await_rank_failure(store, keys, 2, 3, 10ms), TimeoutError);
+  // A peer's watcher blocks on the record and wakes when it is written.
+  auto watcher = std::async(std::launch::async, [&] { return await_rank_failure(store, keys, 2, 3, 30s); });
+  CHECK(publish_rank_failure(store, keys, 2, two_ranks()));
+  check_same(watcher.get(), two_ranks());
+  // Another node's failure for the same generation comes second: the
+  // caller ends the round as a group restart instead.
+  RankFailure other = two_ranks();
+  other.node = "vm:789:0000";
+  other.ranks = {7};
+  CHECK_FALSE(publish_rank_failure(store, keys, 2, other));
+  check_same(*read_rank_failure(store, keys, 2, 3), two_ranks());
+  CHECK_FALSE(read_rank_failure(store, keys, 1, 3));  // rounds are apart
+
+  CHECK_FALSE(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
+  publish_generation_joined(store, keys, 2, 3, "a");
+  CHECK_FALSE(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
+  publish_generation_joined(store, keys, 2, 3, "b");
+  CHECK(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
+  CHECK_FALSE(generation_joined_within(store, keys, 2, 4, {"a"}, 10ms));
+}
+
+TEST_CASE("another node's agent wakes on the failure record as the store delivers it, and stops when asked") {
+  testing::ServerThread server;
+  Client watcher_store(server.client_options());
+  Client failing_store(server.client_options());
+  JobKeys keys("job");
+  std::atomic<bool> stop{false};
+  // A slice far longer than the test: the watcher can return the record
+  // only because the store woke its waiting get, never by looking again.
+  auto watcher = std::async(std::launch::async, [&] {
+    auto f = watch_rank_failure(watcher_store, keys, 0, 3, [&] { return stop.load(); }, 60s);
+    return std::make_pair(f, std::chrono::steady_clock::now());
+  });
+  REQUIRE(server.wait_for_state([](auto& s) { return s.waiters() == 1; }));
+  const auto written = std::chrono::steady_clock::now();
+  REQUIRE(publish_rank_failure(failing_store, keys, 0, two_ranks()));
+  auto [seen, woke] = watcher.get();
+  REQUIRE(seen);
+  check_same(*seen, two_ranks());
+  MESSAGE("write to wake: "
+          << std::chrono::duration_cast<std::chrono::microseconds>(woke - written).count() << " us");
+  // Asked to stop (the round ended), it returns within one slice.
+  auto idle = std::async(std::launch::async, [&] {
+    return watch_rank_failure(watcher_store, keys, 0, 4, [&] { return stop.load(); }, 20ms);
+  });
+  REQUIRE(server.wait_for_state([](auto& s) { return s.waiters() == 1; }));
+  stop = true;
+  CHECK_FALSE(idle.get());
 }
