@@ -82,6 +82,22 @@ void check_failure(int64_t generation, const std::vector<int>& ranks) {
 
 bool known_kind(uint8_t k) { return k >= RoundEnd::kFailed && k <= RoundEnd::kSignalled; }
 
+// The header both records share (size, magic, version); `what` names the
+// record in the RecordError.
+void check_header(const Bytes& in, const char* what, const uint8_t (&magic)[3], uint8_t version,
+                  size_t fixed) {
+  const std::string name(what);
+  if (in.size() < fixed)
+    throw RecordError(name + ": " + std::to_string(in.size()) + " bytes, shorter than its " +
+                      std::to_string(fixed) + "-byte header");
+  if (in[0] != magic[0] || in[1] != magic[1] || in[2] != magic[2])
+    throw RecordError(name + ": no " + std::string(magic, magic + 3) +
+                      " magic (written by something other than ddprun)");
+  if (in[3] != version)
+    throw RecordError(name + ": version " + std::to_string(in[3]) + ", this ddprun reads " +
+                      std::to_string(version) + " (every node must run the same ddprun)");
+}
+
 }  // namespace
 
 const char* kind_name(RoundEnd::Kind kind) {
@@ -116,14 +132,7 @@ Bytes encode_round_end(const RoundEnd& end) {
 }
 
 RoundEnd decode_round_end(const Bytes& in) {
-  if (in.size() < kFixed)
-    throw RecordError("round end record: " + std::to_string(in.size()) + " bytes, shorter than its " +
-                      std::to_string(kFixed) + "-byte header");
-  if (in[0] != kMagic[0] || in[1] != kMagic[1] || in[2] != kMagic[2])
-    throw RecordError("round end record: no DRE magic (written by something other than ddprun)");
-  if (in[3] != kRoundEndVersion)
-    throw RecordError("round end record: version " + std::to_string(in[3]) + ", this ddprun reads " +
-                      std::to_string(kRoundEndVersion) + " (every node must run the same ddprun)");
+  check_header(in, "round end record", kMagic, kRoundEndVersion, kFixed);
   if (!known_kind(in[4]))
     throw RecordError("round end record: unknown kind " + std::to_string(in[4]));
   if (in[7] & ~kKnownFlags)
@@ -167,15 +176,7 @@ Bytes encode_rank_failure(const RankFailure& f) {
 }
 
 RankFailure decode_rank_failure(const Bytes& in) {
-  if (in.size() < kFailureFixed)
-    throw RecordError("rank failure record: " + std::to_string(in.size()) +
-                      " bytes, shorter than its " + std::to_string(kFailureFixed) + "-byte header");
-  if (in[0] != kFailureMagic[0] || in[1] != kFailureMagic[1] || in[2] != kFailureMagic[2])
-    throw RecordError("rank failure record: no DRF magic (written by something other than ddprun)");
-  if (in[3] != kRankFailureVersion)
-    throw RecordError("rank failure record: version " + std::to_string(in[3]) +
-                      ", this ddprun reads " + std::to_string(kRankFailureVersion) +
-                      " (every node must run the same ddprun)");
+  check_header(in, "rank failure record", kFailureMagic, kRankFailureVersion, kFailureFixed);
   if (!known_cause(in[4]))
     throw RecordError("rank failure record: unknown cause " + std::to_string(in[4]));
   RankFailure f;
