@@ -96,23 +96,30 @@ TEST_CASE("multinode.train") {
 
 TEST_CASE("multinode.train_rank") {
   // --restart-scope=rank: rank 1 is SIGKILLed in the middle of step 30.
-  // Its node's agent replaces it and opens generation 1 in the store; the
-  // other node's agent tells rank 0, which re-forms with the replacement
-  // and hands it the state: no restart, no checkpoint read.
+  // Its node's agent replaces it (a process started then, or a standby
+  // started with the group) and opens generation 1 in the store; the other
+  // node's agent tells rank 0, which re-forms with the replacement and
+  // hands it the state: no restart, no checkpoint read.
   const std::string single = reference_sha();
-  TrainJob job("trainrank", {"--restart-scope=rank", "--hang-timeout=0"},
-               {"--checkpoint-every", "20", "--kill-at-step", "30", "--kill-rank", "1"});
-  const std::string logs = job.finish();
-  INFO(logs);
-  CHECK(count_of(logs, "replacing only that rank, generation 1 ") == 1);
-  CHECK(count_of(logs, "the ranks here re-form with its replacement, generation 1 ") == 1);
-  // Each agent's line, once every node's ranks joined.
-  CHECK(count_of(logs, "generation 1 formed: every rank joined ") == 2);
-  CHECK(count_of(logs, ": generation 1 formed; state from rank ") == 2);
-  CHECK(count_of(logs, "no checkpoint read") == 2);
-  CHECK(count_of(logs, "restart count 1") == 0);
-  CHECK(count_of(logs, "resuming from") == 0);
-  CHECK(params_sha(logs) == single);
+  for (const bool standby : {false, true}) {
+    CAPTURE(standby);
+    std::vector<std::string> flags = {"--restart-scope=rank", "--hang-timeout=0"};
+    if (standby) flags.push_back("--standby-workers=1");
+    TrainJob job(standby ? "trainstandby" : "trainrank", flags,
+                 {"--checkpoint-every", "20", "--kill-at-step", "30", "--kill-rank", "1"});
+    const std::string logs = job.finish();
+    INFO(logs);
+    CHECK(count_of(logs, "replacing only that rank, generation 1 ") == 1);
+    CHECK(count_of(logs, "the ranks here re-form with its replacement, generation 1 ") == 1);
+    CHECK(count_of(logs, "is rank 1 (local rank 0), joining generation 1") == (standby ? 1 : 0));
+    // Each agent's line, once every node's ranks joined.
+    CHECK(count_of(logs, "generation 1 formed: every rank joined ") == 2);
+    CHECK(count_of(logs, ": generation 1 formed; state from rank ") == 2);
+    CHECK(count_of(logs, "no checkpoint read") == 2);
+    CHECK(count_of(logs, "restart count 1") == 0);
+    CHECK(count_of(logs, "resuming from") == 0);
+    CHECK(params_sha(logs) == single);
+  }
 }
 
 }  // namespace ddprun::testing
