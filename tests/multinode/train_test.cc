@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/time_scale.h"
 #include "tests/multinode/netns.h"
 
 namespace ddprun::testing {
@@ -100,12 +101,24 @@ TEST_CASE("multinode.train_rank") {
   // started with the group) and opens generation 1 in the store; the other
   // node's agent tells rank 0, which re-forms with the replacement and
   // hands it the state: no restart, no checkpoint read.
+  // Third, with a fixed --heartbeat-timeout that may be shorter than the
+  // replacement's start-up: rank 0 waits for it without being blamed (the
+  // watchdog's peer_replacing).
   const std::string single = reference_sha();
-  for (const bool standby : {false, true}) {
-    CAPTURE(standby);
-    std::vector<std::string> flags = {"--restart-scope=rank", "--hang-timeout=0"};
+  const std::string beat_timeout = std::to_string(scaled(std::chrono::seconds(2)).count());
+  for (const std::string& mode : {std::string("spawned"), std::string("standby"), std::string("fixed-timeout")}) {
+    CAPTURE(mode);
+    const bool standby = mode == "standby";
+    std::vector<std::string> flags = {"--restart-scope=rank"};
+    if (mode == "fixed-timeout") {
+      for (const std::string& f : {"--heartbeat-timeout=" + beat_timeout, std::string("--heartbeat-grace=60"),
+                                  std::string("--stack-capture=none")})
+        flags.push_back(f);
+    } else {
+      flags.push_back("--hang-timeout=0");
+    }
     if (standby) flags.push_back("--standby-workers=1");
-    TrainJob job(standby ? "trainstandby" : "trainrank", flags,
+    TrainJob job("tr" + mode.substr(0, 4), flags,
                  {"--checkpoint-every", "20", "--kill-at-step", "30", "--kill-rank", "1"});
     const std::string logs = job.finish();
     INFO(logs);
