@@ -92,6 +92,7 @@ void Attempt::start() {
     throw *error;
   }
   for (auto* h : hooks_) h->workers_started(info_, *this);
+  start_peers();
   start_standbys();
 }
 
@@ -195,6 +196,9 @@ void Attempt::interrupt(int sig) {
 void Attempt::fail_attempt(const FailRequest& req) {
   if (phase_ != Phase::kRunning) return;
   if (req.replace_local_rank && recover_hang(req)) return;
+  // A recovery under way ends with the group: ranks waiting to re-form
+  // (on another node's replacement, say) stop waiting at once.
+  if (recovery_) fall_back("group_stopped", req.reason);
   Failure f;
   f.reason = req.reason;
   f.local_rank = req.local_rank;
@@ -352,6 +356,7 @@ void Attempt::finish() {
   timer_->cancel();
   recovery_timer_->cancel();
   victim_timer_->cancel();
+  if (peers_) peers_->stop();
   result_.rank_restarts = rank_restarts_;
   if (setup_.stdin_forwarder) setup_.stdin_forwarder->clear_target();
   for (auto& w : workers_) {

@@ -23,7 +23,11 @@
 // a replacement is then a standby told its rank (event=assign) rather than
 // a process started at the failure, and another standby starts once the
 // recovery is over. A standby is no rank: its death before assignment is
-// one console line, not a failure; it ends with the attempt.
+// one console line, not a failure; it ends with the attempt. On several
+// nodes (attempt_peers.cc) the agents keep the generation in step through
+// the store (peer_recovery.h): the failing node opens it, every other node
+// tells its survivors (nothing is replaced there), and the recovery is over
+// once every node's ranks have joined.
 //
 // Processes are started and signalled through a ProcessLauncher and time
 // comes from a base::Clock: the agent passes the real ones, the unit tests
@@ -47,6 +51,7 @@
 #include "agent/hooks.h"
 #include "agent/options.h"
 #include "agent/output_pump.h"
+#include "agent/peer_recovery.h"
 #include "agent/process_launcher.h"
 #include "agent/recovery_channel.h"
 #include "agent/stdin_forwarder.h"
@@ -164,8 +169,14 @@ class Attempt : public AttemptControl {
   // Rank scope: the recovery under way (at most one).
   struct Recovery {
     int generation = 0;
-    int local_rank = 0;  // the slot being replaced
-    int rank = 0;        // its global rank
+    int local_rank = 0;  // the slot being replaced; -1: none (`remote`)
+    // The failed global ranks: the slot's, or another node's (maybe several).
+    std::vector<int> ranks;
+    // Another node's ranks failed: nothing is replaced here, the survivors
+    // re-form with that node's replacements.
+    bool remote = false;
+    // Several nodes: every local rank joined; the other nodes' are awaited.
+    bool joined_here = false;
     std::string cause;   // "exit" or "hang"
     base::TimePoint began{};
     std::set<int> joined;  // local ranks that joined `generation`
@@ -216,6 +227,21 @@ class Attempt : public AttemptControl {
   bool standbys_left();
   void on_packet(int local_rank, std::string_view packet);
   void check_joined();
+  // Every rank (of every node) joined: `recovered` to the ranks, the hooks.
+  void recovery_complete();
+  // The generation just opened (generation_): `failed` naming `ranks` to
+  // every live worker but `except`, the hooks' kFailed, --recovery-timeout.
+  void announce_failure(const std::vector<int>& ranks, int except, const std::string& line);
+  // Falls back, with `root` as the attempt's failure, and stops the group.
+  void give_up(const std::string& reason, const std::string& why, Failure root);
+
+  // attempt_peers.cc: rank scope on several nodes (peer_recovery.h).
+  bool multi_node() const;
+  void start_peers();
+  void peer_failed(const rendezvous::RankFailure& failure);
+  void generation_published(int64_t generation, bool opened);
+  void generation_formed(int64_t generation);
+  void peers_lost(const std::string& why);
   // Gives up on rank recovery: the fallback message to every worker, one
   // console line, the event; the caller starts the group path.
   void fall_back(const std::string& reason, const std::string& why);
@@ -265,6 +291,7 @@ class Attempt : public AttemptControl {
   std::optional<Recovery> recovery_;
   std::unique_ptr<base::Timer> recovery_timer_;  // --recovery-timeout
   std::unique_ptr<base::Timer> victim_timer_;    // a hung rank's traceback wait, then SIGKILL
+  std::unique_ptr<PeerRecovery> peers_;          // several nodes only
   std::vector<Worker> retired_;  // replaced workers: their pumps drain to EOF
   std::vector<Worker> standbys_;  // --standby-workers: not yet assigned
   int standbys_started_ = 0;      // numbers them (DDPRUN_STANDBY)

@@ -149,7 +149,7 @@ void Attempt::begin_recovery(int lr, const std::string& cause, const std::string
   Recovery r;
   r.generation = generation_;
   r.local_rank = lr;
-  r.rank = workers_[lr].info.rank;
+  r.ranks = {workers_[lr].info.rank};
   r.cause = cause;
   r.began = clock_.now();
   r.failure = std::move(failure);
@@ -159,19 +159,34 @@ void Attempt::begin_recovery(int lr, const std::string& cause, const std::string
       " (--restart-scope=rank; " + std::to_string(std::max(0, restarts_left())) + " of " +
       std::to_string(options_.max_restarts) + " restarts left)";
   spdlog::warn("{}", line);
+  announce_failure(recovery_->ranks, lr, line);
+  if (peers_) {
+    // The other nodes' survivors hear of it through the store.
+    rendezvous::RankFailure f;
+    f.generation = generation_;
+    f.ranks = recovery_->ranks;
+    f.cause = cause == wire::kCauseHang ? rendezvous::RankFailure::kHang
+                                        : rendezvous::RankFailure::kExit;
+    f.node = setup_.round.node_id;
+    peers_->open_generation(f);
+  }
+}
+
+void Attempt::announce_failure(const std::vector<int>& ranks, int except,
+                               const std::string& line) {
   // At once, before the replacement exists: a survivor may be waiting on
   // the failed rank (or on another survivor) in a collective.
   wire::Message m;
   m.event = std::string(wire::kEventFailed);
   m.generation = generation_;
-  m.ranks = {recovery_->rank};
-  m.cause = cause;
-  tell_workers(wire::format(m), lr);
+  m.ranks = ranks;
+  m.cause = recovery_->cause;
+  tell_workers(wire::format(m), except);
   RecoveryEvent e;
   e.kind = RecoveryEvent::Kind::kFailed;
   e.generation = generation_;
-  e.ranks = {recovery_->rank};
-  e.cause = cause;
+  e.ranks = ranks;
+  e.cause = recovery_->cause;
   e.detail = line;
   recovery_hooks(std::move(e));
   const int generation = generation_;
@@ -182,18 +197,25 @@ void Attempt::begin_recovery(int lr, const std::string& cause, const std::string
         for (const auto& w : workers_)
           if (w.alive && !recovery_->joined.count(w.info.local_rank))
             missing += (missing.empty() ? "" : ",") + std::to_string(w.info.rank);
+        const std::string not_joined =
+            recovery_->joined_here ? "every rank here joined, another node's did not"
+                                   : "not joined: rank " + (missing.empty() ? "-" : missing);
         const std::string why = "generation " + std::to_string(generation) +
                                 " did not form within --recovery-timeout=" +
-                                fmt::format("{:g}", options_.recovery_timeout_s) +
-                                " s (not joined: rank " + (missing.empty() ? "-" : missing) + ")";
+                                fmt::format("{:g}", options_.recovery_timeout_s) + " s (" +
+                                not_joined + ")";
         Failure f;
         f.reason = "rank-scoped recovery failed: " + why;
         f.exit_code = 1;
         f.when = clock_.now();
-        fall_back("timeout", why);
-        record_failure(std::move(f));
-        begin_teardown(SIGTERM);
+        give_up("timeout", why, std::move(f));
       });
+}
+
+void Attempt::give_up(const std::string& reason, const std::string& why, Failure root) {
+  fall_back(reason, why);
+  record_failure(std::move(root));
+  begin_teardown(SIGTERM);
 }
 
 void Attempt::respawn(int lr) {
@@ -223,10 +245,8 @@ void Attempt::respawn(int lr) {
   }
   if (error) {
     spdlog::error("cannot start the replacement for rank {}: {}", old_info.rank, error->what());
-    Failure root = recovery_->failure;
-    fall_back("spawn_failed", std::string("the replacement could not start: ") + error->what());
-    record_failure(std::move(root));
-    begin_teardown(SIGTERM);
+    give_up("spawn_failed", std::string("the replacement could not start: ") + error->what(),
+            recovery_->failure);
     return;
   }
   replaced(lr, old_info);
@@ -277,23 +297,35 @@ void Attempt::check_joined() {
   // generation to join.
   for (const auto& w : workers_)
     if (w.alive && !recovery_->joined.count(w.info.local_rank)) return;
+  if (peers_) {
+    // Over once every node's ranks are in (generation_formed).
+    if (!recovery_->joined_here) peers_->joined(recovery_->generation);
+    recovery_->joined_here = true;
+    return;
+  }
+  recovery_complete();
+}
+
+void Attempt::recovery_complete() {
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() -
                                                                           recovery_->began);
+  std::string failed;
+  for (int r : recovery_->ranks) failed += (failed.empty() ? "" : ",") + std::to_string(r);
   const std::string line = "generation " + std::to_string(recovery_->generation) +
                            " formed: every rank joined " + std::to_string(took.count()) +
-                           " ms after rank " + std::to_string(recovery_->rank) + " failed";
+                           " ms after rank " + failed + " failed";
   spdlog::info("{}", line);
   RecoveryEvent e;
   e.kind = RecoveryEvent::Kind::kJoined;
   e.generation = recovery_->generation;
-  e.ranks = {recovery_->rank};
+  e.ranks = recovery_->ranks;
   e.cause = recovery_->cause;
   e.detail = line;
   recovery_timer_->cancel();
   wire::Message m;
   m.event = std::string(wire::kEventRecovered);
   m.generation = recovery_->generation;
-  m.ranks = {recovery_->rank};
+  m.ranks = recovery_->ranks;
   recovery_.reset();
   // To every rank, the replacement too: from here a failure is a new one.
   tell_workers(wire::format(m));

@@ -340,6 +340,8 @@ RoundInfo ElasticRendezvous::next_round(int) {
   // agents delete from etcd when the job ends (forget_finished_job).
   info.agents_store_prefix = keys_.introspect(round_->round);
   info.agents_store_name = store_addr_;
+  info.round = round_->round;
+  info.node_id = rdzv_->node_id();
   if (!spec_.etcd) {  // workers may use our store; etcd is the agents' only
     info.store_addr = store_addr_;
     info.store_prefix = round_->store_prefix;

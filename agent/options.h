@@ -91,11 +91,11 @@ struct Options {
   int max_restarts = 0;
   // --restart-scope: group (every rank restarts) or rank (only the failed
   // or hung one is replaced, the others keep running and are told through
-  // the recovery channel; docs/RECOVERY.md). One node only for rank. Each
-  // replacement spends one of --max-restarts, as a group restart does.
+  // the recovery channel; docs/RECOVERY.md; on several nodes the agents
+  // keep the generation in step through the store). Each replacement spends one of --max-restarts, as a group restart does.
   RestartScope restart_scope = RestartScope::kGroup;
   // --recovery-timeout: with rank scope, seconds from a rank's failure until
-  // every local rank has joined the new generation (the replacement's
+  // every rank (of every node) has joined the new generation (the replacement's
   // start-up included); past it the agent falls back to a group restart.
   double recovery_timeout_s = 300.0;
   // --standby-workers: with rank scope only, extra workers started with the

@@ -43,6 +43,11 @@ struct RoundInfo {
   std::string agents_store_prefix;
   // How errors name that store ("HOST:PORT", "etcd at EP").
   std::string agents_store_name;
+  // Multi-node: the rendezvous round (job_protocol.h's r<N>) and this
+  // node's id in it, where the agents' records of a rank-scoped recovery
+  // go (agent/peer_recovery.h); 0 and "" for a single-node job.
+  int64_t round = 0;
+  std::string node_id;
   // TORCHELASTIC_RESTART_COUNT when the handler keeps a job-wide count
   // (multi-node); -1: the agent counts its own attempts.
   int restart_count = -1;

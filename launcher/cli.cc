@@ -270,11 +270,6 @@ void interpret_rendezvous(const RawFlags& f, agent::Options& o) {
 void interpret_restarts(const RawFlags& f, agent::Options& o) {
   o.restart_scope =
       f.restart_scope == "rank" ? agent::RestartScope::kRank : agent::RestartScope::kGroup;
-  // Across nodes a replacement would need every node's agent to agree on
-  // the generation (the rendezvous' round record); not built yet.
-  if (o.restart_scope == agent::RestartScope::kRank && o.max_nodes > 1)
-    throw UsageError("--restart-scope=rank: one node only in this version (--nnodes=" + f.nnodes +
-                     ")");
   // A standby only ever takes a failed rank's slot, which group scope never
   // keeps.
   if (o.standby_workers > 0 && o.restart_scope != agent::RestartScope::kRank)

@@ -90,8 +90,8 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "Group restarts after a failure before giving up [0]");
   opt("--restart-scope,--restart_scope", f.restart_scope, "PET_RESTART_SCOPE", T,
       "What a failed or hung rank restarts: group (every rank, from the checkpoint) or rank "
-      "(only that one; the others keep their state and re-form with it, docs/RECOVERY.md; "
-      "one node only) [group]")
+      "(only that one, and on several nodes only its node replaces it; the others keep their "
+      "state and re-form with it, docs/RECOVERY.md) [group]")
       ->check(CLI::IsMember({"group", "rank"}));
   opt("--recovery-timeout,--recovery_timeout", o.recovery_timeout_s, "PET_RECOVERY_TIMEOUT", T,
       "With --restart-scope=rank: seconds for every rank to join the new generation after a "

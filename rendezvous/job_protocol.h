@@ -33,7 +33,9 @@
 //   r<N>/gen/<G>/failed     --restart-scope=rank across nodes: an encoded
 //                      RankFailure, the ranks whose loss opens generation G
 //                      (the first writer wins; a second is a second failure)
-//   r<N>/gen/<G>/joined/<node_id>  that node's ranks joined generation G
+//   r<N>/gen/<G>/joined     how many nodes' ranks joined generation G (a
+//                      counter: each node adds 1 once)
+//   r<N>/gen/<G>/formed     every node joined G: written by the last to join
 //
 // A RoundEnd on the wire (encode_round_end; every integer big-endian):
 //   "DRE" | version u8 (1) | kind u8 | exit_status u8 | signal u8 |
@@ -89,9 +91,8 @@ class JobKeys {
     return round(r, "gen/" + std::to_string(g) + "/" + key);
   }
   std::string rank_failure(int64_t r, int64_t g) const { return generation(r, g, "failed"); }
-  std::string joined_generation(int64_t r, int64_t g, const std::string& node) const {
-    return generation(r, g, "joined/" + node);
-  }
+  std::string generation_joined(int64_t r, int64_t g) const { return generation(r, g, "joined"); }
+  std::string generation_formed(int64_t r, int64_t g) const { return generation(r, g, "formed"); }
   std::string introspect(int64_t r) const { return job("introspect/round_" + std::to_string(r) + "/"); }
 
  private:
@@ -202,13 +203,17 @@ RankFailure await_rank_failure(Store& store, const JobKeys& keys, int64_t r, int
 std::optional<RankFailure> watch_rank_failure(Store& store, const JobKeys& keys, int64_t r,
                                               int64_t g, const std::function<bool()>& stop,
                                               Duration slice);
-// Records that every local rank of `node` joined generation g.
+// Records that every local rank of this node joined generation g; call it
+// once per node and generation. A counter rather than one key a node, so
+// that no node needs the member list (a round's nodes read only their own
+// assignment): the node that brings it to `nodes` (the round's size)
+// writes generation_formed.
 void publish_generation_joined(Store& store, const JobKeys& keys, int64_t r, int64_t g,
-                               const std::string& node);
-// One slice: true once every one of `nodes` joined generation g, false when
-// some have not within `slice` (recovery is complete when all have).
-bool generation_joined_within(Store& store, const JobKeys& keys, int64_t r, int64_t g,
-                              const std::vector<std::string>& nodes, Duration slice);
+                               int nodes);
+// One slice: true once every node joined generation g (recovery is then
+// complete), false when not within `slice`; a waiting check, not a poll.
+bool generation_formed_within(Store& store, const JobKeys& keys, int64_t r, int64_t g,
+                              Duration slice);
 
 
 // Ends round `r` with `end` when nobody has yet; the first writer wins and

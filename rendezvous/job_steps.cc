@@ -101,16 +101,15 @@ std::optional<RankFailure> watch_rank_failure(Store& store, const JobKeys& keys,
 }
 
 void publish_generation_joined(Store& store, const JobKeys& keys, int64_t r, int64_t g,
-                               const std::string& node) {
-  store.set(keys.joined_generation(r, g, node), to_bytes("1"));
+                               int nodes) {
+  if (store.add(keys.generation_joined(r, g), 1) >= nodes)
+    store.set(keys.generation_formed(r, g), to_bytes("1"));
 }
 
-bool generation_joined_within(Store& store, const JobKeys& keys, int64_t r, int64_t g,
-                              const std::vector<std::string>& nodes, Duration slice) {
-  std::vector<std::string> wanted;
-  for (const auto& n : nodes) wanted.push_back(keys.joined_generation(r, g, n));
+bool generation_formed_within(Store& store, const JobKeys& keys, int64_t r, int64_t g,
+                              Duration slice) {
   try {
-    store.wait(wanted, slice);
+    store.wait({keys.generation_formed(r, g)}, slice);
     return true;
   } catch (const TimeoutError&) {
     return false;

@@ -534,6 +534,11 @@ void WatchdogHook::finish_hang() {
 
 void WatchdogHook::recovery(const agent::RecoveryEvent& e) {
   using Kind = agent::RecoveryEvent::Kind;
+  if (e.kind == Kind::kFailed && dog_ &&
+      std::none_of(info_.workers.begin(), info_.workers.end(), [&](const agent::WorkerInfo& w) {
+        return std::count(e.ranks.begin(), e.ranks.end(), w.rank) > 0;
+      }))
+    dog_->peer_replacing();  // another node's ranks: it replaces them, ours wait
   if (e.kind == Kind::kReplaced && e.replacement) {
     for (auto& w : info_.workers)
       if (w.local_rank == e.replacement->local_rank) w = *e.replacement;

@@ -337,6 +337,18 @@ void Watchdog::replace_worker(int local_rank, pid_t pid) {
   schedule_poll();
 }
 
+void Watchdog::peer_replacing() {
+  const auto now = clock_.now();
+  peer_joining_since_ = now;
+  for (auto& w : workers_) w.stuck_since.reset();
+  resumed_ = now;
+  ++epoch_;  // the gap across the recovery is no step duration
+  if (fired_ || stopped_) return;  // already acting on a hang of its own
+  armed_for_.reset();
+  deadline_timer_->cancel();
+  arm_deadline();
+}
+
 void Watchdog::on_file_timer_expiry(const FileTimerExpiry& expiry) {
   if (fired_ || stopped_) return;
   // torch's client reports os.getpid(): the worker itself or a process it
@@ -439,6 +451,9 @@ std::optional<Clock::time_point> Watchdog::heartbeat_due(const WorkerStatus& w) 
   if (const WorkerStatus* joining = find_local_const(joining_local_rank_);
       joining && joining->beats == 0 && !joining->exited)
     due = std::max(due, joining->spawned + options_.effective_grace());
+  // ... and so is one waiting for another node's replacement.
+  if (peer_joining_since_ && (w.beats == 0 || w.last_beat <= *peer_joining_since_))
+    due = std::max(due, *peer_joining_since_ + options_.effective_grace());
   return due;
 }
 

@@ -191,6 +191,12 @@ class Watchdog {
   // watchdog that fired (the hang that led here) or was stopped watches
   // again.
   void replace_worker(int local_rank, pid_t pid);
+  // --restart-scope=rank on several nodes: another node replaces its failed
+  // ranks, and the ranks here wait for that replacement to start and
+  // re-form with it. Until each beats again, its heartbeat deadline is no
+  // earlier than the first-beat grace from now (what a replacement here
+  // gives the survivors, above); every other deadline restarts from now.
+  void peer_replacing();
   void on_file_timer_expiry(const FileTimerExpiry& expiry);
   // Disarms every detector (the attempt is ending for another reason).
   void stop();
@@ -292,6 +298,9 @@ class Watchdog {
   // first beat the survivors wait for it by design, in the new
   // generation's rendezvous, and are judged by its start-up grace.
   int joining_local_rank_ = -1;
+  // peer_replacing()'s moment: a rank that has not beaten since is held by
+  // the first-beat grace from it.
+  std::optional<Clock::time_point> peer_joining_since_;
   int pauses_ = 0;
   Clock::duration paused_for_{};
 };

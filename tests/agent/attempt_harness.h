@@ -34,8 +34,10 @@ struct Recorder : ag::AgentHooks {
 // One attempt of `workers` workers, with its fakes.
 struct Harness {
   // `tweak` changes the options before the attempt is made.
+  // `tweak_setup` changes the attempt's setup (a multi-node round).
   explicit Harness(int workers, double term_timeout_s = 5.0,
-                   const std::function<void(ag::Options&)>& tweak = {}) {
+                   const std::function<void(ag::Options&)>& tweak = {},
+                   const std::function<void(ag::AttemptSetup&)>& tweak_setup = {}) {
     options.command = {"/bin/true"};
     options.term_timeout_s = term_timeout_s;
     options.nproc_per_node = workers;
@@ -47,6 +49,7 @@ struct Harness {
     setup.run_dir = dir.path();
     setup.runtime_dir = dir.path();
     setup.program_path = "/bin/true";
+    if (tweak_setup) tweak_setup(setup);
     attempt.emplace(io, clock, launcher, options, setup, std::vector<ag::AgentHooks*>{&hooks});
   }
   // Starts the workers; their pipes (held by no process) reach EOF at once.

@@ -280,12 +280,3 @@ TEST_CASE("each worker inherits its own channel end and nothing more than with g
     CHECK(fds.size() == fds_of(group_lines[i]).size() + 1);
   }
 }
-
-TEST_CASE("--restart-scope=rank is refused on more than one node, in one line, status 2") {
-  auto r = run_ddprun({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
-                       "--restart-scope=rank", "/bin/true"});
-  REQUIRE_FALSE(r.timed_out);
-  CHECK(r.status == 2);
-  CHECK(r.err == "ddprun: --restart-scope=rank: one node only in this version (--nnodes=2) "
-                 "(see ddprun --help)\n");
-}

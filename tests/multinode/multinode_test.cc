@@ -607,53 +607,5 @@ TEST_CASE("multinode.preauth_flood") {
   }
 }
 
-#ifdef TRAIN_BIN
-TEST_CASE("multinode.train") {
-  // The trainer on two network stacks, one rank each, meeting through the
-  // store: a failure at step 30 restarts both nodes (one job-wide restart),
-  // they resume from the step-20 checkpoint, and the final parameters are
-  // bit-identical to a failure-free run on one node.
-  TempDir ref;
-  std::vector<std::string> train = {TRAIN_BIN, "--backend", "gloo", "--data", DIGITS_DIR,
-                                    "--steps", "60", "--log-every", "0"};
-  auto sha = [](const std::string& log) {
-    auto at = log.find("final parameters sha256 ");
-    return at == std::string::npos ? std::string("none") : log.substr(at + 24, 64);
-  };
-  std::string single;
-  {
-    std::vector<std::string> args = {"--nproc-per-node=2"};
-    args.insert(args.end(), train.begin(), train.end());
-    for (const char* a : {"--checkpoint-dir", "", "--no-resume"}) args.push_back(a);
-    args[args.size() - 2] = ref.path() + "/ck";
-    NodeAgent one("", args, {}, ref.path() + "/single.log");  // "": this namespace
-    REQUIRE(one.wait(Seconds(60)) == 0);
-    single = one.log();
-  }
-  REQUIRE(sha(single) != "none");
-
-  Job job("train", 2);
-  for (int n = 1; n <= 2; ++n) {
-    std::vector<std::string> args = {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
-                                      "--rdzv-backend=c10d", "--rdzv-endpoint=" + kEndpoint,
-                                      "--rdzv-id=train"};
-    args.insert(args.end(), train.begin(), train.end());
-    for (std::string a : {"--checkpoint-every", "20", "--fail-at-step", "30", "--checkpoint-dir"})
-      args.push_back(a);
-    args.push_back(job.dir.path() + "/ck" + std::to_string(n));
-    // No GLOO_SOCKET_IFNAME: train binds gloo to the address that routes to
-    // MASTER_ADDR (the host name resolves to loopback in a namespace).
-    job.start(n, {}, args);
-  }
-  for (int n = 1; n <= 2; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(Seconds(90)) == 0);
-    CHECK(job.log(n).find("restart count 1") != std::string::npos);
-  }
-  std::string log1 = job.log(1) + job.log(2);
-  CHECK(log1.find("resuming from") != std::string::npos);
-  CHECK(sha(log1) == sha(single));
-}
-#endif
 
 }  // namespace ddprun::testing

@@ -237,12 +237,12 @@ TEST_CASE("a generation opens once: a second failure loses; it is recovered when
   check_same(*read_rank_failure(store, keys, 2, 3), two_ranks());
   CHECK_FALSE(read_rank_failure(store, keys, 1, 3));  // rounds are apart
 
-  CHECK_FALSE(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
-  publish_generation_joined(store, keys, 2, 3, "a");
-  CHECK_FALSE(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
-  publish_generation_joined(store, keys, 2, 3, "b");
-  CHECK(generation_joined_within(store, keys, 2, 3, {"a", "b"}, 10ms));
-  CHECK_FALSE(generation_joined_within(store, keys, 2, 4, {"a"}, 10ms));
+  CHECK_FALSE(generation_formed_within(store, keys, 2, 3, 10ms));
+  publish_generation_joined(store, keys, 2, 3, 2);
+  CHECK_FALSE(generation_formed_within(store, keys, 2, 3, 10ms));
+  publish_generation_joined(store, keys, 2, 3, 2);
+  CHECK(generation_formed_within(store, keys, 2, 3, 10ms));
+  CHECK_FALSE(generation_formed_within(store, keys, 2, 4, 10ms));
 }
 
 TEST_CASE("another node's agent wakes on the failure record as the store delivers it, and stops when asked") {

@@ -48,6 +48,15 @@ void wait_stopped(const Child& child) {
   REQUIRE(::waitid(P_PID, static_cast<id_t>(child.pid()), &info, WSTOPPED | WNOWAIT) == 0);
 }
 
+// Ranks 0 and 1 on this node, both beating step 1 10 ms in.
+void two_ranks_beating(Watched& w) {
+  w.dog.add_worker(0, 0, kPid);
+  w.dog.add_worker(1, 1, kPid + 1);
+  w.clock.advance(10ms);
+  w.dog.on_beat(wd::testing::beat(0, 1, w.clock.now()));
+  w.dog.on_beat(wd::testing::beat(1, 1, w.clock.now()));
+}
+
 }  // namespace
 
 TEST_CASE("heartbeat timeout fires exactly one timeout after the last beat") {
@@ -94,11 +103,7 @@ TEST_CASE("fixed timeout, --restart-scope=rank: survivors waiting for a replacem
           "still starting are held by its first-beat grace, not one heartbeat timeout") {
   Watched watched(heartbeat_only(300ms, 5s));
   auto& [clock, hang, dog] = watched;
-  dog.add_worker(0, 0, kPid);
-  dog.add_worker(1, 1, kPid + 1);
-  clock.advance(10ms);
-  dog.on_beat(wd::testing::beat(0, 1, clock.now()));
-  dog.on_beat(wd::testing::beat(1, 1, clock.now()));
+  two_ranks_beating(watched);
   dog.replace_worker(1, kPid + 10);  // rank 1 died; its replacement loads LibTorch
   const auto spawned = clock.now();
   clock.advance(5s - 1ms);
@@ -124,6 +129,24 @@ TEST_CASE("fixed timeout: once the replacement beats, every rank is on the heart
   clock.advance(300ms);
   REQUIRE(hang);
   CHECK(hang->due == last + 300ms);
+}
+
+TEST_CASE("fixed timeout, --restart-scope=rank on several nodes: ranks waiting for another "
+          "node's replacement are held by the first-beat grace until they beat again") {
+  Watched watched(heartbeat_only(300ms, 5s));
+  auto& [clock, hang, dog] = watched;
+  two_ranks_beating(watched);
+  dog.peer_replacing();  // rank 2, on another node, died; its replacement starts there
+  const auto told = clock.now();
+  clock.advance(2s);
+  CHECK_FALSE(hang);  // both wait in the new generation's rendezvous
+  dog.on_beat(wd::testing::beat(0, 2, clock.now()));  // re-formed: rank 0 steps again
+  const auto beat = clock.now();
+  clock.advance(300ms);
+  REQUIRE(hang);  // rank 1 is on the grace still, rank 0 on its timeout again
+  CHECK(hang->global_rank == 0);
+  CHECK(hang->due == beat + 300ms);
+  CHECK(beat + 300ms < told + 5s);
 }
 
 TEST_CASE("a first beat ends the grace: the timeout counts from it, not from the grace") {

@@ -389,20 +389,12 @@ def all_reduce(tensor, op=None, timeout=DEFAULT_TIMEOUT_S):
     if failed is not None:
         raise PeerFailed(failed)
     work = dist.all_reduce(tensor, op=op, async_op=True)
-    # The completion callback (on gloo's thread) writes one byte; waiting on
-    # that pipe and the channel together is one select(), not a poll loop.
-    # The callback owns the write end: it may run after this call returned.
+    # The waiter writes one byte when the collective ends; waiting on that
+    # pipe and the channel together is one select(), not a poll loop. The
+    # waiter owns the write end: it may write after this call returned.
     r, w = os.pipe()
     try:
-        def done(_fut, w=w):
-            try:
-                os.write(w, b"x")
-            except OSError:
-                pass  # abandoned: the read end is closed (EPIPE)
-            finally:
-                os.close(w)
-
-        work.get_future().add_done_callback(done)
+        _Waiter.wait_for(work, w)
         deadline = time.monotonic() + timeout
         while True:
             if ch.wait_readable([r], deadline - time.monotonic()):
@@ -411,12 +403,60 @@ def all_reduce(tensor, op=None, timeout=DEFAULT_TIMEOUT_S):
             failed = poll()
             if failed is not None:
                 _abandoned.append((dist.group.WORLD, work))
+                _Waiter.retire()
                 raise PeerFailed(failed)
             if time.monotonic() >= deadline:
+                _Waiter.retire()
                 raise TimeoutError(f"all_reduce on rank {dist.get_rank()} did not finish within "
                                    f"{timeout:g} s and ddprun reported no failure")
     finally:
         os.close(r)
+
+
+class _Waiter:
+    """Waits for one collective at a time on a daemon thread of its own and
+    writes a byte to that collective's pipe once it ended.
+
+    Not the future's done callback: torch runs that on a gloo thread, which
+    takes the GIL, and an abandoned collective ending while the interpreter
+    finalizes (a peer exiting after this process's last line ends it) took
+    the GIL of a dying interpreter: SIGSEGV at exit, seen under load
+    (examples.rank_recovery_harness). A daemon Python thread whose wait ends
+    then just exits (CPython's rule for daemon threads at finalization). A
+    waiter left blocked on an abandoned collective is retired; the next
+    collective gets a new one."""
+
+    _current = None
+
+    def __init__(self):
+        import queue
+        import threading
+        self.jobs = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="ddprun-recovery-wait", daemon=True).start()
+
+    @classmethod
+    def wait_for(cls, work, w):
+        if cls._current is None:
+            cls._current = cls()
+        cls._current.jobs.put((work, w))
+
+    @classmethod
+    def retire(cls):
+        cls._current = None
+
+    def _serve(self):
+        while True:
+            work, w = self.jobs.get()
+            try:
+                work.wait()
+            except Exception:  # gloo's error: the caller's own wait() raises it
+                pass
+            try:
+                os.write(w, b"x")
+            except OSError:
+                pass  # abandoned: the read end is closed (EPIPE)
+            finally:
+                os.close(w)
 
 
 def pick_source(committed_step):

@@ -1,0 +1,138 @@
+// The LibTorch trainer across two network stacks, one rank each, meeting
+// through the store hosted by node 1's agent (10.77.0.1:29400): a group
+// restart from a checkpoint, and --restart-scope=rank, where only the
+// failed rank's node replaces it and the other node's rank re-forms with
+// the replacement. Both end bit-identical to a failure-free run on one node.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/common/time_scale.h"
+#include "tests/multinode/netns.h"
+
+namespace ddprun::testing {
+namespace {
+
+const std::string kEndpoint = "10.77.0.1:29400";
+
+std::vector<std::string> train_args() {
+  return {TRAIN_BIN, "--backend", "gloo", "--data", DIGITS_DIR, "--steps", "60", "--log-every", "0"};
+}
+
+std::string params_sha(const std::string& log) {
+  const auto at = log.find("final parameters sha256 ");
+  return at == std::string::npos ? std::string("none") : log.substr(at + 24, 64);
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// The same training on 2 ranks on this node, without a failure.
+std::string reference_sha() {
+  TempDir ref;
+  std::vector<std::string> args = {"--nproc-per-node=2"};
+  for (const auto& a : train_args()) args.push_back(a);
+  for (const std::string& a : {std::string("--checkpoint-dir"), ref.path() + "/ck", std::string("--no-resume")})
+    args.push_back(a);
+  NodeAgent one("", args, {}, ref.path() + "/single.log");  // "": this namespace
+  REQUIRE(one.wait(Seconds(60)) == 0);
+  const std::string sha = params_sha(one.log());
+  REQUIRE(sha != "none");
+  return sha;
+}
+
+// Two agents, one rank each, with `flags` (ddprun's, then train's).
+struct TrainJob {
+  TrainJob(const std::string& test, const std::vector<std::string>& ddprun_flags,
+           const std::vector<std::string>& train_flags)
+      : net(test, 2) {
+    for (int n = 1; n <= 2; ++n) {
+      std::vector<std::string> args = {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
+                                        "--rdzv-backend=c10d", "--rdzv-endpoint=" + kEndpoint,
+                                        "--rdzv-id=train"};
+      args.insert(args.end(), ddprun_flags.begin(), ddprun_flags.end());
+      for (const auto& a : train_args()) args.push_back(a);
+      args.insert(args.end(), train_flags.begin(), train_flags.end());
+      args.push_back("--checkpoint-dir");
+      args.push_back(dir.path() + "/ck" + std::to_string(n));
+      // No GLOO_SOCKET_IFNAME: train binds gloo to the address that routes
+      // to MASTER_ADDR (the host name resolves to loopback in a namespace).
+      agents[n] = std::make_unique<NodeAgent>(
+          net.ns(n), args, std::vector<std::string>{"DDPRUN_RDZV_TOKEN=train-" + std::to_string(getpid())},
+          dir.path() + "/n" + std::to_string(n) + ".log");
+    }
+  }
+  // Both agents' exit statuses are 0; both logs, node 1's first.
+  std::string finish() {
+    for (int n = 1; n <= 2; ++n) {
+      INFO("node " << n << ":\n" << agents[n]->log());
+      CHECK(agents[n]->wait(Seconds(90)) == 0);
+    }
+    return agents[1]->log() + agents[2]->log();
+  }
+  Netns net;
+  TempDir dir;
+  std::unique_ptr<NodeAgent> agents[3];
+};
+
+}  // namespace
+
+TEST_CASE("multinode.train") {
+  // A failure at step 30 restarts both nodes (one job-wide restart); they
+  // resume from the step-20 checkpoint.
+  const std::string single = reference_sha();
+  TrainJob job("train", {}, {"--checkpoint-every", "20", "--fail-at-step", "30"});
+  const std::string logs = job.finish();
+  INFO(logs);
+  CHECK(count_of(logs, "restart count 1") == 2);
+  CHECK(logs.find("resuming from") != std::string::npos);
+  CHECK(params_sha(logs) == single);
+}
+
+TEST_CASE("multinode.train_rank") {
+  // --restart-scope=rank: rank 1 is SIGKILLed in the middle of step 30.
+  // Its node's agent replaces it (a process started then, or a standby
+  // started with the group) and opens generation 1 in the store; the other
+  // node's agent tells rank 0, which re-forms with the replacement and
+  // hands it the state: no restart, no checkpoint read.
+  // Third, with a fixed --heartbeat-timeout that may be shorter than the
+  // replacement's start-up: rank 0 waits for it without being blamed (the
+  // watchdog's peer_replacing).
+  const std::string single = reference_sha();
+  const std::string beat_timeout = std::to_string(scaled(std::chrono::seconds(2)).count());
+  for (const std::string& mode : {std::string("spawned"), std::string("standby"), std::string("fixed-timeout")}) {
+    CAPTURE(mode);
+    const bool standby = mode == "standby";
+    std::vector<std::string> flags = {"--restart-scope=rank"};
+    if (mode == "fixed-timeout") {
+      for (const std::string& f : {"--heartbeat-timeout=" + beat_timeout, std::string("--heartbeat-grace=60"),
+                                  std::string("--stack-capture=none")})
+        flags.push_back(f);
+    } else {
+      flags.push_back("--hang-timeout=0");
+    }
+    if (standby) flags.push_back("--standby-workers=1");
+    TrainJob job("tr" + mode.substr(0, 4), flags,
+                 {"--checkpoint-every", "20", "--kill-at-step", "30", "--kill-rank", "1"});
+    const std::string logs = job.finish();
+    INFO(logs);
+    CHECK(count_of(logs, "replacing only that rank, generation 1 ") == 1);
+    CHECK(count_of(logs, "the ranks here re-form with its replacement, generation 1 ") == 1);
+    CHECK(count_of(logs, "is rank 1 (local rank 0), joining generation 1") == (standby ? 1 : 0));
+    // Each agent's line, once every node's ranks joined.
+    CHECK(count_of(logs, "generation 1 formed: every rank joined ") == 2);
+    CHECK(count_of(logs, ": generation 1 formed; state from rank ") == 2);
+    CHECK(count_of(logs, "no checkpoint read") == 2);
+    CHECK(count_of(logs, "restart count 1") == 0);
+    CHECK(count_of(logs, "resuming from") == 0);
+    CHECK(params_sha(logs) == single);
+  }
+}
+
+}  // namespace ddprun::testing
