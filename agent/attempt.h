@@ -169,12 +169,9 @@ class Attempt : public AttemptControl {
   // Rank scope: the recovery under way (at most one).
   struct Recovery {
     int generation = 0;
-    int local_rank = 0;  // the slot being replaced; -1: none (`remote`)
+    int local_rank = 0;  // the slot being replaced; -1: none (another node's ranks)
     // The failed global ranks: the slot's, or another node's (maybe several).
     std::vector<int> ranks;
-    // Another node's ranks failed: nothing is replaced here, the survivors
-    // re-form with that node's replacements.
-    bool remote = false;
     // Several nodes: every local rank joined; the other nodes' are awaited.
     bool joined_here = false;
     std::string cause;   // "exit" or "hang"

@@ -12,6 +12,7 @@
 // opening the same generation, a failure on another node during a
 // recovery, the agents' store lost) falls back to the group path, which
 // on several nodes ends the round for every node (elastic_rendezvous.h).
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
@@ -19,15 +20,6 @@
 #include "agent/attempt.h"
 
 namespace ddprun::agent {
-namespace {
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
-  return s;
-}
-
-}  // namespace
 
 bool Attempt::multi_node() const {
   return rank_scope() && setup_.round.group_world_size > 1 &&
@@ -57,8 +49,9 @@ void Attempt::peer_failed(const rendezvous::RankFailure& f) {
   // The next generation's record, whoever writes it.
   peers_->watch(f.generation + 1);
   if (f.node == setup_.round.node_id) return;  // ours: generation_published says how it went
-  const std::string what = "rank " + rank_list(f.ranks) + " on node " + f.node + " " +
-                           (f.cause == rendezvous::RankFailure::kHang ? "hung" : "failed");
+  const std::string what =
+      fmt::format("rank {} on node {} {}", fmt::join(f.ranks, ","), f.node,
+                  f.cause == rendezvous::RankFailure::kHang ? "hung" : "failed");
   Failure root;
   root.reason = "rank-scoped recovery across nodes: " + what;
   root.exit_code = 1;
@@ -87,7 +80,6 @@ void Attempt::peer_failed(const rendezvous::RankFailure& f) {
   r.cause = rendezvous::cause_name(f.cause);
   r.began = clock_.now();
   r.spawned = true;  // the replacement is that node's to start
-  r.remote = true;
   r.failure = std::move(root);
   recovery_ = std::move(r);
   const std::string line =

@@ -309,11 +309,9 @@ void Attempt::check_joined() {
 void Attempt::recovery_complete() {
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() -
                                                                           recovery_->began);
-  std::string failed;
-  for (int r : recovery_->ranks) failed += (failed.empty() ? "" : ",") + std::to_string(r);
-  const std::string line = "generation " + std::to_string(recovery_->generation) +
-                           " formed: every rank joined " + std::to_string(took.count()) +
-                           " ms after rank " + failed + " failed";
+  const std::string line =
+      fmt::format("generation {} formed: every rank joined {} ms after rank {} failed",
+                  recovery_->generation, took.count(), fmt::join(recovery_->ranks, ","));
   spdlog::info("{}", line);
   RecoveryEvent e;
   e.kind = RecoveryEvent::Kind::kJoined;
