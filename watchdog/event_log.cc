@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -61,6 +63,13 @@ EventLog::EventLog(std::string path, std::shared_ptr<base::QueuedWriter> writer)
   } catch (const base::FileError& e) {
     throw WatchdogError(e.what());
   }
+  // Room reserved for the job's history before any worker writes a byte:
+  // the writer threads race, and worker logs filling the disk must not
+  // take events.jsonl's first page (its log_write_failed line above all).
+  // KEEP_SIZE: the file's length stays its content. Best effort: a file
+  // system without fallocate (NFS before 4.2) just has no reserve.
+  constexpr off_t kReserved = 64 * 1024;
+  (void)::fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, 0, kReserved);
   if (!writer_) writer_ = make_watchdog_writer();
   // The gap a stalled folder left, as an event of its own: the file stays
   // JSON lines.

@@ -10,6 +10,8 @@
 // the loop never waits for the log folder (NFS) and a reader never sees half
 // a line. Past the writer's bound lines are dropped, and once the file has
 // caught up one line {"event": "events_dropped", "bytes": N, ...} says so.
+// The file is created with 64 KiB reserved (fallocate, its length unchanged)
+// so worker logs that fill the disk leave room for some 250 events.
 //
 // Thread safety: not thread-safe (the agent's loop thread writes).
 #pragma once
