@@ -9,6 +9,7 @@ CUDA is there. CI runs it (tests/examples, examples.from_horovod) and it
 exits 1 unless every rank ends with the same parameters.
 """
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -57,7 +58,16 @@ def main():
     same = all(torch.equal(every[0], f) for f in every)
     print(f"rank {rank}/{world} local_rank {local_rank}: parameters identical on every rank: {same}", flush=True)
     dist.destroy_process_group()
-    raise SystemExit(0 if same else 1)
+    # torch 2.x: DDP keeps the gloo process group, and its worker threads,
+    # alive past destroy_process_group(). A worker thread that frees the
+    # last all_gather's tensors after the interpreter began to finalize
+    # needs the GIL, is ended by CPython, and aborts a run that succeeded
+    # ("terminate called without an active exception": pytorch/pytorch
+    # #179291; 3 runs in 80 on a busy machine). Nothing is left to finalize
+    # here, so the process ends now, its output flushed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if same else 1)
 
 
 if __name__ == "__main__":
