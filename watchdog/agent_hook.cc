@@ -138,6 +138,8 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   attempt_ = attempt.restart_count;
   attempt_dir_ = attempt.log_dir;
   report_.reset();
+  held_hang_.reset();
+  if (held_timer_) held_timer_->cancel();
   control_ = nullptr;
   dog_ = std::make_unique<Watchdog>(
       clock_, options_.detect, [this](const HangEvent& e) { on_hang(e); },
@@ -213,79 +215,6 @@ void WatchdogHook::workers_started(const agent::AttemptInfo& attempt,
                     {"master_port", attempt.round.master_port},
                     {"heartbeat_socket", heartbeats_ ? heartbeats_->path() : ""}});
   }
-}
-
-void WatchdogHook::share_guards(const agent::AttemptInfo& attempt) {
-  peers_.reset();
-  ++peers_generation_;
-  const auto& round = attempt.round;
-  if (!dog_->learning() || round.group_world_size < 2 || round.store_addr.empty()) return;
-  auto changed = [this, alive = alive_, generation = peers_generation_](std::vector<NodeGuards> fresh) {
-    boost::asio::post(io_, [this, alive, generation, fresh = std::move(fresh)] {
-      if (!*alive || generation != peers_generation_ || !dog_) return;
-      // Time left by the other node's clock, from when we read it: a record
-      // that is not renewed keeps this bound (PeerGuards says why).
-      const auto now = clock_.now();
-      for (const auto& n : fresh) {
-        std::vector<Guard> guards;
-        for (const auto& g : n.guards) {
-          Guard x;
-          x.rank = g.rank;
-          x.section = g.section;
-          x.until = now + g.remaining;
-          guards.push_back(std::move(x));
-        }
-        note_peer_sections(n.node, guards);
-        dog_->on_peer_guards(n.node, std::move(guards));
-      }
-    });
-  };
-  try {
-    peers_ = std::make_unique<PeerGuards>(
-        GuardPlace{round.store_addr, round.store_token, round.store_prefix, round.group_rank,
-                   round.group_world_size},
-        std::move(changed));
-  } catch (const std::exception& e) {
-    spdlog::warn("sections are judged on this node only in attempt {}: {}", attempt_, e.what());
-    return;
-  }
-  dog_->on_guards_changed([this](const std::vector<Guard>& g) { publish_guards(g); });
-}
-
-void WatchdogHook::note_peer_sections(int node, const std::vector<Guard>& guards) {
-  // Said when this node's ranks start waiting for other nodes' sections,
-  // not for each one: with every rank saving (torch.distributed.checkpoint)
-  // a checkpoint would be a line per rank of the job.
-  auto is_section = [](const Guard& g) { return g.section != TimeoutLearner::kSetup; };
-  const auto before = dog_->peer_guards();
-  if (std::any_of(before.begin(), before.end(), is_section)) return;
-  const auto g = std::find_if(guards.begin(), guards.end(), is_section);
-  if (g == guards.end()) return;
-  const double left = std::chrono::duration<double>(g->until - clock_.now()).count();
-  const std::string line = fmt::format(
-      "node {}'s rank {} is inside section \"{}\": ranks here waiting for it are not hung "
-      "(for up to {:.0f} s, its timeout there)", node, g->rank, g->section, left);
-  // Once per job on the console (a checkpoint every few minutes would
-  // repeat it), and not for the end of the job (the bootstrap's
-  // "teardown"); every time in the event log.
-  if (!said_peer_section_ && g->section != "teardown") {
-    spdlog::info("{}", line);
-    said_peer_section_ = true;
-  }
-  if (events_)
-    events_->write("peer_section", attempt_, all_ranks(), line,
-                   {{"node", node}, {"rank", g->rank}, {"section", g->section}, {"left_s", left}});
-}
-
-void WatchdogHook::publish_guards(const std::vector<Guard>& guards) {
-  if (!peers_) return;
-  const auto now = clock_.now();
-  std::vector<SharedGuard> out;
-  for (const auto& g : guards) {
-    const auto left = std::chrono::duration_cast<Millis>(g.until - now);
-    if (left.count() > 0) out.push_back({g.rank, g.section, left});
-  }
-  peers_->publish(std::move(out));
 }
 
 void WatchdogHook::output(int local_rank, agent::Stream, std::string_view) {
@@ -373,6 +302,10 @@ void WatchdogHook::no_core_dumps(pid_t pid) const {
 }
 
 void WatchdogHook::on_hang(const HangEvent& event) {
+  if (!defer_hang(event)) act_on_hang(event);
+}
+
+void WatchdogHook::act_on_hang(const HangEvent& event) {
   report_ = make_hang_report(*dog_, event, attempt_);
   report_->action = to_string(options_.on_hang);
   hang_event_ = event;
@@ -478,6 +411,7 @@ void WatchdogHook::finish_hang() {
                     {"report", attempt_dir_ + "/" + base::kFileHangReportJson}});
   }
   report_->find_culprit();  // from native stacks; Python ones come at the end
+  if (replaces_culprit()) say_blamed(report_->culprit);  // nodes holding theirs wait for ours
   const std::string summary = report_->summary(options_.logs_kept ? attempt_dir_ : "");
   const char* what = options_.on_hang == OnHang::kReport
                          ? "reporting only (--on-hang=report): the job keeps running"
@@ -534,6 +468,15 @@ void WatchdogHook::finish_hang() {
 
 void WatchdogHook::recovery(const agent::RecoveryEvent& e) {
   using Kind = agent::RecoveryEvent::Kind;
+  // A failure, here or on another node, explains the stall held for the
+  // other nodes' answer; the recovery below re-arms the watchdog.
+  if (e.kind == Kind::kFailed) end_deferral(false, fmt::format("rank {} failed", fmt::join(e.ranks, ", ")));
+  // The generation this node's blame opened is formed (or given up): a
+  // later stall elsewhere must not wait for it.
+  if ((e.kind == Kind::kJoined || e.kind == Kind::kFallback) && !shared_.blamed.empty()) {
+    shared_.blamed.clear();
+    if (peers_) peers_->publish(shared_);
+  }
   if (e.kind == Kind::kFailed && dog_ &&
       std::none_of(info_.workers.begin(), info_.workers.end(), [&](const agent::WorkerInfo& w) {
         return std::count(e.ranks.begin(), e.ranks.end(), w.rank) > 0;
@@ -602,6 +545,8 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
   join_capture();
   last_max_step_ = dog_ ? dog_->max_step() : -1;
   last_hang_.reset();
+  held_hang_.reset();  // the attempt ended another way meanwhile
+  if (held_timer_) held_timer_->cancel();
   last_report_dir_.clear();
   if (dog_) dog_->stop();
   if (report_) {

@@ -24,6 +24,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -141,6 +142,8 @@ class WatchdogHook : public agent::AgentHooks {
  private:
   void begin_attempt(const agent::AttemptInfo& attempt);
   void on_hang(const HangEvent& event);
+  // The stacks, the report and the verdict (on_hang, unless it was held).
+  void act_on_hang(const HangEvent& event);
   // Writes the report and fails the attempt, once the stacks are in.
   void finish_hang();
   // Rank scope: the culprit alone is replaced (on_hang is restart).
@@ -165,9 +168,21 @@ class WatchdogHook : public agent::AgentHooks {
   void say_native_unwatched();
   // events.jsonl and its "start" line; once per job.
   void open_event_log();
-  // Multi-node rounds: this node's guards to the others, theirs to dog_.
+  // Multi-node rounds: this node's guards to the others, theirs to dog_
+  // (agent_hook_peers.cc).
   void share_guards(const agent::AttemptInfo& attempt);
   void publish_guards(const std::vector<Guard>& guards);
+  void on_peer_record(const NodeGuards& record);
+  // Rank scope on several nodes (peer_stall.h): holds `event` while the
+  // other nodes look for a rank of theirs behind it; false when it is to
+  // be acted on now.
+  bool defer_hang(const HangEvent& event);
+  // Acts on the held hang (`why` says why now), or drops it (`act` false:
+  // another node's failure explains it).
+  void end_deferral(bool act, const std::string& why);
+  // This node acts on a hang of `rank`: the nodes holding theirs wait for
+  // its generation.
+  void say_blamed(int rank);
   // Says (event log; console once) when ranks here start waiting for
   // another node's section.
   void note_peer_sections(int node, const std::vector<Guard>& guards);
@@ -196,6 +211,10 @@ class WatchdogHook : public agent::AgentHooks {
   std::unique_ptr<FileTimerServer> timers_;
   std::unique_ptr<PeerGuards> peers_;
   uint64_t peers_generation_ = 0;  // a record posted for an older attempt is dropped
+  NodeRecord shared_;                 // what peers_ publishes of this node
+  std::map<int, PeerStall> peer_stalls_;  // other nodes' stalls, by node
+  std::optional<HangEvent> held_hang_;    // defer_hang's
+  std::unique_ptr<base::Timer> held_timer_;
   std::optional<HangReport> report_;
   HangEvent hang_event_;
   std::vector<int> abort_targets_;  // local ranks SIGABRTed for a traceback

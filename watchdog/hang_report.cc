@@ -164,7 +164,13 @@ std::vector<std::string> HangReport::advice() const {
                                 event.section, secs(event.timeout)));
       break;
     case HangKind::kHeartbeat:
-      if (!event.learned_from.empty()) {
+      if (event.peer_node >= 0) {
+        // Named by another node's stall (peer_stall.h): its timeout passed.
+        out.push_back(fmt::format("node {}'s --hang-timeout-floor or --heartbeat-timeout (its ranks "
+                                  "waited for this one past it; raise it there if this rank can "
+                                  "legitimately fall that far behind)",
+                                  event.peer_node));
+      } else if (!event.learned_from.empty()) {
         out.push_back(fmt::format("--hang-timeout-floor=S (raise it above the longest legitimate "
                                   "pause between steps; the learned timeout was {} s), or "
                                   "--hang-timeout=S for one fixed timeout",

@@ -15,12 +15,17 @@ namespace ddprun::watchdog {
 
 namespace rdzv = ddprun::rendezvous;
 
-std::string encode_guards(uint64_t seq, const std::vector<SharedGuard>& guards) {
+std::string encode_guards(uint64_t seq, const NodeRecord& record) {
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& g : guards)
+  for (const auto& g : record.guards)
     list.push_back({{"rank", g.rank}, {"section", g.section},
                     {"remaining_s", static_cast<double>(g.remaining.count()) / 1000.0}});
-  return nlohmann::json{{"seq", seq}, {"guards", list}}.dump();
+  nlohmann::json j{{"seq", seq}, {"guards", list}};
+  if (record.stall)
+    j["stall"] = {{"rank", record.stall->rank}, {"step", record.stall->step},
+                  {"silent_s", static_cast<double>(record.stall->silent.count()) / 1000.0}};
+  if (!record.blamed.empty()) j["blamed"] = record.blamed;
+  return j.dump();
 }
 
 NodeGuards decode_guards(int node, const std::string& text) {
@@ -37,6 +42,15 @@ NodeGuards decode_guards(int node, const std::string& text) {
           static_cast<int64_t>(g.at("remaining_s").get<double>() * 1000.0));
       out.guards.push_back(std::move(s));
     }
+    // Both optional: a node that says neither has no stalled rank.
+    if (const auto st = j.find("stall"); st != j.end()) {
+      PeerStall p;
+      p.rank = st->at("rank").get<int>();
+      p.step = st->at("step").get<int64_t>();
+      p.silent = std::chrono::milliseconds(static_cast<int64_t>(st->at("silent_s").get<double>() * 1000.0));
+      out.stall = p;
+    }
+    if (const auto b = j.find("blamed"); b != j.end()) out.blamed = b->get<std::vector<int>>();
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("node " + std::to_string(node) + "'s guard record: " + e.what());
   }
@@ -61,9 +75,9 @@ PeerGuards::PeerGuards(GuardPlace place, Changed changed)
 
 PeerGuards::~PeerGuards() { service_.stop(); }
 
-void PeerGuards::publish(std::vector<SharedGuard> guards) {
+void PeerGuards::publish(NodeRecord record) {
   service_.hand_over([&] {
-    entry_ = std::move(guards);
+    entry_ = std::move(record);
     has_entry_ = true;
   });
 }

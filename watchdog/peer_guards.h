@@ -9,7 +9,12 @@
 //   ddprun-watchdog/<store prefix>guards/changes a counter every publisher bumps
 // A record is {"seq": n, "guards": [{"rank", "section", "remaining_s"}]}:
 // the time each guard has left by the publisher's clock, so no two nodes'
-// clocks are compared. Readers look at the counter every kPollInterval and
+// clocks are compared. With --restart-scope=rank it may also say
+// "stall": {"rank", "step", "silent_s"} (this node's ranks are past their
+// deadline, the one blamed here at that step: is a rank elsewhere behind
+// it?) and "blamed": [ranks] (this node acts on a hang of these ranks of its
+// own), so that a hang is blamed on the node whose rank stopped first
+// (peer_stall.h). Readers look at the counter every kPollInterval and
 // read the records only when it moved, so the store's load grows with the
 // nodes, not their square.
 //
@@ -34,6 +39,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,15 +61,35 @@ struct SharedGuard {
   }
 };
 
+// A node's stalled ranks, as it tells the others: the rank it would blame,
+// that rank's last step, and how long it has been silent (by its clock).
+struct PeerStall {
+  int rank = -1;
+  int64_t step = -1;
+  std::chrono::milliseconds silent{0};
+  bool operator==(const PeerStall& o) const {
+    return rank == o.rank && step == o.step && silent == o.silent;
+  }
+};
+
+// What one node publishes.
+struct NodeRecord {
+  std::vector<SharedGuard> guards;
+  std::optional<PeerStall> stall;
+  std::vector<int> blamed;  // global ranks this node acts on as hung
+};
+
 struct NodeGuards {
   int node = -1;
   uint64_t seq = 0;
   std::vector<SharedGuard> guards;
+  std::optional<PeerStall> stall;
+  std::vector<int> blamed;
 };
 
 // The record's codec (one place knows the bytes); decode throws
 // std::runtime_error naming what is wrong.
-std::string encode_guards(uint64_t seq, const std::vector<SharedGuard>& guards);
+std::string encode_guards(uint64_t seq, const NodeRecord& record);
 NodeGuards decode_guards(int node, const std::string& text);
 
 struct GuardPlace {
@@ -89,8 +115,8 @@ class PeerGuards {
   PeerGuards(const PeerGuards&) = delete;
   PeerGuards& operator=(const PeerGuards&) = delete;
 
-  // This node's guards now; the thread publishes the newest at once.
-  void publish(std::vector<SharedGuard> guards);
+  // This node's record now; the thread publishes the newest at once.
+  void publish(NodeRecord record);
 
  private:
   void run();
@@ -99,7 +125,7 @@ class PeerGuards {
   Changed changed_;
   std::shared_ptr<rendezvous::Canceller> canceller_;
   bool has_entry_ = false;             // guarded by service_'s mutex
-  std::vector<SharedGuard> entry_;     // guarded by service_'s mutex
+  NodeRecord entry_;                   // guarded by service_'s mutex
   base::ServiceThread service_;
 };
 

@@ -349,6 +349,33 @@ void Watchdog::peer_replacing() {
   arm_deadline();
 }
 
+void Watchdog::blame(int local_rank, int peer_node, std::string detail) {
+  if (fired_ || stopped_) return;
+  const WorkerStatus* w = find_local(local_rank);
+  if (w == nullptr || w->exited) return;
+  HangEvent e;
+  e.kind = HangKind::kHeartbeat;
+  e.local_rank = w->local_rank;
+  e.global_rank = w->global_rank;
+  e.pid = w->pid;
+  e.due = clock_.now();
+  e.detected = e.due;
+  e.detail = std::move(detail);
+  e.peer_node = peer_node;
+  fire(std::move(e));
+}
+
+void Watchdog::withdraw() {
+  if (!fired_ || stopped_) return;
+  fired_ = false;
+  const auto now = clock_.now();
+  resumed_ = now;
+  ++epoch_;  // the stall is no step duration to learn from
+  for (auto& w : workers_) w.stuck_since.reset();
+  arm_deadline();
+  schedule_poll();
+}
+
 void Watchdog::on_file_timer_expiry(const FileTimerExpiry& expiry) {
   if (fired_ || stopped_) return;
   // torch's client reports os.getpid(): the worker itself or a process it

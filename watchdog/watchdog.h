@@ -161,6 +161,9 @@ struct HangEvent {
   std::string learned_from;
   // kSection: the section's name.
   std::string section;
+  // blame(): the node whose stall named this rank (peer_stall.h); -1 when
+  // this node's own deadline passed.
+  int peer_node = -1;
 };
 
 class Watchdog {
@@ -198,6 +201,13 @@ class Watchdog {
   // gives the survivors, above); every other deadline restarts from now.
   void peer_replacing();
   void on_file_timer_expiry(const FileTimerExpiry& expiry);
+  // --restart-scope=rank on several nodes: another node's stalled ranks
+  // wait for this local rank (peer_stall.h). A heartbeat hang of it, now,
+  // with `detail`; nothing when the watchdog fired or stopped already.
+  void blame(int local_rank, int peer_node, std::string detail);
+  // The hang it fired was not acted on (another node's rank was the
+  // culprit, and that node replaces it): watch again, every deadline from now.
+  void withdraw();
   // Disarms every detector (the attempt is ending for another reason).
   void stop();
 

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,14 +50,17 @@ std::string reference_sha() {
 
 // Two agents, one rank each, with `flags` (ddprun's, then train's).
 struct TrainJob {
+  // `node_flags[n]`: ddprun flags of node n (1 or 2) alone.
   TrainJob(const std::string& test, const std::vector<std::string>& ddprun_flags,
-           const std::vector<std::string>& train_flags)
+           const std::vector<std::string>& train_flags,
+           std::map<int, std::vector<std::string>> node_flags = {})
       : net(test, 2) {
     for (int n = 1; n <= 2; ++n) {
       std::vector<std::string> args = {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
                                         "--rdzv-backend=c10d", "--rdzv-endpoint=" + kEndpoint,
                                         "--rdzv-id=train"};
       args.insert(args.end(), ddprun_flags.begin(), ddprun_flags.end());
+      args.insert(args.end(), node_flags[n].begin(), node_flags[n].end());
       for (const auto& a : train_args()) args.push_back(a);
       args.insert(args.end(), train_flags.begin(), train_flags.end());
       args.push_back("--checkpoint-dir");
@@ -66,6 +70,12 @@ struct TrainJob {
       agents[n] = std::make_unique<NodeAgent>(
           net.ns(n), args, std::vector<std::string>{"DDPRUN_RDZV_TOKEN=train-" + std::to_string(getpid())},
           dir.path() + "/n" + std::to_string(n) + ".log");
+      // Node 2 starts once node 1 joins its own store, so node 1 is
+      // nearly always group rank 0 (first-join order; the tests that care
+      // read the assignment from the logs all the same).
+      if (n == 1 && !node_flags.empty())
+        wait_in_dir(dir.path(), [&] { return agents[1]->log().find("joining rendezvous") != std::string::npos; },
+                    Seconds(30));
     }
   }
   // Both agents' exit statuses are 0; both logs, node 1's first.
@@ -128,6 +138,47 @@ TEST_CASE("multinode.train_rank") {
     // Each agent's line, once every node's ranks joined.
     CHECK(count_of(logs, "generation 1 formed: every rank joined ") == 2);
     CHECK(count_of(logs, ": generation 1 formed; state from rank ") == 2);
+    CHECK(count_of(logs, "no checkpoint read") == 2);
+    CHECK(count_of(logs, "restart count 1") == 0);
+    CHECK(count_of(logs, "resuming from") == 0);
+    CHECK(params_sha(logs) == single);
+  }
+}
+
+TEST_CASE("multinode.train_rank_hang") {
+  // --restart-scope=rank with a hang: rank 1 (node 2) stops in step 30
+  // before its beat, and rank 0 (node 1) then waits in step 31's
+  // collective. Node 1 has the shorter timeout, so its watchdog fires
+  // first, on a rank that is only waiting: it holds that verdict and asks;
+  // node 2 finds its rank behind node 1's stalled rank (step 29 < 30), acts
+  // on it long before its own timeout and replaces it; node 1's rank
+  // re-forms with the replacement. Without the question node 1 replaced
+  // rank 0, and rank 1's hang ended that recovery: a group restart.
+  // Both with fixed heartbeat timeouts and learned ones (floors).
+  const std::string single = reference_sha();
+  const auto secs = [](int s) { return std::to_string(scaled(std::chrono::seconds(s)).count()); };
+  for (const std::string& mode : {std::string("fixed"), std::string("learned")}) {
+    CAPTURE(mode);
+    const std::string flag = mode == "fixed" ? "--heartbeat-timeout=" : "--hang-timeout-floor=";
+    std::vector<std::string> flags = {"--restart-scope=rank", "--stack-capture=none"};
+    if (mode == "fixed") flags.push_back("--heartbeat-grace=60");
+    TrainJob job("th" + mode.substr(0, 4), flags,
+                 {"--checkpoint-every", "20", "--hang-at-step", "30"},
+                 {{1, {flag + secs(3)}}, {2, {flag + secs(60)}}});
+    const std::string logs = job.finish();
+    INFO(logs);
+    // Rank 1 is node 2's when node 1 joined first (TrainJob); otherwise the
+    // culprit's node has the short timeout and acts first on its own.
+    const bool survivor_first = job.agents[2]->log().find("group rank 1 of 2") != std::string::npos;
+    MESSAGE("the survivor's node fired first: " << survivor_first);
+    if (survivor_first) {
+      CHECK(count_of(logs, "asking the other nodes whether a rank of theirs stopped first") >= 1);
+      CHECK(count_of(logs, "heartbeat_timeout: behind node 0's stalled ranks: last step 29") >= 1);
+    }
+    CHECK(count_of(logs, "freeze: rank 1 is the culprit") == 1);
+    CHECK(count_of(logs, "freeze: rank 0 is the culprit") == 0);
+    CHECK(count_of(logs, "the ranks here re-form with its replacement, generation 1 ") == 1);
+    CHECK(count_of(logs, "generation 1 formed: every rank joined ") == 2);
     CHECK(count_of(logs, "no checkpoint read") == 2);
     CHECK(count_of(logs, "restart count 1") == 0);
     CHECK(count_of(logs, "resuming from") == 0);

@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "base/steady_clock.h"
 #include "tests/watchdog/test_util.h"
+#include "watchdog/peer_stall.h"
 #include "watchdog/watchdog.h"
 
 namespace wd = ddprun::watchdog;
@@ -393,4 +394,40 @@ TEST_CASE("laggard rule names the rank whose step is behind") {
   CHECK(hang->global_rank == 0);
   CHECK(dog.suspects(*hang) == std::vector<int>{1});
   CHECK(dog.max_step() == 11);
+}
+
+TEST_CASE("rank scope on several nodes: another node's stall names the rank here behind it; "
+          "blame() fires on it at once, withdraw() watches again") {
+  Watched w(heartbeat_only(60s, 60s));
+  auto& [clock, hang, dog] = w;
+  two_ranks_beating(w);  // both at step 1
+  clock.advance(10ms);
+  dog.on_beat(wd::testing::beat(0, 2, clock.now()));  // rank 0 goes on; rank 1 stops at step 1
+  clock.advance(2s);
+  // The other node's rank waits at step 2, silent for 2 s there.
+  const wd::PeerStall stall{5, 2, 2000ms};
+  CHECK(wd::local_ranks_behind(dog.workers(), stall, clock.now()) == std::vector<int>{1});
+  // Not behind: the same step, or moving (silent far less than the peer).
+  CHECK(wd::local_ranks_behind(dog.workers(), wd::PeerStall{5, 1, 2000ms}, clock.now()).empty());
+  CHECK(wd::local_ranks_behind(dog.workers(), wd::PeerStall{5, 3, 10000ms}, clock.now()).empty());
+  CHECK(wd::silent_for(dog.workers()[1], clock.now()) == 2010ms);
+
+  dog.blame(1, 0, "behind node 0's stalled ranks");
+  REQUIRE(hang);
+  CHECK(hang->global_rank == 1);
+  CHECK(hang->peer_node == 0);
+  CHECK(hang->kind == wd::HangKind::kHeartbeat);
+  CHECK(hang->detail == "behind node 0's stalled ranks");
+  CHECK(dog.fired());
+  hang.reset();
+  dog.blame(0, 0, "again");  // fired already: nothing
+  CHECK_FALSE(hang);
+
+  // Withdrawn: every deadline counts from now, a full timeout.
+  dog.withdraw();
+  CHECK_FALSE(dog.fired());
+  clock.advance(59s);
+  CHECK_FALSE(hang);
+  clock.advance(2s);
+  REQUIRE(hang);
 }
