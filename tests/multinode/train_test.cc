@@ -146,11 +146,11 @@ TEST_CASE("multinode.train_rank") {
 }
 
 TEST_CASE("multinode.train_rank_hang") {
-  // --restart-scope=rank with a hang: rank 1 (node 2) stops in step 30
-  // before its beat, and rank 0 (node 1) then waits in step 31's
+  // --restart-scope=rank with a hang: rank 1 (node 2) stops in step 45
+  // before its beat, and rank 0 (node 1) then waits in step 46's
   // collective. Node 1 has the shorter timeout, so its watchdog fires
   // first, on a rank that is only waiting: it holds that verdict and asks;
-  // node 2 finds its rank behind node 1's stalled rank (step 29 < 30), acts
+  // node 2 finds its rank behind node 1's stalled rank (step 44 < 45), acts
   // on it long before its own timeout and replaces it; node 1's rank
   // re-forms with the replacement. Without the question node 1 replaced
   // rank 0, and rank 1's hang ended that recovery: a group restart.
@@ -163,17 +163,22 @@ TEST_CASE("multinode.train_rank_hang") {
     std::vector<std::string> flags = {"--restart-scope=rank", "--stack-capture=none"};
     if (mode == "fixed") flags.push_back("--heartbeat-grace=60");
     TrainJob job("th" + mode.substr(0, 4), flags,
-                 {"--checkpoint-every", "20", "--hang-at-step", "30"},
+                 {"--checkpoint-every", "20", "--hang-at-step", "45"},
                  {{1, {flag + secs(3)}}, {2, {flag + secs(60)}}});
     const std::string logs = job.finish();
     INFO(logs);
     // Rank 1 is node 2's when node 1 joined first (TrainJob); otherwise the
-    // culprit's node has the short timeout and acts first on its own.
-    const bool survivor_first = job.agents[2]->log().find("group rank 1 of 2") != std::string::npos;
-    MESSAGE("the survivor's node fired first: " << survivor_first);
-    if (survivor_first) {
-      CHECK(count_of(logs, "asking the other nodes whether a rank of theirs stopped first") >= 1);
-      CHECK(count_of(logs, "heartbeat_timeout: behind node 0's stalled ranks: last step 29") >= 1);
+    // culprit's node has the short timeout and acts first on its own. A
+    // learned timeout is the floor only once 10 step gaps were seen, which
+    // on a loaded machine may not be the case by step 45 on node 1 (gaps
+    // across the other node's setup and the checkpoints do not count):
+    // then node 2 fires first there too.
+    const bool rank1_on_node2 = job.agents[2]->log().find("group rank 1 of 2") != std::string::npos;
+    const bool asked = job.agents[1]->log().find("asking the other nodes") != std::string::npos;
+    MESSAGE("rank 1 on node 2: " << rank1_on_node2 << "; node 1 fired first and asked: " << asked);
+    if (rank1_on_node2 && (mode == "fixed" || asked)) {
+      CHECK(asked);
+      CHECK(count_of(logs, "heartbeat_timeout: behind node 0's stalled ranks: last step 44") >= 1);
     }
     CHECK(count_of(logs, "freeze: rank 1 is the culprit") == 1);
     CHECK(count_of(logs, "freeze: rank 0 is the culprit") == 0);

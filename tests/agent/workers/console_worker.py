@@ -79,8 +79,13 @@ elif mode == "import-error":
     if rank == "0":
         open(mark, "w").close()
     else:
-        while not os.path.exists(mark):  # the slower rank: after rank 0
-            time.sleep(0.005)
+        # The slower rank: after rank 0. It spins rather than sleeps, as a
+        # rank still importing runs: a sleeping poll loop looks idle to the
+        # agent's failure drain (state S, no CPU time over its 5 ms sample,
+        # which a loaded machine's late wake-ups made likely), and an idle
+        # rank is stopped at once (agent.output failed so at load 14).
+        while not os.path.exists(mark):
+            pass
     importlib.import_module(f"no_such_module_{rank}")
 elif mode == "bars":
     n = int(sys.argv[2])
