@@ -101,6 +101,12 @@ void Watchdog::on_beat(const Beat& beat) {
       return;
     }
     // Fixed timeout: every datagram of the rank's shows it alive.
+    // A replacement's first beat ends the survivors' wait for it: they
+    // re-formed with it meanwhile (no step), and their next beat comes
+    // after the step they redo with it, a full timeout from now. (From its
+    // spawn instead, a recovery longer than the timeout on a loaded machine
+    // blamed a survivor at the replacement's first beat: a second failure.)
+    if (w.beats == 0 && w.local_rank == joining_local_rank_) resumed_ = beat.received;
     ++w.beats;
     if (waiting_for_beat_) resume_after_report(beat.received);
     w.last_beat = beat.received;

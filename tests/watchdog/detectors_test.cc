@@ -132,6 +132,23 @@ TEST_CASE("fixed timeout: once the replacement beats, every rank is on the heart
   CHECK(hang->due == last + 300ms);
 }
 
+TEST_CASE("fixed timeout, --restart-scope=rank: the replacement's first beat gives the survivors "
+          "a full timeout from it, however long the recovery took") {
+  Watched watched(heartbeat_only(300ms, 5s));
+  auto& [clock, hang, dog] = watched;
+  two_ranks_beating(watched);
+  dog.replace_worker(1, kPid + 10);
+  clock.advance(2s);  // a slow recovery: longer than the timeout, within the grace
+  CHECK_FALSE(hang);
+  dog.on_beat(wd::testing::beat(1, 1, clock.now()));  // the replacement joined and beats
+  const auto joined = clock.now();
+  clock.advance(299ms);
+  CHECK_FALSE(hang);  // rank 0 redoes the step with it
+  clock.advance(1ms);
+  REQUIRE(hang);
+  CHECK(hang->due == joined + 300ms);
+}
+
 TEST_CASE("fixed timeout, --restart-scope=rank on several nodes: ranks waiting for another "
           "node's replacement are held by the first-beat grace until they beat again") {
   Watched watched(heartbeat_only(300ms, 5s));
