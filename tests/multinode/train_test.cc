@@ -91,6 +91,21 @@ struct TrainJob {
   std::unique_ptr<NodeAgent> agents[3];
 };
 
+// Rank scope: rank 1's node replaced it (one generation, no restart), the
+// other node's rank re-formed with the replacement, each from the state of a
+// peer, ending bit-identical to `single`.
+void check_one_node_replaced(const std::string& logs, const std::string& single) {
+  CHECK(count_of(logs, "replacing only that rank, generation 1 ") == 1);
+  CHECK(count_of(logs, "the ranks here re-form with its replacement, generation 1 ") == 1);
+  // Each agent's line, once every node's ranks joined.
+  CHECK(count_of(logs, "generation 1 formed: every rank joined ") == 2);
+  CHECK(count_of(logs, ": generation 1 formed; state from rank ") == 2);
+  CHECK(count_of(logs, "no checkpoint read") == 2);
+  CHECK(count_of(logs, "restart count 1") == 0);
+  CHECK(count_of(logs, "resuming from") == 0);
+  CHECK(params_sha(logs) == single);
+}
+
 }  // namespace
 
 TEST_CASE("multinode.train") {
@@ -132,16 +147,8 @@ TEST_CASE("multinode.train_rank") {
                  {"--checkpoint-every", "20", "--kill-at-step", "30", "--kill-rank", "1"});
     const std::string logs = job.finish();
     INFO(logs);
-    CHECK(count_of(logs, "replacing only that rank, generation 1 ") == 1);
-    CHECK(count_of(logs, "the ranks here re-form with its replacement, generation 1 ") == 1);
     CHECK(count_of(logs, "is rank 1 (local rank 0), joining generation 1") == (standby ? 1 : 0));
-    // Each agent's line, once every node's ranks joined.
-    CHECK(count_of(logs, "generation 1 formed: every rank joined ") == 2);
-    CHECK(count_of(logs, ": generation 1 formed; state from rank ") == 2);
-    CHECK(count_of(logs, "no checkpoint read") == 2);
-    CHECK(count_of(logs, "restart count 1") == 0);
-    CHECK(count_of(logs, "resuming from") == 0);
-    CHECK(params_sha(logs) == single);
+    check_one_node_replaced(logs, single);
   }
 }
 
@@ -182,12 +189,7 @@ TEST_CASE("multinode.train_rank_hang") {
     }
     CHECK(count_of(logs, "freeze: rank 1 is the culprit") == 1);
     CHECK(count_of(logs, "freeze: rank 0 is the culprit") == 0);
-    CHECK(count_of(logs, "the ranks here re-form with its replacement, generation 1 ") == 1);
-    CHECK(count_of(logs, "generation 1 formed: every rank joined ") == 2);
-    CHECK(count_of(logs, "no checkpoint read") == 2);
-    CHECK(count_of(logs, "restart count 1") == 0);
-    CHECK(count_of(logs, "resuming from") == 0);
-    CHECK(params_sha(logs) == single);
+    check_one_node_replaced(logs, single);
   }
 }
 
