@@ -133,6 +133,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool pre_auth_listed = false;
   Bytes in;  // received, not yet parsed from in_pos on
   size_t in_pos = 0;
+  PeekAhead ahead;  // the wait for input's own peek (server_io.h)
   Bytes out, sending;
   // A blocked request's answer, shared by every waiter of the same keys
   // (Table::Answer) and sent from there, before `out`: an all-gather's N
