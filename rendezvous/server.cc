@@ -133,6 +133,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool pre_auth_listed = false;
   Bytes in;  // received, not yet parsed from in_pos on
   size_t in_pos = 0;
+  PeekAhead ahead;  // the wait for input's own peek (server_io.h)
   Bytes out, sending;
   // A blocked request's answer, shared by every waiter of the same keys
   // (Table::Answer) and sent from there, before `out`: an all-gather's N
@@ -324,11 +325,10 @@ void Conn::handle(wire::Request q) {
     w.u8(static_cast<uint8_t>(wire::Status::kOk));
     return;
   }
+  // Kept on the heap only when it blocks (most requests are answered at
+  // once; the table keeps no reference to the request itself).
+  if (srv->table.execute(q, out, waiter)) return;
   pending = std::make_unique<wire::Request>(std::move(q));
-  if (srv->table.execute(*pending, out, waiter)) {
-    pending.reset();
-    return;
-  }
   // Blocked: its memory counts against the buffer limit until it is
   // answered or its timer fires. The keys went to the table, which counts
   // them once for every waiter asking the same (Table::waiting_bytes).

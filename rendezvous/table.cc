@@ -245,12 +245,17 @@ void Table::answer(Op op, const std::vector<Key>& keys, Bytes& out) const {
 }
 
 bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
-  const std::string full = "store full: the server holds at most " +
-                           std::to_string(max_bytes_) + " bytes of keys and values";
+  // Built only when a write is refused: on every request it cost the
+  // server three allocations and a to_string.
+  auto full = [this] {
+    return "store full: the server holds at most " + std::to_string(max_bytes_) +
+           " bytes of keys and values";
+  };
   bool fresh = false;
   switch (q.op) {
     case Op::kSet:
-      if (!store(q.keys[0], q.values[0], fresh)) return write_error(out, full), true;
+      // Moved: the caller drops the request once it is answered.
+      if (!store(q.keys[0], std::move(q.values[0]), fresh)) return write_error(out, full()), true;
       write_ok(out);
       if (fresh) created(q.keys[0]);
       return true;
@@ -258,13 +263,13 @@ bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
       std::vector<const std::string*> fresh_keys;
       bool ok = true;
       for (size_t i = 0; i < q.keys.size() && ok; ++i) {
-        ok = store(q.keys[i], q.values[i], fresh);
+        ok = store(q.keys[i], std::move(q.values[i]), fresh);
         if (ok && fresh) fresh_keys.push_back(&q.keys[i]);
       }
       if (ok) {
         write_ok(out);
       } else {
-        write_error(out, full);
+        write_error(out, full());
       }
       for (const std::string* k : fresh_keys) created(*k);
       return true;
@@ -278,7 +283,7 @@ bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
         return true;
       }
       v.insert(v.end(), q.values[0].begin(), q.values[0].end());
-      if (!store(q.keys[0], std::move(v), fresh)) return write_error(out, full), true;
+      if (!store(q.keys[0], std::move(v), fresh)) return write_error(out, full()), true;
       write_ok(out);
       if (fresh) created(q.keys[0]);
       return true;
@@ -302,7 +307,7 @@ bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
       }
       std::string text = std::to_string(next);
       if (!store(q.keys[0], Bytes(text.begin(), text.end()), fresh)) {
-        return write_error(out, full), true;
+        return write_error(out, full()), true;
       }
       write_i64(out, next);
       if (fresh) created(q.keys[0]);
@@ -313,7 +318,7 @@ bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
       const Bytes& expected = q.values[0];
       const Bytes& desired = q.values[1];
       if ((it == data_.end() && expected.empty()) || (it != data_.end() && it->second == expected)) {
-        if (!store(q.keys[0], desired, fresh)) return write_error(out, full), true;
+        if (!store(q.keys[0], desired, fresh)) return write_error(out, full()), true;
         write_value(out, desired);
         if (fresh) created(q.keys[0]);
       } else {

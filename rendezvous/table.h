@@ -53,7 +53,8 @@ class Table {
 
   // Answers `request` (not kAuth) by appending a response frame to `out`
   // and returns true, or registers `waiter` and returns false; a blocking
-  // request's keys are then moved out of `request` into the table.
+  // request's keys are then moved out of `request` into the table, as are
+  // the values of a set or multi-set.
   bool execute(wire::Request& request, wire::Bytes& out, Waiter& waiter);
   // Carries out a closed connection's kOnClose writes (wire.h, "on close").
   void run_on_close(const wire::Request& on_close);

@@ -106,6 +106,7 @@ struct TConn : std::enable_shared_from_this<TConn> {
   std::list<std::shared_ptr<TConn>>::iterator self_it;
   tcpstore::Dialect dialect = tcpstore::Dialect::kUnknown;
   Bytes in;         // received, not yet parsed
+  PeekAhead ahead;  // the wait for input's own peek (server_io.h)
   size_t need = 1;  // parse again once `in` holds this many bytes
   Bytes out, sending;
   bool reading = false, writing = false, closed = false, resume_posted = false;

@@ -60,6 +60,13 @@ class ServerThread {
   size_t waiters() { return on_loop([this] { return server_->num_waiters(); }); }
   size_t buffered() { return on_loop([this] { return server_->buffered_bytes(); }); }
   size_t connections() { return on_loop([this] { return server_->num_connections(); }); }
+  // Hands the server a connected descriptor (Server::adopt), on its thread.
+  void adopt(int fd, const std::string& peer) {
+    on_loop([&] {
+      server_->adopt(fd, peer);
+      return 0;
+    });
+  }
 
   // Waits (bounded) until the server state satisfies `pred`.
   template <typename P>
@@ -114,6 +121,9 @@ class RawConn {
       throw std::runtime_error("raw connect failed");
     }
   }
+  // Takes over a connected stream socket (one end of a socketpair).
+  struct Adopt {};
+  RawConn(Adopt, int fd) : fd_(fd) {}
   int fd() const { return fd_; }
   ~RawConn() { ::close(fd_); }
   RawConn(const RawConn&) = delete;
