@@ -56,6 +56,13 @@ def main():
     dist.barrier()
     print(f"rank {rank} done torch {torch.__version__} ddprun {ddprun.__version__}", flush=True)
     dist.destroy_process_group()
+    # torch 2.x: DDP's gloo worker threads outlive destroy_process_group(),
+    # and one freeing tensors while the interpreter finalizes aborts a run
+    # that succeeded (pytorch/pytorch #179291; examples/from_horovod.py).
+    # Nothing is left to finalize: end now, the output flushed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
