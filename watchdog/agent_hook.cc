@@ -306,6 +306,9 @@ void WatchdogHook::on_hang(const HangEvent& event) {
 }
 
 void WatchdogHook::act_on_hang(const HangEvent& event) {
+  // Before the stack capture (seconds): nodes holding a stall of theirs
+  // wait for this node's generation instead of acting after kAskPeers.
+  if (replaces_culprit()) say_blamed(dog_->culprit(event));
   report_ = make_hang_report(*dog_, event, attempt_);
   report_->action = to_string(options_.on_hang);
   hang_event_ = event;
@@ -411,7 +414,6 @@ void WatchdogHook::finish_hang() {
                     {"report", attempt_dir_ + "/" + base::kFileHangReportJson}});
   }
   report_->find_culprit();  // from native stacks; Python ones come at the end
-  if (replaces_culprit()) say_blamed(report_->culprit);  // nodes holding theirs wait for ours
   const std::string summary = report_->summary(options_.logs_kept ? attempt_dir_ : "");
   const char* what = options_.on_hang == OnHang::kReport
                          ? "reporting only (--on-hang=report): the job keeps running"
