@@ -214,6 +214,7 @@ class WatchdogHook : public agent::AgentHooks {
   NodeRecord shared_;                 // what peers_ publishes of this node
   std::map<int, PeerStall> peer_stalls_;  // other nodes' stalls, by node
   std::optional<HangEvent> held_hang_;    // defer_hang's
+  bool held_for_peer_ = false;            // held_timer_ waits for a blaming node's generation
   std::unique_ptr<base::Timer> held_timer_;
   std::optional<HangReport> report_;
   HangEvent hang_event_;

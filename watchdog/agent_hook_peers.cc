@@ -41,7 +41,9 @@ void WatchdogHook::share_guards(const agent::AttemptInfo& attempt) {
   dog_->on_guards_changed([this](const std::vector<Guard>& g) { publish_guards(g); });
 }
 
-void WatchdogHook::on_peer_record(const NodeGuards& n) {
+void WatchdogHook::on_peer_record(const NodeGuards& read) {
+  const NodeRecord& n = read.record;
+  const int node = read.node;
   // Time left by the other node's clock, from when we read it: a record
   // that is not renewed keeps this bound (PeerGuards says why).
   const auto now = clock_.now();
@@ -53,14 +55,14 @@ void WatchdogHook::on_peer_record(const NodeGuards& n) {
     x.until = now + g.remaining;
     guards.push_back(std::move(x));
   }
-  note_peer_sections(n.node, guards);
-  dog_->on_peer_guards(n.node, std::move(guards));
+  note_peer_sections(node, guards);
+  dog_->on_peer_guards(node, std::move(guards));
 
   if (!replaces_culprit()) return;
   if (n.stall) {
-    peer_stalls_[n.node] = *n.stall;
+    peer_stalls_[node] = *n.stall;
   } else {
-    peer_stalls_.erase(n.node);
+    peer_stalls_.erase(node);
   }
   if (n.stall && held_hang_) {
     // Both nodes hold a hang: the one whose rank is behind acts.
@@ -68,26 +70,28 @@ void WatchdogHook::on_peer_record(const NodeGuards& n) {
     const int mine = shared_.stall ? shared_.stall->rank : -1;
     auto w = std::find_if(workers.begin(), workers.end(), [&](const auto& x) { return x.global_rank == mine; });
     if (w != workers.end() && w->step < n.stall->step)
-      end_deferral(true, fmt::format("node {}'s ranks stalled further on (rank {} at step {})", n.node,
+      end_deferral(true, fmt::format("node {}'s ranks stalled further on (rank {} at step {})", node,
                                      n.stall->rank, n.stall->step));
   } else if (n.stall && !dog_->fired()) {
     const auto behind = local_ranks_behind(dog_->workers(), *n.stall, now);
     if (!behind.empty()) {
       const auto& w = *std::find_if(dog_->workers().begin(), dog_->workers().end(),
                                     [&](const auto& x) { return x.local_rank == behind.front(); });
-      dog_->blame(w.local_rank, n.node,
+      dog_->blame(w.local_rank, node,
                   fmt::format("behind node {}'s stalled ranks: last step {}, silent {:.2f} s, while node "
                               "{}'s rank {} waits at step {} (silent {:.2f} s there)",
-                              n.node, w.step, std::chrono::duration<double>(silent_for(w, now)).count(),
-                              n.node, n.stall->rank, n.stall->step,
+                              node, w.step, std::chrono::duration<double>(silent_for(w, now)).count(),
+                              node, n.stall->rank, n.stall->step,
                               std::chrono::duration<double>(n.stall->silent).count()));
     }
   }
-  if (!n.blamed.empty() && held_hang_) {
-    // That node acts on a rank of its own: wait for the generation it opens.
+  if (!n.blamed.empty() && held_hang_ && !held_for_peer_) {
+    // That node acts on a rank of its own: wait for the generation it opens
+    // (once: a later record of that node must not push the bound again).
+    held_for_peer_ = true;
     spdlog::info("node {} acts on its hung rank {}: the ranks here wait for its replacement (up to {} s)",
-                 n.node, n.blamed.front(), kAwaitPeerGeneration.count() / 1000);
-    held_timer_->arm(now + kAwaitPeerGeneration, [this, node = n.node] {
+                 node, n.blamed.front(), kAwaitPeerGeneration.count() / 1000);
+    held_timer_->arm(now + kAwaitPeerGeneration, [this, node] {
       end_deferral(true, fmt::format("node {} named a rank of its own but opened no generation within {} s",
                                      node, kAwaitPeerGeneration.count() / 1000));
     });
@@ -105,8 +109,9 @@ bool WatchdogHook::defer_hang(const HangEvent& event) {
     if (stall.step > w->step) return false;  // stalled further on there: ours is behind
   const auto now = clock_.now();
   shared_.stall = PeerStall{culprit, w->step, silent_for(*w, now)};
-  if (peers_) peers_->publish(shared_);
+  peers_->publish(shared_);
   held_hang_ = event;
+  held_for_peer_ = false;
   if (!held_timer_) held_timer_ = clock_.make_timer();
   held_timer_->arm(now + kAskPeers, [this] {
     end_deferral(true, fmt::format("no other node has a rank behind it within {:.0f} s",

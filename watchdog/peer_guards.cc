@@ -40,7 +40,7 @@ NodeGuards decode_guards(int node, const std::string& text) {
       s.section = g.at("section").get<std::string>();
       s.remaining = std::chrono::milliseconds(
           static_cast<int64_t>(g.at("remaining_s").get<double>() * 1000.0));
-      out.guards.push_back(std::move(s));
+      out.record.guards.push_back(std::move(s));
     }
     // Both optional: a node that says neither has no stalled rank.
     if (const auto st = j.find("stall"); st != j.end()) {
@@ -48,9 +48,9 @@ NodeGuards decode_guards(int node, const std::string& text) {
       p.rank = st->at("rank").get<int>();
       p.step = st->at("step").get<int64_t>();
       p.silent = std::chrono::milliseconds(static_cast<int64_t>(st->at("silent_s").get<double>() * 1000.0));
-      out.stall = p;
+      out.record.stall = p;
     }
-    if (const auto b = j.find("blamed"); b != j.end()) out.blamed = b->get<std::vector<int>>();
+    if (const auto b = j.find("blamed"); b != j.end()) out.record.blamed = b->get<std::vector<int>>();
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("node " + std::to_string(node) + "'s guard record: " + e.what());
   }

@@ -79,12 +79,11 @@ struct NodeRecord {
   std::vector<int> blamed;  // global ranks this node acts on as hung
 };
 
+// Another node's record as read.
 struct NodeGuards {
   int node = -1;
   uint64_t seq = 0;
-  std::vector<SharedGuard> guards;
-  std::optional<PeerStall> stall;
-  std::vector<int> blamed;
+  NodeRecord record;
 };
 
 // The record's codec (one place knows the bytes); decode throws
