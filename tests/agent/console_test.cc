@@ -98,11 +98,14 @@ TEST_CASE("a console nobody reads: SIGTERM still stops the job within --term-tim
   CHECK(files >= 1);
 }
 
-TEST_CASE("ddprun 2>&1 into a reader that stalls: SIGTERM still exits 143 within --term-timeout + 1 s") {
+TEST_CASE("ddprun 2>&1 into a reader that stalls: SIGTERM still exits 143 while the reader stalls") {
   // `ddprun ... 2>&1 | (sleep 40; cat)`: ddprun's own lines ("got SIGTERM;
   // stopping the workers") share the stalled pipe with the workers' output.
   // They go through the console's writer too, so logging never blocks the
-  // agent, and --log-dir's ddprun.log keeps them.
+  // agent, and --log-dir's ddprun.log keeps them. The reader stalls until
+  // ddprun has exited, so any exit proves it; the bound is generous (the
+  // teardown takes about --term-timeout) because a loaded machine can hold
+  // ddprun off the CPU for seconds (it missed a 3 s bound at load ~4,000).
   TempDir dir;
   DdprunProcess p({"--nproc-per-node=2", "--term-timeout=2", "--log-dir", dir.path(), kWorker,
                    "flood"},
@@ -115,7 +118,7 @@ TEST_CASE("ddprun 2>&1 into a reader that stalls: SIGTERM still exits 143 within
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(bytes_named(dir.path(), "stdout.log") >= kQueueFull);
   p.send(SIGTERM);
-  CHECK(wait_dead(p.pid(), ddprun::testing::scaled(Seconds(3))));
+  CHECK(wait_dead(p.pid(), ddprun::testing::scaled(Seconds(20))));
   p.stall_stdout(false);
   auto r = p.finish(Seconds(20));
   REQUIRE_FALSE(r.timed_out);
