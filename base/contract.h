@@ -113,6 +113,9 @@ inline constexpr const char* kEnvHangReport = "DDPRUN_HANG_REPORT";
 inline constexpr const char* kFileAgentDirPrefix = "ddprun-agent.";
 // flock()ed while the agent lives; a free lock marks a stale folder.
 inline constexpr const char* kFileLock = "lock";
+// Beside those folders, one per user: .ddprun-sweep.<uid>, whose mtime is
+// when that user's last sweep of stale folders began.
+inline constexpr const char* kFileSweepMarkPrefix = ".ddprun-sweep.";
 inline constexpr const char* kFileHeartbeatSocket = "heartbeat.sock";
 inline constexpr const char* kFileTimerFifo = "watchdog_timer";
 // The control socket of `ddprun status` and `ddprun stacks`.
