@@ -144,8 +144,13 @@ int remove_stale_runtime_dirs(const std::string& base, std::optional<timespec> m
   {
     // Marked before the listing: a sweep that skips for this one relies on
     // what this listing sees.
-    base::ScopedFd fd(::open(mark.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (fd && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid())
+    // O_NONBLOCK: a FIFO another user planted under the mark's name in a
+    // shared /tmp must not block the open (ENXIO without a reader); one link
+    // only: a hard link to someone else's file would have its time changed.
+    base::ScopedFd fd(
+        ::open(mark.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600));
+    if (fd && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+        st.st_uid == geteuid())
       (void)futimens(fd.get(), nullptr);  // a mark not set costs a later agent a scan, no more
   }
   int removed = 0;

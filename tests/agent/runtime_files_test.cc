@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -166,6 +167,21 @@ TEST_CASE("a sweep of stale folders is skipped when one began after this agent's
   std::ofstream(stale + "/lock") << "";
   CHECK(ddprun::agent::remove_stale_runtime_dirs(dir.path()) == 1);
   CHECK_FALSE(fs::exists(stale));
+}
+
+TEST_CASE("a FIFO planted under the sweep's mark does not block the sweep") {
+  TempDir dir;
+  const std::string mark = dir.path() + "/.ddprun-sweep." + std::to_string(geteuid());
+  REQUIRE(mkfifo(mark.c_str(), 0666) == 0);
+  // In a child: an open that blocked would hold this test, not end it.
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) _exit(ddprun::agent::remove_stale_runtime_dirs(dir.path(), timespec{3000, 0}));
+  const bool ended = wait_dead(pid, Seconds(20));
+  if (!ended) kill(pid, SIGKILL);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(ended);
 }
 
 TEST_CASE("TMPDIR=/nonexistent falls back to /tmp") {
