@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <boost/asio/post.hpp>
 
+#include "base/phase_trace.h"
 #include "base/scoped_fd.h"
 #include "agent/rendezvous_store.h"
 #include "rendezvous/client.h"
@@ -113,6 +114,7 @@ ElasticRendezvous::ElasticRendezvous(const Options& options)
   try {
     std::string from = probe_rendezvous_store(spec_, ro.join_timeout);
     if (local_addr.empty()) local_addr = from;
+    base::mark_phase(options_.phase_trace, "store");
   } catch (const rdzv::AuthError& e) {
     throw RendezvousError(std::string("cannot join the rendezvous store: ") + e.what() +
                           (spec_.etcd ? ""
@@ -158,6 +160,7 @@ ElasticRendezvous::ElasticRendezvous(const Options& options)
   } catch (const std::exception& e) {
     throw RendezvousError(e.what());
   }
+  base::mark_phase(options_.phase_trace, "connected");
 }
 
 ElasticRendezvous::~ElasticRendezvous() {
@@ -316,10 +319,13 @@ RoundInfo ElasticRendezvous::next_round(int) {
                store_addr_, options_.min_nodes, options_.max_nodes,
                rdzv_->options().join_timeout.count() / 1000.0);
   try {
+    base::mark_phase(options_.phase_trace, "join");
     round_ = rdzv_->next_round();
+    base::mark_phase(options_.phase_trace, "round", "rank=" + std::to_string(round_->group_rank));
     info.restart_count = static_cast<int>(rdzv_->restart_count());
     keep_alive_ = rdzv_->watch(
         [this, generation](const rdzv::RoundEnd& end) { on_round_end(generation, end); });
+    base::mark_phase(options_.phase_trace, "watching");
   } catch (const std::exception& e) {
     round_.reset();
     linger_after_failed_join();

@@ -15,6 +15,7 @@
 #include "agent/spawn.h"
 #include "agent/standalone_rendezvous.h"
 #include "base/contract.h"
+#include "base/phase_trace.h"
 #include "base/safe_file.h"
 
 namespace ddprun::agent {
@@ -107,12 +108,14 @@ std::optional<int> Agent::join_round(AttemptSetup& setup, int restart) {
 bool Agent::run_attempt(Attempt& attempt) {
   current_ = &attempt;
   bool spawned = true;
+  base::mark_phase(options_.phase_trace, "spawning");
   try {
     attempt.start();
   } catch (const SpawnError& e) {
     spdlog::error("{}", e.what());
     spawned = false;
   }
+  base::mark_phase(options_.phase_trace, "spawned");
   remove_leftovers_of_dead_agents();
   // A signal that arrived before the attempt existed still stops it.
   if (pending_signal_) attempt.interrupt(pending_signal_);
@@ -172,7 +175,8 @@ void Agent::remove_leftovers_of_dead_agents() {
   // Housekeeping nobody waits for: after the first workers are started, not
   // before them (issue 24). Our own folder and cgroup are locked and alive.
   if (stale_bases_.empty()) return;
-  for (const auto& base : stale_bases_) remove_stale_runtime_dirs(base);
+  const auto made_at = runtime_ ? runtime_->made_at() : std::nullopt;
+  for (const auto& base : stale_bases_) remove_stale_runtime_dirs(base, made_at);
   stale_bases_.clear();
   if (cgroup_) cgroup_->remove_stale_siblings();
 }

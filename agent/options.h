@@ -85,6 +85,9 @@ struct Options {
   std::optional<int> master_port;
   // --local-addr: this node's address as advertised to peers (multi-node).
   std::string local_addr;
+  // $DDPRUN_PHASE_TRACE: a file the agent appends its formation phases to
+  // (base/phase_trace.h, for bench/agents_scale.py). Empty: no marks.
+  std::string phase_trace;
 
   // --- Restarts and teardown ----------------------------------------------
   // --max-restarts: group restarts after a failure before giving up.

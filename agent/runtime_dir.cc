@@ -41,6 +41,10 @@ std::vector<std::string> with_tmp(std::vector<std::string> out) {
   return out;
 }
 
+bool later(const timespec& a, const timespec& b) {
+  return a.tv_sec != b.tv_sec ? a.tv_sec > b.tv_sec : a.tv_nsec > b.tv_nsec;
+}
+
 // Removes the folder with its lock file last: a removal cut short (a file
 // appearing meanwhile) leaves the lock, so the next ddprun tries again.
 bool remove_locked_dir(const std::string& path) {
@@ -114,6 +118,8 @@ RuntimeDir::RuntimeDir(const std::vector<std::string>& bases) {
         if (dir.rename_new(leaf, final_leaf)) path_ = base + "/" + final_leaf;
       }
       if (path_.empty()) throw base::FileError("no free folder name", EEXIST);
+      struct stat st;
+      if (lstat(path_.c_str(), &st) == 0) made_at_ = st.st_ctim;  // the rename's time
       lock_ = std::move(lock);
       return;
     } catch (const base::FileError& e) {
@@ -129,7 +135,24 @@ RuntimeDir::RuntimeDir(const std::vector<std::string>& bases) {
 
 RuntimeDir::~RuntimeDir() { remove_locked_dir(path_); }
 
-int remove_stale_runtime_dirs(const std::string& base) {
+int remove_stale_runtime_dirs(const std::string& base, std::optional<timespec> made_at) {
+  const std::string mark = base + "/" + base::kFileSweepMarkPrefix + std::to_string(geteuid());
+  struct stat st;
+  if (made_at && lstat(mark.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+      later(st.st_mtim, *made_at))
+    return 0;
+  {
+    // Marked before the listing: a sweep that skips for this one relies on
+    // what this listing sees.
+    // O_NONBLOCK: a FIFO another user planted under the mark's name in a
+    // shared /tmp must not block the open (ENXIO without a reader); one link
+    // only: a hard link to someone else's file would have its time changed.
+    base::ScopedFd fd(
+        ::open(mark.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600));
+    if (fd && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+        st.st_uid == geteuid())
+      (void)futimens(fd.get(), nullptr);  // a mark not set costs a later agent a scan, no more
+  }
   int removed = 0;
   for (const auto& e : base::list_dir_or_empty(base)) {
     if (e.name.rfind(kPrefix, 0) != 0) continue;

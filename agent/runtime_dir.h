@@ -16,13 +16,17 @@
 //
 // The destructor removes the folder. After a kill -9 the folder stays, but
 // its lock is free: remove_stale_runtime_dirs() (run by every agent once its
-// first workers are started) removes such folders. A folder is only made visible under its final name once it
+// first workers are started, unless a sweep began after its own folder was
+// made) removes such folders. A folder is only made visible under its final name once it
 // is locked (created as .ddprun-agent-new.<random>, then renamed), so a
 // scanning agent never mistakes a folder being set up for a dead one.
 //
 // Not thread-safe; the agent's thread.
 #pragma once
 
+#include <time.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,9 +45,13 @@ class RuntimeDir {
   RuntimeDir& operator=(const RuntimeDir&) = delete;
 
   const std::string& path() const { return path_; }
+  // When the folder took its final name (its ctime: the file clock that
+  // stamps the sweep marks); empty when it could not be read.
+  std::optional<timespec> made_at() const { return made_at_; }
 
  private:
   std::string path_;
+  std::optional<timespec> made_at_;
   base::ScopedFd lock_;
 };
 
@@ -54,8 +62,17 @@ std::vector<std::string> runtime_bases(const EnvMap& env);
 std::vector<std::string> temp_bases(const EnvMap& env);
 
 // Removes every ddprun-agent.* folder under `base` whose agent is gone (its
-// lock can be taken). Returns how many it removed.
-int remove_stale_runtime_dirs(const std::string& base);
+// lock can be taken). Returns how many it removed. With `made_at` (the
+// caller's own folder's RuntimeDir::made_at), it does nothing and returns 0
+// when this user's last sweep of `base` began later (its mark's mtime): a
+// folder left by an agent that died before the caller's was made existed
+// when that sweep listed `base`, so it is gone or being removed. Each scan
+// is O(folders): N agents started together each scanning all N was
+// O(N^2) opens and flocks on one machine (issue 24), now about one scan.
+// The mark is taken as the sweep begins (created 0600, ignored unless a
+// regular file of this user's).
+int remove_stale_runtime_dirs(const std::string& base,
+                              std::optional<timespec> made_at = std::nullopt);
 
 // <base>/<prefix><random>, 0700, made by base::SafeDir in the first base
 // where it works; throws

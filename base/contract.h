@@ -95,6 +95,9 @@ inline constexpr const char* kEnvSlurm = "DDPRUN_SLURM";
 // Where agents register for `ddprun status` (default: $XDG_RUNTIME_DIR/
 // ddprun/agents, else /tmp/ddprun-<uid>/agents).
 inline constexpr const char* kEnvRegistryDir = "DDPRUN_REGISTRY_DIR";
+// A file the agent appends its formation phases to (base/phase_trace.h;
+// bench/agents_scale.py).
+inline constexpr const char* kEnvPhaseTrace = "DDPRUN_PHASE_TRACE";
 // `ddprun doctor`: read /proc and /sys below this folder instead.
 inline constexpr const char* kEnvDoctorRoot = "DDPRUN_DOCTOR_ROOT";
 inline constexpr const char* kEnvXdgRuntimeDir = "XDG_RUNTIME_DIR";
@@ -110,6 +113,9 @@ inline constexpr const char* kEnvHangReport = "DDPRUN_HANG_REPORT";
 inline constexpr const char* kFileAgentDirPrefix = "ddprun-agent.";
 // flock()ed while the agent lives; a free lock marks a stale folder.
 inline constexpr const char* kFileLock = "lock";
+// Beside those folders, one per user: .ddprun-sweep.<uid>, whose mtime is
+// when that user's last sweep of stale folders began.
+inline constexpr const char* kFileSweepMarkPrefix = ".ddprun-sweep.";
 inline constexpr const char* kFileHeartbeatSocket = "heartbeat.sock";
 inline constexpr const char* kFileTimerFifo = "watchdog_timer";
 // The control socket of `ddprun status` and `ddprun stacks`.

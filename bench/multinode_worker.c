@@ -3,7 +3,12 @@
  * "<restart> <rank> <CLOCK_MONOTONIC ns> start" to $BENCH_TS with one
  * O_APPEND write (one file shared by every namespace).
  *   launch: exit 0.
- *   wait:   exit 0 once $BENCH_STOP exists (inotify; 60 s deadline, exit 3). */
+ *   wait:   exit 0 once $BENCH_STOP exists (inotify; 60 s deadline, exit 3).
+ *   fifo:   exit 0 at the end of file of $BENCH_STOP, a FIFO whose write end
+ *           the bench holds open from before the agents start until it
+ *           wants every worker gone (bench/agents_scale.py): no inotify
+ *           instance a worker (fs.inotify.max_user_instances is 128 by
+ *           default, and a 256-node run then waited out the deadline). */
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -30,8 +35,18 @@ int main(int argc, char** argv) {
   int fd = open(ts, O_WRONLY | O_APPEND | O_CREAT, 0644);
   if (fd < 0 || write(fd, line, (size_t)n) != n) return 3;
   close(fd);
-  if (strcmp(argv[1], "wait") != 0) return 0;
   const char* stop = getenv("BENCH_STOP");
+  if (strcmp(argv[1], "fifo") == 0) {
+    if (!stop) return 2;
+    int f = open(stop, O_RDONLY | O_CLOEXEC);  /* a writer is open: no wait */
+    if (f < 0) return 3;
+    char buf[64];
+    ssize_t r;
+    while ((r = read(f, buf, sizeof buf)) != 0)
+      if (r < 0) return 3;
+    return 0;
+  }
+  if (strcmp(argv[1], "wait") != 0) return 0;
   if (!stop) return 2;
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", stop);

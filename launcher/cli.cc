@@ -238,6 +238,7 @@ void interpret_rendezvous(const RawFlags& f, agent::Options& o) {
                        " is set but empty: give the shared secret or unset it");
     o.rdzv_token = t;
   }
+  if (const char* trace = std::getenv(base::kEnvPhaseTrace)) o.phase_trace = trace;
   // Unknown keys and malformed values are wrong flags (exit 2), found here
   // rather than when the rendezvous starts.
   try {

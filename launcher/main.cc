@@ -7,6 +7,7 @@
 #include "agent/agent.h"
 #include "agent/elastic_rendezvous.h"
 #include "agent/log_sink.h"
+#include "base/phase_trace.h"
 #include "introspect/agent_hook.h"
 #include "introspect/cli.h"
 #include "introspect/stacks.h"
@@ -14,6 +15,7 @@
 #include "watchdog/agent_hook.h"
 
 int main(int argc, char** argv) {
+  const int64_t started_ns = ddprun::base::monotonic_ns();  // the trace's "main"
   // One sink for every thread that logs (the loop, the store host, the
   // keep-alive, the rendezvous joins); while the agent runs it goes through
   // the console's writer, so a stalled stderr never blocks them (log_sink.h).
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   }
   // The hang watchdog and its restart policy (watchdog/agent_hook.h).
   auto& options = parsed.options;
+  ddprun::base::mark_phase(options.phase_trace, "main", {}, started_ns);
   options.pythonpath_prepend.push_back(ddprun::watchdog::heartbeat_python_dir());
   // ddprun's sitecustomize: `ddprun stacks` reads Python stacks (introspect/stacks.h).
   options.pythonpath_prepend.push_back(ddprun::introspect::python_dir());

@@ -328,6 +328,7 @@ RoundResult Rendezvous::next_round() {
   const auto deadline = Clock::now() + options_.join_timeout;
   const int64_t max = options_.max_nodes;
   try {
+    if (!keep_alive_store_) keep_alive_store_ = keep_alive_factory_();
     NodeInfo me{options_.node_id, options_.local_addr, options_.master_port,
                 options_.local_world_size, seq_};
     // Where current names the round being formed. A member of a round
@@ -540,6 +541,7 @@ bool Rendezvous::wait_for_expected(int64_t r, const std::set<std::string>& expec
 }
 
 void Rendezvous::reconnect() {
+  keep_alive_store_.reset();  // it may have died with the other one
   try {
     store_ = factory_();
   } catch (const StoreError& e) {
@@ -567,7 +569,8 @@ int64_t Rendezvous::restart_count() {
 std::unique_ptr<KeepAlive> Rendezvous::watch(std::function<void(const RoundEnd&)> on_end) {
   if (!current_) throw RendezvousError("rendezvous: watch() before a round was formed");
   try {
-    return std::make_unique<KeepAlive>(keep_alive_factory_(), *this, *current_, std::move(on_end));
+    auto store = keep_alive_store_ ? std::move(keep_alive_store_) : keep_alive_factory_();
+    return std::make_unique<KeepAlive>(std::move(store), *this, *current_, std::move(on_end));
   } catch (const StoreError& e) {
     throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
   }

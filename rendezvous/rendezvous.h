@@ -133,7 +133,8 @@ class KeepAlive;
 
 class Rendezvous {
  public:
-  // Makes a fresh store connection; called once here and once per KeepAlive.
+  // Makes a fresh store connection; called once here and once per KeepAlive
+  // (before that KeepAlive's join, see keep_alive_store_).
   using StoreFactory = std::function<std::unique_ptr<Store>()>;
 
   // `keep_alive_factory` makes KeepAlive's connections (default: `factory`).
@@ -149,7 +150,7 @@ class Rendezvous {
   void reconnect();
   // Joins the next round and blocks until it is formed (join_timeout).
   // Throws RendezvousError naming how many nodes came and from where, or
-  // the store failure.
+  // the store failure. Connects the round's KeepAlive first (watch()).
   RoundResult next_round();
   // Ends the current round for every node with `end` (this node failed or
   // was stopped); counts one job-wide restart (once per round, whoever
@@ -204,6 +205,14 @@ class Rendezvous {
   RendezvousOptions options_;
   JobKeys keys_;
   std::unique_ptr<Store> store_;
+  // The next KeepAlive's connection, made when its round's join begins, not
+  // when the round forms: every node of a round gets it at the same moment,
+  // and N connections and handshakes at once (3 a node with the agent's
+  // hooks) went past the store's per-address and per-subnet limits for
+  // connections not yet authenticated, whose refusals cost each node
+  // retries with a growing back-off (issue 24: 256 agents on one host).
+  // Joins arrive as the nodes start, spread out.
+  std::unique_ptr<Store> keep_alive_store_;
   int64_t seq_ = -1;  // first-join order: (round << 32) | slot of the first join
   std::optional<RoundResult> current_;
   // The running round this node asked to re-form (a scale-up), its round

@@ -3,14 +3,17 @@
 // kill -9, by the next ddprun; each run's logs in a folder of their own, so
 // concurrent or repeated runs with one --log-dir and --rdzv-id keep all.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "agent/runtime_dir.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/env_file.h"
 #include "tests/common/run_folder.h"
@@ -137,6 +140,48 @@ TEST_CASE("a private folder left by kill -9 is removed by the next ddprun, a liv
   live.send(SIGTERM);
   CHECK(live.finish(Seconds(30)).status == 128 + SIGTERM);
   CHECK(agent_dirs(dir.path()).empty());
+}
+
+TEST_CASE("a sweep of stale folders is skipped when one began after this agent's folder was made") {
+  TempDir dir;
+  const std::string stale = dir.path() + "/ddprun-agent.0123456789ab";
+  fs::create_directory(stale);
+  std::ofstream(stale + "/lock") << "";  // nobody holds it: its agent is gone
+  const std::string mark = dir.path() + "/.ddprun-sweep." + std::to_string(geteuid());
+  std::ofstream(mark) << "";
+  const timespec began[2] = {{2000, 0}, {2000, 0}};  // a sweep began at t=2000 s
+  REQUIRE(utimensat(AT_FDCWD, mark.c_str(), began, 0) == 0);
+
+  // This agent's folder was made before that sweep began: that sweep saw
+  // whatever this one would remove.
+  CHECK(ddprun::agent::remove_stale_runtime_dirs(dir.path(), timespec{1000, 0}) == 0);
+  CHECK(fs::exists(stale));
+  // Made after it: this agent sweeps, and marks its sweep's start.
+  CHECK(ddprun::agent::remove_stale_runtime_dirs(dir.path(), timespec{3000, 0}) == 1);
+  CHECK_FALSE(fs::exists(stale));
+  struct stat st;
+  REQUIRE(stat(mark.c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec > 3000);
+  // Without its own folder's time an agent always sweeps.
+  fs::create_directory(stale);
+  std::ofstream(stale + "/lock") << "";
+  CHECK(ddprun::agent::remove_stale_runtime_dirs(dir.path()) == 1);
+  CHECK_FALSE(fs::exists(stale));
+}
+
+TEST_CASE("a FIFO planted under the sweep's mark does not block the sweep") {
+  TempDir dir;
+  const std::string mark = dir.path() + "/.ddprun-sweep." + std::to_string(geteuid());
+  REQUIRE(mkfifo(mark.c_str(), 0666) == 0);
+  // In a child: an open that blocked would hold this test, not end it.
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) _exit(ddprun::agent::remove_stale_runtime_dirs(dir.path(), timespec{3000, 0}));
+  const bool ended = wait_dead(pid, Seconds(20));
+  if (!ended) kill(pid, SIGKILL);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(ended);
 }
 
 TEST_CASE("TMPDIR=/nonexistent falls back to /tmp") {

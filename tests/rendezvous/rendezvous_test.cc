@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <future>
 #include <set>
 
 #include "rendezvous/rendezvous.h"
@@ -56,6 +58,28 @@ TEST_CASE("three nodes form one round with unique ranks and one master") {
   int i = static_cast<int>(master - r.begin()) + 1;
   CHECK(master->master_addr == "10.0.0." + std::to_string(i));
   CHECK(master->master_port == 29500 + i);
+}
+
+TEST_CASE("a node's keep-alive connection is made as it joins, not when its round forms") {
+  // Every node of a round gets it at the same moment: connecting then was
+  // N connections and handshakes at once (issue 24).
+  ServerThread server;
+  std::atomic<int> made{0};
+  std::promise<void> first;
+  auto connect = factory(server.port());
+  Rendezvous a(connect, node(1, 2, 2), [&] {
+    if (made++ == 0) first.set_value();
+    return connect();
+  });
+  Rendezvous b(factory(server.port()), node(2, 2, 2));
+  auto joined = std::async(std::launch::async, [&] { return a.next_round(); });
+  REQUIRE(first.get_future().wait_for(20s) == std::future_status::ready);
+  CHECK(joined.wait_for(0s) != std::future_status::ready);  // the round needs b
+  b.next_round();
+  REQUIRE(joined.wait_for(20s) == std::future_status::ready);
+  joined.get();
+  auto keep_alive = a.watch([](const RoundEnd&) {});
+  CHECK(made == 1);  // watch() took the connection made at the join
 }
 
 TEST_CASE("a round closes at MIN nodes after the last call") {
