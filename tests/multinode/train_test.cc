@@ -82,7 +82,8 @@ struct TrainJob {
   std::string finish() {
     for (int n = 1; n <= 2; ++n) {
       INFO("node " << n << ":\n" << agents[n]->log());
-      CHECK(agents[n]->wait(Seconds(90)) == 0);
+      // 120 s: a hang job may wait out a node's 60 s timeout first.
+      CHECK(agents[n]->wait(Seconds(120)) == 0);
     }
     return agents[1]->log() + agents[2]->log();
   }
