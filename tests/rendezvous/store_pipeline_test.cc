@@ -94,3 +94,33 @@ TEST_CASE("an add refused at accept is sent again once a slot frees, and counted
   CHECK(added.get() == 1);
   CHECK(c.get("n", 1s) == wire::Bytes{'1'});
 }
+
+TEST_CASE("the greeting leaves with the reply to a request that came with the connection") {
+  ServerThread server;
+  // The store's loop is held while the client connects and sends, as a
+  // loaded store meets a connect burst: the add is there when it accepts.
+  std::promise<void> release;
+  std::promise<void> held;
+  boost::asio::post(server.io(), [&] {
+    held.set_value();
+    release.get_future().wait();
+  });
+  held.get_future().wait();
+  RawConn raw(server.port());
+  int one = 1;
+  REQUIRE(::setsockopt(raw.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
+  wire::Request add;
+  add.op = wire::Op::kAdd;
+  add.keys = {"n"};
+  add.delta = 1;
+  raw.send(wire::encode_request(add));
+  const Segments before = segments_in(raw.fd());
+  release.set_value();
+  auto greeting = raw.read_frame();
+  REQUIRE(greeting);
+  CHECK(wire::parse_greeting(greeting->data(), greeting->size()));
+  auto reply = raw.read_frame();
+  REQUIRE(reply);
+  CHECK(wire::parse_reply(wire::Op::kAdd, reply->data(), reply->size()).number == 1);
+  CHECK(segments_in(raw.fd()).with_data - before.with_data == 1);
+}
