@@ -35,7 +35,8 @@ struct ClientOptions {
   // Shared secret for the HMAC challenge; empty = no auth.
   std::string token;
   // How long to keep trying to connect (refused or unreachable) and finish
-  // the handshake.
+  // the handshake; without a token, also how long a first call keeps
+  // trying while the store closes its connections before the greeting.
   Duration connect_timeout{30000};
   // Deadline of every non-blocking call (set, add, ...).
   Duration op_timeout{300000};
