@@ -98,8 +98,12 @@ std::string probe_rendezvous_store(const RendezvousStoreSpec& spec, Duration con
   co.host = spec.host;
   co.port = spec.port;
   co.token = spec.token;
-  co.connect_timeout = connect_timeout;
+  co.connect_timeout = co.op_timeout = connect_timeout;
   rdzv::Client probe(co);
+  // A client without a token reads the greeting with its first reply, so
+  // the probe asks for one: a store that wants a token, or a port held by
+  // something else, fails here, not at the first rendezvous call.
+  probe.ping();
   return probe.local_address();
 }
 

@@ -32,6 +32,15 @@ class ConnectionLost : public StoreError {
   using StoreError::StoreError;
 };
 
+// The connection broke before its greeting arrived. The server writes the
+// greeting when it accepts, before it reads a byte (wire.h), so nothing
+// sent on it was served (a refusal at accept: a connection limit): safe to
+// send again, whatever the request.
+class RefusedBeforeGreeting : public ConnectionLost {
+ public:
+  using ConnectionLost::ConnectionLost;
+};
+
 std::string quoted(const std::string& key) { return "'" + key + "'"; }
 
 int ms_left(std::chrono::steady_clock::time_point deadline) {
@@ -105,9 +114,19 @@ void Client::connect(Clock::time_point cap) {
     disconnect();
     throw_if_cancelled("connect");
     auto attempt_deadline = std::min(deadline, Clock::now() + window);
-    if (open_connection(attempt_deadline, last_error) &&
-        handshake(attempt_deadline, deadline, last_error)) {
-      return;
+    if (open_connection(attempt_deadline, last_error)) {
+      // Without a token the greeting is read with the first reply: the
+      // first request goes out at once instead of a round trip later
+      // (issue 24). With one, the client must see the store's proof
+      // before it sends anything (authenticate()).
+      if (options_.token.empty()) {
+        greeted_ = false;
+        return;
+      }
+      if (handshake(attempt_deadline, deadline, last_error)) {
+        greeted_ = true;
+        return;
+      }
     }
     throw_if_cancelled("connect");
     if (Clock::now() + backoff >= deadline) {
@@ -123,6 +142,29 @@ void Client::connect(Clock::time_point cap) {
 }
 
 bool Client::open_connection(Clock::time_point deadline, std::string& last_error) {
+  // A numeric address needs no resolver: getaddrinfo reads /etc/gai.conf
+  // and /etc/hosts on every call (three opens a connect), which a barrier
+  // of thousands of clients pays thousands of times.
+  sockaddr_storage numeric{};
+  addrinfo ai{};
+  ai.ai_socktype = SOCK_STREAM;
+  ai.ai_addr = reinterpret_cast<sockaddr*>(&numeric);
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&numeric);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&numeric);
+  if (inet_pton(AF_INET, options_.host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = ai.ai_family = AF_INET;
+    v4->sin_port = htons(options_.port);
+    ai.ai_addrlen = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, options_.host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = ai.ai_family = AF_INET6;
+    v6->sin6_port = htons(options_.port);
+    ai.ai_addrlen = sizeof(sockaddr_in6);
+  }
+  if (ai.ai_family != 0) {
+    fd_ = connect_to(ai, deadline, last_error);
+    armed_ms_ = 0;
+    return fd_ >= 0;
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -157,7 +199,11 @@ int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::stri
       pollfd p{fd, POLLOUT, 0};
       int n = ::poll(&p, 1, ms_left(deadline));
       socklen_t len = sizeof(err);
-      if (n == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      // Writable without POLLERR/POLLHUP is a connection; only a failed
+      // one needs SO_ERROR for its reason.
+      if (n == 1 && (p.revents & (POLLERR | POLLHUP)) != 0)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      else if (n == 1) err = 0;
       else err = n == 0 ? ETIMEDOUT : errno;
     }
   }
@@ -170,8 +216,8 @@ int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::stri
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the clock:
   // a call costs one send and one recv instead of poll + recv.
-  int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+  // The socket was made with O_NONBLOCK as its only status flag.
+  if (fcntl(fd, F_SETFL, 0) != 0) {
     last_error = base::describe_error("fcntl", "", errno);
     close_fd(fd);
     return -1;
@@ -273,8 +319,12 @@ void Client::send_all(const Bytes& frame, Clock::time_point deadline, const std:
       armed_ms_ = 0;  // the timeout fired: re-arm from the true time left
       continue;
     }
-    throw ConnectionLost("store at " + address_ + ": connection lost during " + what + ": " +
-                         base::errno_text(errno));
+    const std::string lost = "store at " + address_ + ": connection lost during " + what + ": " +
+                             base::errno_text(errno);
+    // Before the greeting, only these bytes (not taken) and sets (safe to
+    // repeat) went out on this connection.
+    if (!greeted_) throw RefusedBeforeGreeting(lost);
+    throw ConnectionLost(lost);
   }
 }
 
@@ -317,10 +367,55 @@ Bytes Client::read_frame(Clock::time_point deadline, const std::string& what) {
   return payload;
 }
 
+void Client::read_greeting(Clock::time_point deadline) {
+  Bytes g;
+  try {
+    g = read_frame(deadline, "greeting");
+  } catch (const ConnectionLost& e) {
+    throw RefusedBeforeGreeting(e.what());
+  }
+  auto greeting = wire::parse_greeting(g.data(), g.size());
+  if (!greeting) {
+    disconnect();
+    throw StoreError("store at " + address_ + ": not a ddprun store (unexpected greeting)");
+  }
+  if (greeting->auth_required) {
+    // Our request was refused unread (the store serves nothing before
+    // authentication), so the greeting says all there is to say.
+    disconnect();
+    throw AuthError("store at " + address_ +
+                    " requires a token: set DDPRUN_RDZV_TOKEN or --rdzv-conf token=...");
+  }
+  greeted_ = true;
+  refused_since_ = {};
+}
+
+Bytes Client::read_reply(Clock::time_point deadline, const std::string& what) {
+  if (!greeted_) read_greeting(deadline);
+  return read_frame(deadline, what);
+}
+
+void Client::back_off_after_refusal(const std::string& why, Clock::time_point deadline) {
+  const auto now = Clock::now();
+  if (refused_since_ == Clock::time_point{}) {
+    refused_since_ = now;
+    refusal_backoff_ = std::chrono::milliseconds(10);
+  }
+  const auto end = std::min(deadline, refused_since_ + options_.connect_timeout);
+  if (now + refusal_backoff_ >= end) {
+    const auto spent = std::chrono::duration_cast<Duration>(now - refused_since_).count();
+    refused_since_ = {};
+    throw StoreError("cannot connect to store at " + address_ + " within " + std::to_string(spent) +
+                     " ms: it closed every connection before its greeting (" + why + ")");
+  }
+  std::this_thread::sleep_for(refusal_backoff_);  // as connect() does: the store may be full
+  refusal_backoff_ = std::min(refusal_backoff_ * 2, std::chrono::milliseconds(500));
+}
+
 void Client::read_acks(Clock::time_point deadline, std::string& error) {
   while (!unacked_.empty()) {
     const std::string what = "set(" + quoted(unacked_.front().key) + ")";
-    Bytes payload = read_frame(deadline, what);
+    Bytes payload = read_reply(deadline, what);
     wire::Reply reply = wire::parse_reply(Op::kSet, payload.data(), payload.size());
     if (reply.status != wire::Status::kOk && error.empty()) {
       error = "store at " + address_ + ": " + what + ": " +
@@ -367,7 +462,10 @@ wire::Reply Client::call(const Request& q, bool retry_safe, const std::string& w
         try {
           read_acks(deadline, ack_error);
           pollfd p{fd_, POLLIN, 0};
-          if (::poll(&p, 1, 0) > 0) reconnect(deadline);
+          // Before its greeting a connection has served nothing: what is
+          // readable there is the greeting, and an EOF is a refusal, which
+          // RefusedBeforeGreeting below sends again safely.
+          if (greeted_ && ::poll(&p, 1, 0) > 0) reconnect(deadline);
         } catch (const ConnectionLost&) {
           // The connection died before the acks came (the server restarted
           // before reading those sets). This request has not gone out yet:
@@ -379,7 +477,7 @@ wire::Reply Client::call(const Request& q, bool retry_safe, const std::string& w
       // read, so a set and the next call share one round trip.
       send_all(frame, deadline, what);
       read_acks(deadline, ack_error);
-      Bytes payload = read_frame(deadline, what);
+      Bytes payload = read_reply(deadline, what);
       if (!ack_error.empty()) throw StoreError(ack_error);
       wire::Reply reply = wire::parse_reply(q.op, payload.data(), payload.size(),
                                             q.op == Op::kMultiGet ? q.keys.size() : 0);
@@ -391,6 +489,11 @@ wire::Reply Client::call(const Request& q, bool retry_safe, const std::string& w
         throw StoreError("store at " + address_ + ": " + what + ": " + reply.message);
       }
       return reply;
+    } catch (const RefusedBeforeGreeting& e) {
+      disconnect();
+      throw_if_cancelled(what);
+      back_off_after_refusal(e.what(), deadline);
+      --attempt;  // nothing was served: this is still the first attempt
     } catch (const ConnectionLost& e) {
       disconnect();
       throw_if_cancelled(what);

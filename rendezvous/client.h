@@ -35,7 +35,8 @@ struct ClientOptions {
   // Shared secret for the HMAC challenge; empty = no auth.
   std::string token;
   // How long to keep trying to connect (refused or unreachable) and finish
-  // the handshake.
+  // the handshake; without a token, also how long a first call keeps
+  // trying while the store closes its connections before the greeting.
   Duration connect_timeout{30000};
   // Deadline of every non-blocking call (set, add, ...).
   Duration op_timeout{300000};
@@ -50,7 +51,10 @@ struct ClientOptions {
 class Client : public Store {
  public:
   // Connects at once; throws StoreError (refused token, bad greeting) or
-  // TimeoutError (nothing answered within connect_timeout).
+  // TimeoutError (nothing answered within connect_timeout). Without a token
+  // it does not wait for the store's greeting: the first call's request
+  // goes out at once, and that call reports a store that wants a token, is
+  // no ddprun store, or refuses every connection (connection limits).
   explicit Client(ClientOptions options);
   ~Client() override;
   Client(const Client&) = delete;
@@ -117,6 +121,15 @@ class Client : public Store {
   // when it has passed.
   bool arm(Clock::time_point deadline);
   void read_acks(Clock::time_point deadline, std::string& error);
+  // Without a token the greeting is not awaited at connect: it is read and
+  // checked in front of the first reply (read_reply). An EOF before it is
+  // RefusedBeforeGreeting (client.cc).
+  void read_greeting(Clock::time_point deadline);
+  Bytes read_reply(Clock::time_point deadline, const std::string& what);
+  // After a refusal before the greeting: waits as connect() does between
+  // attempts, or throws once connect_timeout (or `deadline`) has passed
+  // since the first refusal in a row.
+  void back_off_after_refusal(const std::string& why, Clock::time_point deadline);
   void reconnect(Clock::time_point deadline);
   [[noreturn]] void no_answer(const std::string& what, Duration waited);
   [[noreturn]] void timeout(const std::string& what, Duration after);
@@ -131,6 +144,9 @@ class Client : public Store {
   static constexpr size_t kMaxUnacked = 64;
   std::deque<Unacked> unacked_;
   int fd_ = -1;
+  bool greeted_ = true;  // fd_'s greeting has been read (false: read with the first reply)
+  Clock::time_point refused_since_{};  // first of the refusals in a row, if any
+  std::chrono::milliseconds refusal_backoff_{10};
   int armed_ms_ = 0;  // current SO_RCVTIMEO/SO_SNDTIMEO; 0 = not set
   Bytes rbuf_;
   size_t rpos_ = 0;

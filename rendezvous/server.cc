@@ -59,7 +59,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         table(options.max_store_bytes), log(io.get_executor()) {}
   // Serves a new connection, or refuses it when a connection limit is reached.
   void admit(tcp::socket s);
-  void serve(tcp::socket s, const std::string& peer_addr);
+  // `peer` is "addr:port" for log lines, `peer_addr` the key of its slots.
+  void serve(tcp::socket s, const std::string& peer_addr, const std::string& peer);
   // Closes the connections holding the most until the buffered bytes fit
   // max_buffered_bytes again.
   void enforce_buffer_limit();
@@ -145,6 +146,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool closed = false;
   bool authed = false;
   bool framed = false;  // a first frame header has arrived (is_tcpstore_hello)
+  // The greeting waits in `out` for the reply to the request that came with
+  // the connection (start()); close() sends it if nothing else did.
+  bool greeting_held = false;
   Bytes nonce;
   // kOnClose writes to run when the client goes away (wire.h).
   std::unique_ptr<wire::Request> on_close;
@@ -178,8 +182,22 @@ void Conn::start() {
     });
   }
   out = wire::encode_greeting(g);
-  flush();
+  // A client without a token sends its first request without waiting for
+  // the greeting (wire.h), so by the time a connect burst is accepted it is
+  // usually here: the greeting then leaves with its reply, one segment and
+  // one wake-up of the client instead of two. The wait for input's own
+  // peek is done here, so it costs no syscall more.
+  if (!g.auth_required) {
+    boost::system::error_code peek_ec;
+    size_t n = sock.receive(asio::buffer(ahead.buf), tcp::socket::message_peek, peek_ec);
+    if (!peek_ec && n > 0) {
+      ahead.n = n;
+      greeting_held = true;
+    }
+  }
+  if (!greeting_held) flush();
   read_more();
+  if (greeting_held) flush();  // nothing was answered (the request blocks, or is partial)
 }
 
 size_t Conn::read_allowance() const {
@@ -393,6 +411,7 @@ void Conn::flush() {
   }
   // Try a direct write first: the common reply fits the socket buffer and
   // needs no trip through the reactor.
+  greeting_held = false;  // `out` starts with it
   boost::system::error_code ec;
   size_t n = sock.write_some(asio::buffer(out), ec);
   if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return close();
@@ -468,6 +487,13 @@ void Conn::close() {
   pending_bytes = 0;
   on_close_bytes = 0;
   Bytes().swap(in);
+  if (greeting_held) {
+    // A request may have been served (a close for the buffer limit inside
+    // process()): the greeting must reach the client first, or it would
+    // take the close for a refusal and send the request again.
+    greeting_held = false;
+    ::send(sock.native_handle(), out.data(), wire::encode_greeting({}).size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   Bytes().swap(out);  // `sending` may still be in the kernel's hands: freed on completion
   if (!writing) shared.reset();
   boost::system::error_code ec;
@@ -501,12 +527,10 @@ void Server::Impl::enforce_buffer_limit() {
   }
 }
 
-void Server::Impl::serve(tcp::socket s, const std::string& addr) {
+void Server::Impl::serve(tcp::socket s, const std::string& addr, const std::string& peer) {
   auto c = std::make_shared<Conn>(shared_from_this(), std::move(s));
-  boost::system::error_code ec;
-  auto ep = c->sock.remote_endpoint(ec);
   c->peer_addr = addr;
-  c->peer = ec ? addr : addr + ":" + std::to_string(ep.port());
+  c->peer = peer;
   c->authed = options.token.empty();
   slots.add(addr, c->authed);
   c->self_it = conns.insert(conns.end(), c);
@@ -554,9 +578,9 @@ bool Server::Impl::evict_for(const std::string& addr, const std::string& subnet)
 }
 
 void Server::Impl::admit(tcp::socket s) {
-  boost::system::error_code ignored;
-  auto ep = s.remote_endpoint(ignored);
-  std::string addr = ignored ? "unknown peer" : ep.address().to_string();
+  boost::system::error_code ignored, ep_ec;
+  auto ep = s.remote_endpoint(ep_ec);  // once: serve() takes the port from here
+  std::string addr = ep_ec ? "unknown peer" : ep.address().to_string();
   const auto& o = options;
   const auto& peer = slots.of(addr);
   const bool auth = !o.token.empty();
@@ -579,7 +603,7 @@ void Server::Impl::admit(tcp::socket s) {
     log.warn("store: refusing a connection from " + addr + ": " + refusal);
     s.close(ignored);
   } else {
-    serve(std::move(s), addr);
+    serve(std::move(s), addr, ep_ec ? addr : addr + ":" + std::to_string(ep.port()));
   }
 }
 
@@ -614,7 +638,7 @@ void Server::adopt(int fd, const std::string& peer) {
   boost::system::error_code ec;
   s.assign(tcp::v4(), fd, ec);
   if (ec) throw StoreError("store server: cannot adopt descriptor: " + ec.message());
-  impl_->serve(std::move(s), peer);
+  impl_->serve(std::move(s), peer, peer);
 }
 
 size_t Server::num_connections() const { return impl_->conns.size(); }

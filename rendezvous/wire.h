@@ -12,6 +12,12 @@
 //
 //   greeting (server -> client, first frame on every connection):
 //     "DDPS" u8 version u8 auth_required byte[32] server_nonce
+//     The server hands it to the kernel when it accepts, before it reads
+//     a byte, so a connection that ends before its greeting served nothing
+//     (a refusal at accept). A client without a token sends its first
+//     requests without waiting for it and reads it in front of the first
+//     reply; a client with a token waits for it (its nonce) and for the
+//     store's proof before it sends any request.
 //   request payload := u8 opcode, fields:
 //     kAuth      str mac, str client_nonce
 //                mac = HMAC-SHA256(token, kClientAuthLabel server_nonce client_nonce)

@@ -4,33 +4,11 @@
 // which was a fifth of the server's time under set+get load. Counted on
 // the client's socket: segments in, less those carrying data.
 #include <doctest/doctest.h>
-#include <netinet/tcp.h>
-
-#include <cstring>
-
 #include "tests/rendezvous/test_util.h"
 
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::testing;
 
-namespace {
-struct Segments {
-  uint32_t in = 0, with_data = 0;
-};
-// Linux's struct tcp_info grows at its end only (uapi); glibc's copy stops
-// before these fields (Linux 4.6+): tcpi_segs_in and tcpi_data_segs_in.
-constexpr size_t kSegsInOffset = 140, kDataSegsInOffset = 152;
-Segments segments_in(int fd) {
-  uint8_t info[256] = {};
-  socklen_t len = sizeof(info);
-  REQUIRE(::getsockopt(fd, IPPROTO_TCP, TCP_INFO, info, &len) == 0);
-  REQUIRE(len >= kDataSegsInOffset + sizeof(uint32_t));
-  Segments s;
-  std::memcpy(&s.in, info + kSegsInOffset, sizeof(s.in));
-  std::memcpy(&s.with_data, info + kDataSegsInOffset, sizeof(s.with_data));
-  return s;
-}
-}  // namespace
 
 TEST_CASE("a set and a get sent back to back get their replies without a bare ACK before them") {
   ServerThread server;

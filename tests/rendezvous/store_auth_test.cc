@@ -145,7 +145,8 @@ TEST_CASE("ddprun-store takes its token from DDPRUN_RDZV_TOKEN") {
   auto port = store.port();
   REQUIRE(port);
   CHECK(store.log().find("auth on") != std::string::npos);
-  CHECK_THROWS_WITH_AS(Client(to(*port, "")), doctest::Contains("requires a token"), StoreError);
+  // Without a token the greeting is read with the first reply.
+  CHECK_THROWS_WITH_AS(Client(to(*port, "")).ping(), doctest::Contains("requires a token"), StoreError);
   Client c(to(*port, "from-env"));
   c.ping();
   CHECK(store.log().find("from-env") == std::string::npos);  // never logged

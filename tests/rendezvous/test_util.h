@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -27,6 +29,27 @@
 namespace ddprun::rendezvous::testing {
 
 using namespace std::chrono_literals;
+
+// TCP segments a socket has received, in all and those carrying data
+// (bare ACKs are the difference): tests count segments, not time.
+struct Segments {
+  uint32_t in = 0, with_data = 0;
+};
+inline Segments segments_in(int fd) {
+  // Linux's struct tcp_info grows at its end only (uapi); glibc's copy stops
+  // before these fields (Linux 4.6+): tcpi_segs_in and tcpi_data_segs_in.
+  constexpr size_t kSegsInOffset = 140, kDataSegsInOffset = 152;
+  uint8_t info[256] = {};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, info, &len) != 0 ||
+      len < kDataSegsInOffset + sizeof(uint32_t)) {
+    throw std::runtime_error("TCP_INFO without segment counts");
+  }
+  Segments s;
+  std::memcpy(&s.in, info + kSegsInOffset, sizeof(s.in));
+  std::memcpy(&s.with_data, info + kDataSegsInOffset, sizeof(s.with_data));
+  return s;
+}
 
 // A Server running on a private io_context thread; destruction stops it.
 class ServerThread {
@@ -48,6 +71,8 @@ class ServerThread {
     server_.reset();
   }
   uint16_t port() const { return port_; }
+  // The server's loop, to hold it (a handler that waits) in a test.
+  boost::asio::io_context& io() { return io_; }
 
   // Runs `f` on the server's thread and returns its result.
   template <typename F>
