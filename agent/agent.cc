@@ -345,6 +345,7 @@ int Agent::run_all() {
     spdlog::error("{}", e.what());
     return 1;
   }
+  guardian_pid_ = guardian->pid();
   int status = run_job(*guardian, std::move(env));
   cgroup_.reset();  // before the guardian: the agent removes it, not the safety net
   if (options_.max_nodes > 1 && rendezvous_ && !pending_signal_) {

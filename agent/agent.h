@@ -90,10 +90,7 @@ class Agent {
   std::optional<int> join_round(AttemptSetup& setup, int restart);
   // Runs the attempt until done(); false when its workers could not all be
   // spawned.
-  bool run_attempt(Attempt& attempt, Guardian& guardian);
-  // Guardian::start() once the first workers are forked; a failure is a
-  // warning, as the guardian's early exit is (reap()).
-  void start_guardian(Guardian& guardian);
+  bool run_attempt(Attempt& attempt);
   NextStep after_attempt(const AttemptResult& result, bool spawned, int restart);
   // The restart back-off; a stop signal ends it early.
   void back_off(std::chrono::milliseconds delay);

@@ -146,26 +146,18 @@ void kill_by_token(const GuardianPaths& p) {
 
 }  // namespace
 
-Guardian::Guardian(const std::string& cgroup_dir, const std::string& env_token)
-    : cgroup_dir_(cgroup_dir),
-      kill_path_(cgroup_dir.empty() ? "" : cgroup_dir + "/cgroup.kill"),
-      events_path_(cgroup_dir.empty() ? "" : cgroup_dir + "/cgroup.events"),
-      env_token_(env_token) {
+Guardian::Guardian(const std::string& cgroup_dir, const std::string& env_token) {
+  // Built before fork: the child may not allocate.
+  const std::string kill_path = cgroup_dir.empty() ? "" : cgroup_dir + "/cgroup.kill";
+  const std::string events_path = cgroup_dir.empty() ? "" : cgroup_dir + "/cgroup.events";
+  GuardianPaths paths{cgroup_dir.c_str(), kill_path.c_str(), events_path.c_str(),
+                      env_token.c_str(), env_token.size()};
   base::Pipe pipe;
   try {
     pipe = base::make_pipe(O_CLOEXEC);
   } catch (const std::system_error& e) {
     throw std::runtime_error(std::string("guardian ") + e.what());
   }
-  read_ = std::move(pipe.read);
-  fd_ = std::move(pipe.write);
-}
-
-void Guardian::start() {
-  if (pid_ > 0 || !read_) return;
-  // Built before fork: the child may not allocate.
-  GuardianPaths paths{cgroup_dir_.c_str(), kill_path_.c_str(), events_path_.c_str(),
-                      env_token_.c_str(), env_token_.size()};
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &old);
@@ -174,7 +166,7 @@ void Guardian::start() {
     // A session of its own: signals to ddprun's process group or session
     // (kill -9 -<pgid>, a terminal hangup) do not reach the guardian.
     setsid();
-    keep_only_pipe(read_.get());
+    keep_only_pipe(pipe.read.get());
     if (chdir("/") != 0) {
       // Staying in the agent's folder only keeps a mount busy; go on.
     }
@@ -196,17 +188,11 @@ void Guardian::start() {
   sigprocmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) throw base::SystemError("guardian fork", "", fork_errno);
   pid_ = pid;
-  read_.reset();  // the guardian's end only: EOF on it is the agent's death
+  fd_ = std::move(pipe.write);
 }
 
 Guardian::Guardian(Guardian&& other) noexcept
-    : cgroup_dir_(std::move(other.cgroup_dir_)),
-      kill_path_(std::move(other.kill_path_)),
-      events_path_(std::move(other.events_path_)),
-      env_token_(std::move(other.env_token_)),
-      pid_(std::exchange(other.pid_, -1)),
-      read_(std::move(other.read_)),
-      fd_(std::move(other.fd_)) {}
+    : pid_(std::exchange(other.pid_, -1)), fd_(std::move(other.fd_)) {}
 
 Guardian::~Guardian() {
   fd_.reset();

@@ -22,15 +22,6 @@
 // /dev/null, so it never holds the console, a log or a socket open), and
 // sits in "/" so it keeps no mount busy.
 //
-// Started once the first workers are forked, not before them (issue 24:
-// its fork copies the agent's page tables, ~0.13 ms the workers need not
-// wait for). A worker cannot have children of its own before it runs, and
-// it dies with the agent (parent-death signal), so the only loss is a
-// kill -9 in the fraction of a millisecond between the workers' start and
-// the guardian's: it leaves the empty job cgroup, which the next agent's
-// sweep removes (job_cgroup.h). Groups added before start() wait in the
-// pipe (a record is a few bytes; a pipe holds 64 KiB).
-//
 // Move-only; the destructor closes the pipe (the guardian then kills what is
 // left, normally nothing) and reaps it.
 #pragma once
@@ -45,8 +36,8 @@ namespace ddprun::agent {
 
 class Guardian {
  public:
-  // Makes the pipe; start() forks the guardian. `cgroup_dir`: the job
-  // cgroup's folder, or empty. `env_token`: "NAME=value" every worker's
+  // Forks the guardian. Call before any worker exists. `cgroup_dir`: the
+  // job cgroup's folder, or empty. `env_token`: "NAME=value" every worker's
   // environment carries, searched for when there is no cgroup; or empty.
   explicit Guardian(const std::string& cgroup_dir = "", const std::string& env_token = "");
   ~Guardian();
@@ -55,21 +46,14 @@ class Guardian {
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;
 
-  // Forks the guardian; once (later calls do nothing). Throws
-  // base::SystemError when fork fails.
-  void start();
   void add_group(pid_t pgid);
   void remove_group(pid_t pgid);
-  // -1 until start().
   pid_t pid() const { return pid_; }
 
  private:
   void send(char op, pid_t pgid);
 
-  // What the guardian acts on, kept for start() (the child may not allocate).
-  std::string cgroup_dir_, kill_path_, events_path_, env_token_;
   pid_t pid_ = -1;
-  base::ScopedFd read_;  // the guardian's end until start() hands it over
   base::ScopedFd fd_;
 };
 

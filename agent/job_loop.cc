@@ -27,7 +27,7 @@ int Agent::run_job(Guardian& guardian, EnvMap env) {
   for (int restart = 0;; ++restart) {
     if (auto stopped = join_round(setup, restart)) return *stopped;
     Attempt attempt(io_, clock_, launcher, options_, setup, hooks_);
-    const bool spawned = run_attempt(attempt, guardian);
+    const bool spawned = run_attempt(attempt);
     const AttemptResult& result = attempt.result();
     log_errors_.insert(log_errors_.end(), result.log_errors.begin(), result.log_errors.end());
     // Rank scope: replacements spent restarts too; the next attempt knows.
@@ -105,7 +105,7 @@ std::optional<int> Agent::join_round(AttemptSetup& setup, int restart) {
   return std::nullopt;
 }
 
-bool Agent::run_attempt(Attempt& attempt, Guardian& guardian) {
+bool Agent::run_attempt(Attempt& attempt) {
   current_ = &attempt;
   bool spawned = true;
   base::mark_phase(options_.phase_trace, "spawning");
@@ -116,7 +116,6 @@ bool Agent::run_attempt(Attempt& attempt, Guardian& guardian) {
     spawned = false;
   }
   base::mark_phase(options_.phase_trace, "spawned");
-  start_guardian(guardian);
   remove_leftovers_of_dead_agents();
   // A signal that arrived before the attempt existed still stops it.
   if (pending_signal_) attempt.interrupt(pending_signal_);
@@ -170,20 +169,6 @@ Agent::NextStep Agent::after_attempt(const AttemptResult& result, bool spawned, 
   spdlog::warn("{}; restarting the group (restart {} of {})", root_cause_line(result),
                restart + 1 + result.rank_restarts, options_.max_restarts);
   return {std::nullopt, d.delay};
-}
-
-void Agent::start_guardian(Guardian& guardian) {
-  // Forked once the first workers are (guardian.h), so its fork is not on
-  // their path; once, and again at a restart only if it failed.
-  if (guardian.pid() > 0) return;
-  try {
-    guardian.start();
-    guardian_pid_ = guardian.pid();
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot start the guardian process ({}); a SIGKILLed ddprun may leave "
-                 "grandchildren behind",
-                 e.what());
-  }
 }
 
 void Agent::remove_leftovers_of_dead_agents() {
