@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/safe_file.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::base {
@@ -24,8 +25,16 @@ void mark_phase(const std::string& path, std::string_view phase, std::string_vie
     line += detail;
   }
   line += '\n';
-  const ScopedFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
-  if (!fd) return;
+  // Through SafeDir, as every file ddprun creates: a root agent must not
+  // follow a link another user planted where the trace goes.
+  ScopedFd fd;
+  try {
+    const auto slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + (slash == 0));
+    fd = SafeDir::open(dir).open_append(path.substr(slash + 1));
+  } catch (const FileError&) {
+    return;
+  }
   // A short or failed write loses this mark only (see the header).
   const ssize_t written = ::write(fd.get(), line.data(), line.size());
   (void)written;
