@@ -19,8 +19,8 @@ namespace {
 
 const std::string kEndpoint = "10.77.0.1:29400";
 
-std::vector<std::string> train_args() {
-  return {TRAIN_BIN, "--backend", "gloo", "--data", DIGITS_DIR, "--steps", "60", "--log-every", "0"};
+std::vector<std::string> train_args(int steps) {
+  return {TRAIN_BIN, "--backend", "gloo", "--data", DIGITS_DIR, "--steps", std::to_string(steps), "--log-every", "0"};
 }
 
 std::string params_sha(const std::string& log) {
@@ -35,10 +35,10 @@ size_t count_of(const std::string& text, const std::string& needle) {
 }
 
 // The same training on 2 ranks on this node, without a failure.
-std::string reference_sha() {
+std::string reference_sha(int steps = 60) {
   TempDir ref;
   std::vector<std::string> args = {"--nproc-per-node=2"};
-  for (const auto& a : train_args()) args.push_back(a);
+  for (const auto& a : train_args(steps)) args.push_back(a);
   for (const std::string& a : {std::string("--checkpoint-dir"), ref.path() + "/ck", std::string("--no-resume")})
     args.push_back(a);
   NodeAgent one("", args, {}, ref.path() + "/single.log");  // "": this namespace
@@ -53,7 +53,7 @@ struct TrainJob {
   // `node_flags[n]`: ddprun flags of node n (1 or 2) alone.
   TrainJob(const std::string& test, const std::vector<std::string>& ddprun_flags,
            const std::vector<std::string>& train_flags,
-           std::map<int, std::vector<std::string>> node_flags = {})
+           std::map<int, std::vector<std::string>> node_flags = {}, int steps = 60)
       : net(test, 2) {
     for (int n = 1; n <= 2; ++n) {
       std::vector<std::string> args = {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
@@ -61,7 +61,7 @@ struct TrainJob {
                                         "--rdzv-id=train"};
       args.insert(args.end(), ddprun_flags.begin(), ddprun_flags.end());
       args.insert(args.end(), node_flags[n].begin(), node_flags[n].end());
-      for (const auto& a : train_args()) args.push_back(a);
+      for (const auto& a : train_args(steps)) args.push_back(a);
       args.insert(args.end(), train_flags.begin(), train_flags.end());
       args.push_back("--checkpoint-dir");
       args.push_back(dir.path() + "/ck" + std::to_string(n));
@@ -154,16 +154,25 @@ TEST_CASE("multinode.train_rank") {
 }
 
 TEST_CASE("multinode.train_rank_hang") {
-  // --restart-scope=rank with a hang: rank 1 (node 2) stops in step 45
-  // before its beat, and rank 0 (node 1) then waits in step 46's
+  // --restart-scope=rank with a hang: rank 1 (node 2) stops in step 200
+  // before its beat, and rank 0 (node 1) then waits in step 201's
   // collective. Node 1 has the shorter timeout, so its watchdog fires
   // first, on a rank that is only waiting: it holds that verdict and asks;
-  // node 2 finds its rank behind node 1's stalled rank (step 44 < 45), acts
-  // on it long before its own timeout and replaces it; node 1's rank
+  // node 2 finds its rank behind node 1's stalled rank (step 199 < 200),
+  // acts on it long before its own timeout and replaces it; node 1's rank
   // re-forms with the replacement. Without the question node 1 replaced
   // rank 0, and rank 1's hang ended that recovery: a group restart.
   // Both with fixed heartbeat timeouts and learned ones (floors).
-  const std::string single = reference_sha();
+  //
+  // 240 steps, a checkpoint at 100, the hang at 200: a learned timeout is
+  // only the floor once a node saw 10 step gaps with nothing protected, and
+  // each node sees the other's setup and checkpoint only at its next poll of
+  // the store (200 ms, PeerGuards), so the steps right after them count for
+  // nothing. With 60 steps of ~5 ms, a checkpoint at 20 and 40 and the hang
+  // at 45, neither node had learned by the hang in some runs, both waited
+  // out the 600 s initial timeout, and the test timed out.
+  constexpr int kSteps = 240, kHangStep = 200;
+  const std::string single = reference_sha(kSteps);
   const auto secs = [](int s) { return std::to_string(scaled(std::chrono::seconds(s)).count()); };
   for (const std::string& mode : {std::string("fixed"), std::string("learned")}) {
     CAPTURE(mode);
@@ -171,22 +180,23 @@ TEST_CASE("multinode.train_rank_hang") {
     std::vector<std::string> flags = {"--restart-scope=rank", "--stack-capture=none"};
     if (mode == "fixed") flags.push_back("--heartbeat-grace=60");
     TrainJob job("th" + mode.substr(0, 4), flags,
-                 {"--checkpoint-every", "20", "--hang-at-step", "45"},
-                 {{1, {flag + secs(3)}}, {2, {flag + secs(60)}}});
+                 {"--checkpoint-every", "100", "--hang-at-step", std::to_string(kHangStep)},
+                 {{1, {flag + secs(3)}}, {2, {flag + secs(60)}}}, kSteps);
     const std::string logs = job.finish();
     INFO(logs);
     // Rank 1 is node 2's when node 1 joined first (TrainJob); otherwise the
     // culprit's node has the short timeout and acts first on its own. A
     // learned timeout is the floor only once 10 step gaps were seen, which
-    // on a loaded machine may not be the case by step 45 on node 1 (gaps
-    // across the other node's setup and the checkpoints do not count):
-    // then node 2 fires first there too.
+    // on a loaded machine may still not be the case by the hang on node 1
+    // (gaps across the other node's setup and the checkpoints do not
+    // count): then node 2 fires first there too.
     const bool rank1_on_node2 = job.agents[2]->log().find("group rank 1 of 2") != std::string::npos;
     const bool asked = job.agents[1]->log().find("asking the other nodes") != std::string::npos;
     MESSAGE("rank 1 on node 2: " << rank1_on_node2 << "; node 1 fired first and asked: " << asked);
     if (rank1_on_node2 && (mode == "fixed" || asked)) {
       CHECK(asked);
-      CHECK(count_of(logs, "heartbeat_timeout: behind node 0's stalled ranks: last step 44") >= 1);
+      CHECK(count_of(logs, "heartbeat_timeout: behind node 0's stalled ranks: last step " +
+                               std::to_string(kHangStep - 1)) >= 1);
     }
     CHECK(count_of(logs, "freeze: rank 1 is the culprit") == 1);
     CHECK(count_of(logs, "freeze: rank 0 is the culprit") == 0);
