@@ -92,27 +92,33 @@ ElasticRendezvous::ElasticRendezvous(const Options& options)
   const bool explicit_host = options_.rdzv_conf.count("is_host") > 0;
   if (spec_.etcd && explicit_host && ro.is_host)
     throw RendezvousError("is_host=true: with --rdzv-backend=etcd no node hosts the store");
-  if (!spec_.etcd && (explicit_host ? ro.is_host : is_local_address(host_name_))) {
-    StoreHostOptions so;
-    so.bind_host = host_name_.find(':') != std::string::npos ? "::" : "0.0.0.0";
-    so.port = port_;
-    so.token = token_;
+  StoreHostOptions so;
+  so.bind_host = host_name_.find(':') != std::string::npos ? "::" : "0.0.0.0";
+  so.port = port_;
+  so.token = token_;
+  auto host_now = [&] {
     try {
       host_ = std::make_unique<StoreHost>(so);
-      spdlog::info("hosting the rendezvous store at {} ({})", store_addr_,
-                   token_.empty() ? "no token: anyone who reaches the port can join"
-                                  : "token required");
     } catch (const std::exception& e) {
       if (explicit_host) throw RendezvousError(std::string("is_host=true: ") + e.what());
-      spdlog::info("port {} is taken on this machine; joining the store there", port_);
+      return false;
     }
+    spdlog::info("hosting the rendezvous store at {} ({})", store_addr_,
+                 token_.empty() ? "no token: anyone who reaches the port can join" : "token required");
+    return true;
+  };
+  bool port_taken = false;
+  if (!spec_.etcd && (explicit_host ? ro.is_host : is_local_address(host_name_)) && !host_now()) {
+    port_taken = true;
+    spdlog::info("port {} is taken on this machine; joining the store there", port_);
   }
 
   // Wait (join_timeout) for the store; its connection's local address is
   // the one peers can reach us at, even on multi-NIC hosts.
   std::string local_addr = options_.local_addr;
   try {
-    std::string from = probe_rendezvous_store(spec_, ro.join_timeout);
+    std::string from = port_taken ? probe_or_host_rendezvous_store(spec_, ro.join_timeout, host_now)
+                                  : probe_rendezvous_store(spec_, ro.join_timeout);
     if (local_addr.empty()) local_addr = from;
     base::mark_phase(options_.phase_trace, "store");
   } catch (const rdzv::AuthError& e) {

@@ -1,5 +1,10 @@
 #include "agent/rendezvous_store.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
 #include "rendezvous/client.h"
 #include "rendezvous/etcd_store.h"
 #include "rendezvous/rendezvous_error.h"
@@ -13,6 +18,12 @@ using rdzv::RendezvousError;
 namespace {
 // The etcd-only --rdzv-conf keys.
 constexpr const char* kEtcdKeys[] = {"cacert", "cert", "key", "user"};
+// probe_or_host_rendezvous_store: how long one probe waits before hosting
+// is tried again (a store that is up greets within it even under load:
+// the slice is a retry, not a verdict), and how long they fail before the
+// warning.
+constexpr Duration kTakenPortSlice{2000};
+constexpr std::chrono::seconds kTakenPortWarning{10};
 }  // namespace
 
 bool is_etcd_backend(const std::string& backend) { return backend == "etcd" || backend == "etcd-v2"; }
@@ -105,6 +116,35 @@ std::string probe_rendezvous_store(const RendezvousStoreSpec& spec, Duration con
   // something else, fails here, not at the first rendezvous call.
   probe.ping();
   return probe.local_address();
+}
+
+std::string probe_or_host_rendezvous_store(const RendezvousStoreSpec& spec, Duration join_timeout,
+                                           const std::function<bool()>& host_now) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + join_timeout;
+  bool warned = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+    try {
+      return probe_rendezvous_store(spec, std::clamp(left, Duration(1), kTakenPortSlice));
+    } catch (const rdzv::AuthError&) {
+      throw;  // a store answered: the token decides, not the port
+    } catch (const std::exception& e) {
+      if (Clock::now() >= deadline) throw;
+      if (host_now()) {
+        const auto rest = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+        return probe_rendezvous_store(spec, std::max(rest, Duration(1000)));  // our own store
+      }
+      if (!warned && Clock::now() - start >= kTakenPortWarning) {
+        warned = true;
+        spdlog::warn("port {} is taken on this machine, but no rendezvous store answers there ({}); "
+                     "is another program using it? Still trying to join, or to host the store once "
+                     "the port is free",
+                     spec.port, e.what());
+      }
+    }
+  }
 }
 
 }  // namespace ddprun::agent

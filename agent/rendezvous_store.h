@@ -9,6 +9,7 @@
 // or token=, kept out of process listings and logs).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,5 +53,19 @@ std::unique_ptr<rendezvous::Store> open_rendezvous_store(
 // Throws StoreError.
 std::string probe_rendezvous_store(const RendezvousStoreSpec& spec,
                                    rendezvous::Duration connect_timeout);
+
+// probe_rendezvous_store for an agent that was to host our TCP store but
+// found its port taken. Usually another agent of the job on this machine
+// took it first and serves the store there; but any socket on that port
+// (another program's listener, or its outgoing connection that left from
+// it) takes it just as well, and then no agent would ever host. So the
+// probe runs in short slices until `join_timeout`, and after each failed
+// one `host_now()` tries to host again: once it returns true (the port
+// came free and this agent now serves the store) the probe finds that
+// store. A wrong token ends it at once (AuthError); after 10 s of failed
+// slices one warning names the port. Throws the last slice's StoreError.
+std::string probe_or_host_rendezvous_store(const RendezvousStoreSpec& spec,
+                                           rendezvous::Duration join_timeout,
+                                           const std::function<bool()>& host_now);
 
 }  // namespace ddprun::agent

@@ -74,7 +74,13 @@ struct TwoNodeJob {
   void start() {
     for (int node = 0; node < 2; ++node) agent[node].emplace(args, env(node));
     auto two_ready = [](const std::string& o) { return count_of(o, "ready ") >= 2; };
-    for (auto& a : agent) REQUIRE(a->wait_for_stdout(two_ready, std::chrono::seconds(120)));
+    for (int node = 0; node < 2; ++node) {
+      if (agent[node]->wait_for_stdout(two_ready, std::chrono::seconds(120))) continue;
+      // What each agent said so far: which of them waits, and for what.
+      FAIL("agent " << node << " has not two ready ranks after 120 s\nagent 0 stderr:\n"
+                    << agent[0]->err() << "\nagent 1 stderr:\n" << agent[1]->err() << "\nagent "
+                    << node << " stdout:\n" << agent[node]->out());
+    }
   }
   // Lets the workers end; both agents must then exit 0.
   void finish() {

@@ -1,0 +1,84 @@
+// The rendezvous store's port taken by something that is no store: the
+// agent that was to host it (its machine owns the endpoint's HOST) joins
+// whatever holds the port, as it would another agent of the job; once the
+// port is free it hosts the store itself and the job runs. Before, it
+// waited out the whole join_timeout (600 s) for a store nobody would ever
+// serve: introspect.nodes lost a loaded run that way, its free port taken
+// by another test's connection between the test's check and ddprun's bind.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "base/scoped_fd.h"
+#include "tests/agent/ddprun_process.h"
+
+namespace {
+
+using ddprun::base::ScopedFd;
+using ddprun::testing::DdprunProcess;
+using ddprun::testing::Seconds;
+
+// A socket bound to 127.0.0.1 on a port the kernel picks, listening or not.
+ScopedFd hold_port(bool listening, int& port) {
+  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));  // not ddprun's too
+  REQUIRE(fd.get() >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  if (listening) REQUIRE(::listen(fd.get(), 16) == 0);
+  port = ntohs(a.sin_port);
+  return fd;
+}
+
+// ddprun of a one-or-two-node job whose store endpoint is 127.0.0.1:port.
+DdprunProcess job_at(int port) {
+  return DdprunProcess({"--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                        "--rdzv-endpoint=127.0.0.1:" + std::to_string(port),
+                        "--rdzv-id=port-" + std::to_string(::getpid()), "--rdzv-conf=last_call_timeout=0.1",
+                        "--hang-timeout=0", "/bin/echo", "trained"},
+                       {"DDPRUN_RDZV_TOKEN=port-secret"});
+}
+
+auto has(const std::string& needle) {
+  return [needle](const std::string& s) { return s.find(needle) != std::string::npos; };
+}
+
+}  // namespace
+
+TEST_CASE("store port held by a listener that never answers: a warning naming the port, then the "
+          "agent hosts the store once it is free") {
+  int port = 0;
+  ScopedFd holder = hold_port(true, port);
+  DdprunProcess ddprun = job_at(port);
+  const std::string taken = "port " + std::to_string(port) + " is taken on this machine";
+  REQUIRE(ddprun.wait_for_stderr(has(taken + "; joining the store there"), Seconds(60)));
+  // Its connections are accepted (the backlog) and never greeted.
+  REQUIRE(ddprun.wait_for_stderr(has(taken + ", but no rendezvous store answers there"), Seconds(120)));
+  holder.reset();
+  const auto end = ddprun.finish(Seconds(120));
+  INFO("stderr: " << end.err);
+  CHECK(end.status == 0);
+  CHECK(has("hosting the rendezvous store at 127.0.0.1:" + std::to_string(port))(end.err));
+  CHECK(has("trained")(end.out));
+}
+
+TEST_CASE("store port bound by a socket that does not listen: the agent hosts the store once it is "
+          "free") {
+  int port = 0;
+  ScopedFd holder = hold_port(false, port);
+  DdprunProcess ddprun = job_at(port);
+  REQUIRE(ddprun.wait_for_stderr(has("port " + std::to_string(port) + " is taken on this machine"),
+                                 Seconds(60)));
+  holder.reset();  // its connections were refused meanwhile
+  const auto end = ddprun.finish(Seconds(120));
+  INFO("stderr: " << end.err);
+  CHECK(end.status == 0);
+  CHECK(has("hosting the rendezvous store at 127.0.0.1:" + std::to_string(port))(end.err));
+  CHECK(has("trained")(end.out));
+}
