@@ -2,8 +2,8 @@
 // every worker stream and the agent's own messages write to.
 //
 // Writes go to a thread of its own (started with the first bytes) through a
-// queue, so the event loop never blocks on a console nobody reads (`| less` left unscrolled, Ctrl-S, a
-// stalled pipe). The queue is bounded by back-pressure, not by dropping:
+// queue, so the event loop never blocks on a console nobody reads (`| less`
+// left unscrolled, Ctrl-S, a stalled pipe). The queue is bounded by back-pressure, not by dropping:
 // once it holds kHighWater bytes, full() is true and the output pumps stop
 // reading their workers' pipes (the workers then block in write(), as they
 // would on a slow terminal under torchrun); when_room() resumes them on the
