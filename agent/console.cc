@@ -91,8 +91,13 @@ bool write_fully(int fd, const char* data, size_t size) {
 }  // namespace
 
 Console::Console(boost::asio::io_context& io, int fd, bool terminal)
-    : io_(io), fd_(fd), terminal_(terminal), q_(std::make_shared<Queue>(io)) {
-  writer_ = std::thread(writer_main, q_, fd);
+    : io_(io), fd_(fd), terminal_(terminal), q_(std::make_shared<Queue>(io)) {}
+
+void Console::wake_writer() {
+  // The thread starts with the first bytes: a launch that writes nothing
+  // before its workers run starts none on their path (issue 24).
+  std::call_once(writer_started_, [this] { writer_ = std::thread(writer_main, q_, fd_); });
+  q_->wake.notify_one();
 }
 
 Console::~Console() {
@@ -104,6 +109,10 @@ Console::~Console() {
     // a stalled console took its bytes).
     q_->waiting.clear();
   }
+  // Never started (nothing was written): none starts now; the call orders
+  // this thread after one that did start it.
+  std::call_once(writer_started_, [] {});
+  if (!writer_.joinable()) return;
   q_->wake.notify_one();
   // A writer stuck in write() on a stalled console would hold the exit
   // forever: leave it; it owns its share of the queue and dies with us.
@@ -165,7 +174,7 @@ void Console::write(const void* source, std::string_view bytes, bool leaves_line
     if (source != q_->typed_over) q_->typed_over = nullptr;
     q_->bring_up();
   }
-  if (was_empty) q_->wake.notify_one();
+  if (was_empty) wake_writer();
 }
 
 bool Console::write_line(std::string_view line) {
@@ -186,7 +195,7 @@ bool Console::write_line(std::string_view line) {
     // own line after it (the input's new rank) continues nothing of it.
     q_->bring_up();
   }
-  if (was_empty) q_->wake.notify_one();
+  if (was_empty) wake_writer();
   return true;
 }
 
@@ -210,7 +219,7 @@ void Console::write_untouched(std::string_view bytes) {
     q_->pending.append(bytes.data(), bytes.size());
     q_->open = nullptr;
   }
-  if (was_empty) q_->wake.notify_one();
+  if (was_empty) wake_writer();
 }
 
 void Console::begin_interactive(const void* source, std::string prefix, std::string_view line,
@@ -244,7 +253,7 @@ void Console::begin_interactive(const void* source, std::string prefix, std::str
       q_->bring_up();
     }
   }
-  if (was_empty) q_->wake.notify_one();
+  if (was_empty) wake_writer();
 }
 
 bool Console::write_interactive(const void* source, std::string_view bytes) {
@@ -276,7 +285,7 @@ bool Console::write_interactive(const void* source, std::string_view bytes) {
     q_->ia_shown = true;
     q_->open = q_->ia->at_line_start() ? nullptr : source;
   }
-  if (was_empty) q_->wake.notify_one();
+  if (was_empty) wake_writer();
   return true;
 }
 
@@ -294,7 +303,7 @@ void Console::end_interactive(const void* source) {
     q_->ia.reset();
     q_->ia_shown = false;
   }
-  if (queued) q_->wake.notify_one();
+  if (queued) wake_writer();
 }
 
 void Console::line_typed() {

@@ -1,9 +1,9 @@
 // The agent's console: one destination (ddprun's stdout or stderr) that
 // every worker stream and the agent's own messages write to.
 //
-// Writes go to a thread of its own through a queue, so the event loop never
-// blocks on a console nobody reads (`| less` left unscrolled, Ctrl-S, a
-// stalled pipe). The queue is bounded by back-pressure, not by dropping:
+// Writes go to a thread of its own (started with the first bytes) through a
+// queue, so the event loop never blocks on a console nobody reads (`| less`
+// left unscrolled, Ctrl-S, a stalled pipe). The queue is bounded by back-pressure, not by dropping:
 // once it holds kHighWater bytes, full() is true and the output pumps stop
 // reading their workers' pipes (the workers then block in write(), as they
 // would on a slow terminal under torchrun); when_room() resumes them on the
@@ -33,6 +33,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -111,6 +112,8 @@ class Console {
  private:
   struct Queue;
   static void writer_main(std::shared_ptr<Queue> q, int fd);
+  // Starts the writer thread once, then wakes it: bytes were queued.
+  void wake_writer();
 
   boost::asio::io_context& io_;
   int fd_;
@@ -119,7 +122,8 @@ class Console {
   // Shared with the writer thread, which may outlive this object when it is
   // stuck in write() at exit (then it is detached; the process ends it).
   std::shared_ptr<Queue> q_;
-  std::thread writer_;
+  std::once_flag writer_started_;
+  std::thread writer_;  // started by the first wake_writer()
 };
 
 // ddprun's stdout and stderr consoles; `err` is `out` itself when both

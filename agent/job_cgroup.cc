@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +127,25 @@ std::optional<Cgroup2Mount> find_cgroup2_mount(std::string_view mountinfo) {
   return std::nullopt;
 }
 
+std::optional<Cgroup2Mount> usual_cgroup2_mount() {
+  // The initial cgroup namespace's inode (PROC_CGROUP_INIT_INO, a fixed
+  // number in the kernel's ABI): a namespace of our own would show paths
+  // from its own root, which a mount need not show.
+  char ns[64];
+  ssize_t n = readlink("/proc/self/ns/cgroup", ns, sizeof ns - 1);
+  if (n <= 0) return std::nullopt;
+  ns[n] = '\0';
+  if (std::strcmp(ns, "cgroup:[4026531835]") != 0) return std::nullopt;
+  for (const char* place : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    struct statfs fs;
+    struct stat st;
+    if (::statfs(place, &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC && ::stat(place, &st) == 0 &&
+        st.st_ino == 1)
+      return Cgroup2Mount{place, "/"};
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> unified_cgroup_path(std::string_view proc_self_cgroup) {
   std::istringstream in{std::string(proc_self_cgroup)};
   for (std::string line; std::getline(in, line);)
@@ -138,9 +159,12 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string* why) {
     return nullptr;
   };
   std::string reason;
-  auto mountinfo = read_text("/proc/self/mountinfo", &reason);
-  if (!mountinfo) return fail(reason);
-  auto mount = find_cgroup2_mount(*mountinfo);
+  auto mount = usual_cgroup2_mount();
+  if (!mount) {
+    auto mountinfo = read_text("/proc/self/mountinfo", &reason);
+    if (!mountinfo) return fail(reason);
+    mount = find_cgroup2_mount(*mountinfo);
+  }
   if (!mount) return fail("no cgroup2 file system is mounted");
   auto cgroups = read_text("/proc/self/cgroup", &reason);
   if (!cgroups) return fail(reason);

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <utility>
 
 #include "agent/agent.h"
 #include "agent/exit_status.h"
@@ -75,9 +76,8 @@ std::optional<int> Agent::prepare_job(AttemptSetup& setup, EnvMap env) {
       spdlog::warn("{}", e.what());
     }
   }
-  if (options_.nproc_per_node > 1 && !setup.base_env.count(base::kEnvOmpNumThreads))
-    spdlog::info("OMP_NUM_THREADS=1 for each of the {} workers (set it to override)",
-                 options_.nproc_per_node);
+  tell_omp_default_ =
+      options_.nproc_per_node > 1 && !setup.base_env.count(base::kEnvOmpNumThreads);
   if (options_.log_dir.empty() && redirected)
     spdlog::info("redirected output goes to {}", setup.run_dir);
   else if (!options_.log_dir.empty())
@@ -116,6 +116,9 @@ bool Agent::run_attempt(Attempt& attempt) {
     spawned = false;
   }
   base::mark_phase(options_.phase_trace, "spawned");
+  if (spawned && std::exchange(tell_omp_default_, false))
+    spdlog::info("OMP_NUM_THREADS=1 for each of the {} workers (set it to override)",
+                 options_.nproc_per_node);
   remove_leftovers_of_dead_agents();
   // A signal that arrived before the attempt existed still stops it.
   if (pending_signal_) attempt.interrupt(pending_signal_);

@@ -4,8 +4,9 @@
 // folder, so two jobs with the same --log-dir and --rdzv-id cannot unlink
 // each other's sockets.
 //
-// Where: the first base folder that works of $XDG_RUNTIME_DIR, $TMPDIR and
-// /tmp (a missing or unwritable one is skipped; one so deep that the
+// Where: the first base folder that works of $XDG_RUNTIME_DIR, $TMPDIR,
+// /dev/shm when it is a tmpfs (a launch makes its folders faster there than
+// on a disk) and /tmp (a missing or unwritable one is skipped; one so deep that the
 // heartbeat socket's path would not fit AF_UNIX's sun_path too). Name:
 // ddprun-agent.<12 random hex>, mode 0700 (base::SafeDir: the base folder's
 // owner and mode checked, the name taken with RENAME_NOREPLACE so another
@@ -55,8 +56,8 @@ class RuntimeDir {
   base::ScopedFd lock_;
 };
 
-// $XDG_RUNTIME_DIR, $TMPDIR, /tmp from ddprun's environment, in that order,
-// without empty values or repeats.
+// $XDG_RUNTIME_DIR and $TMPDIR from ddprun's environment, /dev/shm when it
+// is a tmpfs, /tmp, in that order, without empty values or repeats.
 std::vector<std::string> runtime_bases(const EnvMap& env);
 // $TMPDIR, /tmp: for folders that must survive a logout (kept logs).
 std::vector<std::string> temp_bases(const EnvMap& env);

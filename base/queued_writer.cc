@@ -166,7 +166,10 @@ QueuedWriter::QueuedWriter(Options options)
     : options_(std::move(options)), state_(std::make_shared<State>()) {
   state_->max_queued = options_.max_queued;
   state_->on_error = options_.on_error;
-  thread_ = std::thread(thread_main, state_);
+}
+
+void QueuedWriter::start_thread() {
+  std::call_once(started_, [this] { thread_ = std::thread(thread_main, state_); });
 }
 
 QueuedWriter::~QueuedWriter() {
@@ -177,6 +180,7 @@ QueuedWriter::~QueuedWriter() {
 
 QueuedFile QueuedWriter::add(ScopedFd fd, std::string name,
                              std::function<std::string(size_t)> notice) {
+  start_thread();
   auto f = std::make_shared<File>();
   f->fd = std::move(fd);
   if (!notice) notice = [n = name](size_t dropped) { return drop_notice(dropped, n); };
@@ -188,6 +192,7 @@ QueuedFile QueuedWriter::add(ScopedFd fd, std::string name,
 }
 
 bool QueuedWriter::run(std::string name, size_t bytes, std::function<void()> job) {
+  start_thread();
   std::unique_lock<std::mutex> lk(state_->mu);
   if (state_->stop || state_->job_bytes + bytes > state_->max_queued) {
     lk.unlock();
@@ -208,6 +213,13 @@ bool QueuedWriter::flush(std::chrono::steady_clock::time_point deadline) {
 std::string QueuedWriter::close(std::chrono::steady_clock::time_point deadline) {
   if (closed_) return "";
   closed_ = true;
+  // Never started: nothing was ever queued, and nothing will be.
+  std::call_once(started_, [] {});
+  if (!thread_.joinable()) {
+    std::lock_guard<std::mutex> lk(state_->mu);
+    state_->stop = true;
+    return "";
+  }
   (void)flush(deadline);
   std::string left;
   {

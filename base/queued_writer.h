@@ -24,12 +24,15 @@
 // leaves the thread, stuck in its write, to end with the process: it holds
 // its own share of the state, never the QueuedWriter's.
 //
+// The thread starts with the first add() or run().
+//
 // Thread safety: every method on any thread.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -127,8 +130,13 @@ class QueuedWriter {
 
  private:
   static void thread_main(std::shared_ptr<queued_writer_detail::State> state);
+  // Starts the thread on the first add() or run(): an agent whose workers
+  // log to no file never makes it, and one that does makes it after its
+  // first workers are started, not before them (issue 24).
+  void start_thread();
   Options options_;
   std::shared_ptr<queued_writer_detail::State> state_;
+  std::once_flag started_;  // the thread started, or close() came first
   std::thread thread_;
   bool closed_ = false;
 };

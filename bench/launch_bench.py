@@ -14,7 +14,7 @@ The worker is the same compiled C program for both (torchrun gets
 runs with --standalone and --monitor_interval=0.1, its modern default.
 
 Usage: /usr/bin/python3 bench/launch_bench.py [--ddprun build/bin/ddprun]
-       [--torchrun bench/torchrun-1.13 or .venv-torch/bin/torchrun] [--reps 10]
+       [--torchrun bench/torchrun-1.13 or .venv-torch/bin/torchrun or none] [--reps 10]
        [--also LABEL=PATH ...]   another ddprun binary (the wheel's), same flags
 Prints a Markdown table; medians over --reps repetitions.
 """
@@ -85,7 +85,8 @@ def run_once(cmd, mode, worker, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ddprun", default=os.path.join(ROOT, "build", "bin", "ddprun"))
-    ap.add_argument("--torchrun", default=os.path.join(ROOT, "bench", "torchrun-1.13"))
+    ap.add_argument("--torchrun", default=os.path.join(ROOT, "bench", "torchrun-1.13"),
+                    help="'none': ddprun rows and the limit only (no ratios to torchrun)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--also", action="append", default=[], metavar="LABEL=PATH",
                     help="another ddprun binary run with ddprun's flags, side by side")
@@ -94,22 +95,30 @@ def main():
     try:
         worker = build(tmp, "launch_worker")
         bare = [build(tmp, "bare_launch"), "2"]
-        launchers = {
-            "torchrun": [args.torchrun, "--standalone", "--nproc_per_node=2",
-                         "--monitor_interval=0.1", "--no_python"],
-            # --restart-backoff=0: torchrun restarts without a backoff, too.
-            "ddprun": [args.ddprun, "--standalone", "--nproc-per-node=2",
-                       "--restart-backoff=0"],
-            "ddprun (default backoff)": [args.ddprun, "--standalone", "--nproc-per-node=2"],
-        }
+        launchers = {}
+        if args.torchrun != "none":
+            launchers["torchrun"] = [args.torchrun, "--standalone", "--nproc_per_node=2",
+                                     "--monitor_interval=0.1", "--no_python"]
+        # --restart-backoff=0: torchrun restarts without a backoff, too.
+        launchers["ddprun"] = [args.ddprun, "--standalone", "--nproc-per-node=2",
+                               "--restart-backoff=0"]
+        launchers["ddprun (default backoff)"] = [args.ddprun, "--standalone", "--nproc-per-node=2"]
         for also in args.also:
             label, path = also.split("=", 1)
             launchers[label] = [path, "--standalone", "--nproc-per-node=2", "--restart-backoff=0"]
         res = {name: {"launch": [], "restart": [], "rss": []} for name in launchers}
         bare_launch = []
-        for _ in range(args.reps):  # interleaved, so drift hits every launcher alike
-            bare_launch.append(run_once(bare, "launch", worker, tmp)[0])
-            for name, cmd in launchers.items():
+        names = [None] + list(launchers)  # None: the bare fork+exec
+        for rep in range(args.reps):  # interleaved, so drift hits every launcher alike
+            # Each repetition starts one later in the list: the run after
+            # torchrun's (1.3 s of Python, 640 MiB) finds the caches cold,
+            # and it would always be the same launcher's (ddprun's first row
+            # was 0.3-0.6 ms slower than the same binary's next row).
+            for name in names[rep % len(names):] + names[:rep % len(names)]:
+                if name is None:
+                    bare_launch.append(run_once(bare, "launch", worker, tmp)[0])
+                    continue
+                cmd = launchers[name]
                 launch, _, hwm = run_once(cmd, "launch", worker, tmp)
                 res[name]["launch"].append(launch)
                 res[name]["rss"].append(hwm)
@@ -118,13 +127,13 @@ def main():
                 res[name]["restart"].append(restart)
                 res[name]["rss"].append(hwm)
         med = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in res.items()}
-        t = med["torchrun"]
+        t = med.get("torchrun")
         print(f"reps: {args.reps}, machine: {os.cpu_count()} CPUs, "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
         print("| launcher | launch → 2 workers running | crash → group restarted | agent peak RSS |")
         print("| --- | --- | --- | --- |")
         for n, m in med.items():
-            ratio = "" if n == "torchrun" else (
+            ratio = "" if n == "torchrun" or not t else (
                 f" (1/{t['launch'] / m['launch']:.0f})", f" (1/{t['restart'] / m['restart']:.0f})",
                 f" (1/{t['rss'] / m['rss']:.0f})")
             r = ratio or ("", "", "")

@@ -30,8 +30,11 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
     // An empty value (--log-dir=, --log-dir "") stands for the flag's
     // default, as an empty PET_ variable does: `--log-dir=$UNSET` is common
     // in scripts. Runs before CLI11 converts the text to the field's type.
+    // The default is kept as a value and made text only when an empty value
+    // comes: an ostringstream for each of ~40 options was on every launch's
+    // path (issue 24).
     option->transform(
-        [def = default_text(var)](std::string value) { return value.empty() ? def : value; }, "",
+        [def = var](std::string value) { return value.empty() ? default_text(def) : value; }, "",
         "empty_means_default");
     return option;
   };

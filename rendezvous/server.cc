@@ -56,7 +56,7 @@ struct Conn;
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(asio::io_context& io, ServerOptions o)
       : io(io), options(std::move(o)), acceptor(io), accept_retry(io),
-        table(options.max_store_bytes), log(io.get_executor()), scratch(kReadChunk) {}
+        table(options.max_store_bytes), log(io.get_executor()) {}
   // Serves a new connection, or refuses it when a connection limit is reached.
   void admit(tcp::socket s);
   // `peer` is "addr:port" for log lines, `peer_addr` the key of its slots.

@@ -111,6 +111,9 @@ void read_some_into(Conn& c, size_t allowed) {
   namespace asio = boost::asio;
   using tcp = asio::ip::tcp;
   boost::system::error_code ec;
+  // Made at the first read, not with the server: its 64 KiB are page
+  // faults a launch need not take before its workers (issue 24).
+  if (c.srv->scratch.size() < allowed) c.srv->scratch.resize(allowed);
   const uint8_t* data = c.srv->scratch.data();
   size_t n = c.ahead.n;
   c.ahead.n = 0;

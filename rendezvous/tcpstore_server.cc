@@ -49,8 +49,7 @@ struct TConn;
 
 struct TcpStoreServer::Impl : std::enable_shared_from_this<TcpStoreServer::Impl> {
   Impl(asio::io_context& io, TcpStoreServerOptions o)
-      : io(io), options(std::move(o)), acceptor(io), accept_retry(io), log(io.get_executor()),
-        scratch(kReadChunk) {}
+      : io(io), options(std::move(o)), acceptor(io), accept_retry(io), log(io.get_executor()) {}
   void admit(tcp::socket s);
   // Table operations; `by` is closed (false returned) when the table is full.
   // Waiters of `key` are woken unless `wake_waiters` is false (a barrier

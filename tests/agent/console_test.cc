@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "agent/console.h"
 #include "agent/line_splitter.h"
 #include "agent/log_sink.h"
+#include "base/procfs.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/time_scale.h"
@@ -245,4 +247,51 @@ TEST_CASE("a 10 MB line is cut only at the documented size, each piece marked") 
   auto whole = run_ddprun({TEST_WORKER, "long-line", std::to_string(LineSplitter::kDefaultMaxLine)});
   REQUIRE(whole.status == 0);
   CHECK(whole.out.size() == LineSplitter::kDefaultMaxLine + std::string("[default0]:\n").size());
+}
+
+namespace {
+
+// This process's threads, from /proc/self/task.
+size_t thread_count() {
+  size_t n = 0;
+  for (const auto& e : ddprun::base::list_dir_or_empty("/proc/self/task"))
+    if (e.name[0] != '.') ++n;
+  return n;
+}
+
+// In a forked child, where no thread of another case comes or goes: 0 when
+// a console made no thread until its first bytes, and wrote them.
+int console_thread_steps() {
+  if (thread_count() != 1) return 1;
+  boost::asio::io_context io;
+  int fds[2];
+  if (pipe(fds) != 0) return 2;
+  {
+    ddprun::agent::Console unused(io, fds[1], false);
+    if (thread_count() != 1) return 3;  // none until bytes come
+  }
+  if (thread_count() != 1) return 4;  // and none at its end
+  {
+    ddprun::agent::Console c(io, fds[1], false);
+    c.write(nullptr, "first\n");
+    if (thread_count() != 2) return 5;
+    if (!c.drain_until(std::chrono::steady_clock::now() + std::chrono::seconds(30))) return 6;
+  }
+  if (thread_count() != 1) return 7;  // joined
+  char buf[16] = {};
+  if (read(fds[0], buf, sizeof buf - 1) != 6 || std::string(buf) != "first\n") return 8;
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a console's writer thread starts with its first bytes; one never written to has none") {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) _exit(console_thread_steps());
+  int status = 0;
+  // Bounded by the child's own deadline (the 30 s drain).
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // else: the step of console_thread_steps that failed
 }

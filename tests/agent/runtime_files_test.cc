@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,14 +186,21 @@ TEST_CASE("a FIFO planted under the sweep's mark does not block the sweep") {
   CHECK(ended);
 }
 
-TEST_CASE("TMPDIR=/nonexistent falls back to /tmp") {
+TEST_CASE("TMPDIR=/nonexistent falls back to /dev/shm when it is a tmpfs, else to /tmp") {
   TempDir dir;
   auto r = run_ddprun({"--nproc-per-node=2", TEST_WORKER, "env", dir.path() + "/env"},
                       {"TMPDIR=/nonexistent", "XDG_RUNTIME_DIR="});
   CAPTURE(r.err);
   CHECK(r.status == 0);
+  struct statfs st;
+  const bool shm = ::statfs("/dev/shm", &st) == 0 && st.f_type == TMPFS_MAGIC;
+  const std::string base = shm ? "/dev/shm" : "/tmp";
   auto env = read_env(dir.path() + "/env.0");
-  CHECK(env["TORCHELASTIC_ERROR_FILE"].rfind("/tmp/ddprun-agent.", 0) == 0);
+  CHECK(env["TORCHELASTIC_ERROR_FILE"].rfind(base + "/ddprun-agent.", 0) == 0);
+  // Removed at exit there too.
+  const std::string folder = env["TORCHELASTIC_ERROR_FILE"].substr(0, base.size() + 26);
+  CHECK(folder.rfind(base + "/ddprun-agent.", 0) == 0);
+  CHECK_FALSE(fs::exists(folder));
 }
 
 TEST_CASE("a job whose program cannot be executed still has its event log's start line") {

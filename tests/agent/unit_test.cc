@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "agent/error_file.h"
 #include "agent/exit_status.h"
@@ -86,6 +88,26 @@ TEST_CASE("the cgroup2 mount and our path are read, not assumed") {
   CHECK_FALSE(find_cgroup2_mount("31 23 0:28 / /sys/fs/cgroup rw - cgroup cgroup rw,cpu\n"));
   CHECK(unified_cgroup_path("4:memory:/a\n0::/user.slice/x.scope\n") == "/user.slice/x.scope");
   CHECK_FALSE(unified_cgroup_path("4:memory:/a\n"));
+}
+
+TEST_CASE("the cgroup2 mount found without mountinfo is the one mountinfo names") {
+  std::ifstream in("/proc/self/mountinfo");
+  const std::string mountinfo((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto named = ddprun::agent::find_cgroup2_mount(mountinfo);
+  auto usual = ddprun::agent::usual_cgroup2_mount();
+  if (usual) {
+    REQUIRE(named);
+    CHECK(usual->mount_point == named->mount_point);
+    CHECK(usual->root == named->root);
+  }
+  // Where its conditions hold, the short way is taken (this CI machine's
+  // layout: initial namespace, /sys/fs/cgroup/unified showing the root).
+  char ns[64] = {};
+  const bool initial_ns = readlink("/proc/self/ns/cgroup", ns, sizeof ns - 1) > 0 &&
+                          std::string(ns) == "cgroup:[4026531835]";
+  if (initial_ns && named && named->root == "/" &&
+      (named->mount_point == "/sys/fs/cgroup" || named->mount_point == "/sys/fs/cgroup/unified"))
+    CHECK(usual);
 }
 
 TEST_CASE("StdinHint sees input()'s EOFError and pdb's BdbQuit, split anywhere, once") {

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/procfs.h"
 #include "base/queued_writer.h"
 #include "base/safe_file.h"
 #include "tests/common/temp_dir.h"
@@ -192,4 +194,55 @@ TEST_CASE("a file that fails says why and takes nothing more; a released one is 
     got.append(buf, static_cast<size_t>(n));
   }
   CHECK(got == "last words\n");
+}
+
+namespace {
+
+// This process's threads, from /proc/self/task.
+size_t thread_count() {
+  size_t n = 0;
+  for (const auto& e : ddprun::base::list_dir_or_empty("/proc/self/task"))
+    if (e.name[0] != '.') ++n;
+  return n;
+}
+
+// In a forked child, where no thread of another case can come or go: 0 when
+// the writer made no thread until its first file, and one while it had it.
+int thread_steps(const std::string& dir) {
+  if (thread_count() != 1) return 1;
+  {
+    QueuedWriter unused;
+    if (thread_count() != 1) return 2;  // no thread until a file or a job comes
+    if (!unused.close(Clock::now() + 5s).empty()) return 3;
+    // Closed: a later file takes nothing, and no thread starts for it.
+    QueuedFile late =
+        unused.add(ddprun::base::SafeDir::open(dir).open_truncate("late.log"), "late.log");
+    late.write("dropped\n");
+    if (thread_count() != 1) return 4;
+  }
+  QueuedWriter w;
+  QueuedFile f = w.add(ddprun::base::SafeDir::open(dir).open_truncate("a.log"), "a.log");
+  if (thread_count() != 2) return 5;
+  f.write("one\n");
+  if (!w.close(Clock::now() + 30s).empty()) return 6;
+  if (thread_count() != 1) return 7;  // joined
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("the writer thread starts with the first file; one never given a file closes at once") {
+  TempDir dir;
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) _exit(thread_steps(dir.path()));
+  int status = 0;
+  // Bounded by the child's own deadlines (5 s and 30 s closes).
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // else: the step of thread_steps that failed
+  std::ifstream in(dir.path() + "/a.log");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK(text == "one\n");
+  CHECK_FALSE(std::ifstream(dir.path() + "/late.log").get() != EOF);  // nothing in it
 }
