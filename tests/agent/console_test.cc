@@ -23,6 +23,7 @@
 #include "base/procfs.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/thread_count.h"
 #include "tests/common/time_scale.h"
 
 using namespace ddprun::testing;
@@ -251,13 +252,7 @@ TEST_CASE("a 10 MB line is cut only at the documented size, each piece marked") 
 
 namespace {
 
-// This process's threads, from /proc/self/task.
-size_t thread_count() {
-  size_t n = 0;
-  for (const auto& e : ddprun::base::list_dir_or_empty("/proc/self/task"))
-    if (e.name[0] != '.') ++n;
-  return n;
-}
+using ddprun::testing::thread_count;
 
 // In a forked child, where no thread of another case comes or goes: 0 when
 // a console made no thread until its first bytes, and wrote them.

@@ -27,6 +27,7 @@
 #include "base/queued_writer.h"
 #include "base/safe_file.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/thread_count.h"
 
 using ddprun::base::QueuedFile;
 using ddprun::base::QueuedWriter;
@@ -198,13 +199,7 @@ TEST_CASE("a file that fails says why and takes nothing more; a released one is 
 
 namespace {
 
-// This process's threads, from /proc/self/task.
-size_t thread_count() {
-  size_t n = 0;
-  for (const auto& e : ddprun::base::list_dir_or_empty("/proc/self/task"))
-    if (e.name[0] != '.') ++n;
-  return n;
-}
+using ddprun::testing::thread_count;
 
 // In a forked child, where no thread of another case can come or go: 0 when
 // the writer made no thread until its first file, and one while it had it.
