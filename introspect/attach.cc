@@ -19,6 +19,7 @@
 #include "base/safe_file.h"
 #include "base/steady_clock.h"
 #include "base/subprocess.h"
+#include "base/utc_time.h"
 #include "introspect/attach_watch.h"
 #include "introspect/proc_usage.h"
 #include "watchdog/error.h"
@@ -51,14 +52,7 @@ std::vector<pid_t> all_processes(const std::vector<pid_t>& roots) {
   return out;
 }
 
-std::string now_iso() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string now_iso() { return base::utc_iso8601(std::chrono::system_clock::now()); }
 
 std::string who(int rank, pid_t pid) {
   return rank >= 0 ? fmt::format("rank {} (pid {})", rank, pid) : fmt::format("pid {}", pid);

@@ -11,6 +11,7 @@
 
 #include "base/safe_file.h"
 #include "base/system_error.h"
+#include "base/utc_time.h"
 #include "base/version.h"
 #include "watchdog/error.h"
 
@@ -18,29 +19,7 @@ namespace ddprun::watchdog {
 
 namespace {
 
-std::string now_iso8601() {
-  const auto now = std::chrono::system_clock::now();
-  const auto secs = std::chrono::system_clock::to_time_t(now);
-  const auto us =
-      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()) % 1000000;
-  // Not gmtime_r/strftime: glibc reads /etc/localtime (tzset) on their first
-  // call, on the path to the first worker (issue 24), for a UTC time that
-  // needs no zone. The civil date from days since 1970-01-01 (H. Hinnant's
-  // civil_from_days, exact for the proleptic Gregorian calendar).
-  const int64_t day = secs >= 0 ? secs / 86400 : (secs - 86399) / 86400;
-  const int64_t sod = secs - day * 86400;
-  const int64_t z = day + 719468;
-  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-  const int64_t doe = z - era * 146097;
-  const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-  const int64_t mp = (5 * doy + 2) / 153;
-  const int64_t d = doy - (153 * mp + 2) / 5 + 1;
-  const int64_t m = mp < 10 ? mp + 3 : mp - 9;
-  const int64_t y = yoe + era * 400 + (m <= 2);
-  return fmt::format("{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:06d}Z", y, m, d, sod / 3600,
-                     sod / 60 % 60, sod % 60, static_cast<int>(us.count()));
-}
+std::string now_iso8601() { return base::utc_iso8601(std::chrono::system_clock::now(), 6); }
 
 }  // namespace
 

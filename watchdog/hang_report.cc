@@ -10,6 +10,7 @@
 
 #include "base/contract.h"
 #include "base/safe_file.h"
+#include "base/utc_time.h"
 #include "base/version.h"
 #include "watchdog/error.h"
 
@@ -21,15 +22,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-std::string iso8601(std::chrono::system_clock::time_point t) {
-  const auto secs = std::chrono::system_clock::to_time_t(t);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()) % 1000;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ms.count()));
-}
+std::string iso8601(std::chrono::system_clock::time_point t) { return base::utc_iso8601(t, 3); }
 
 std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ",")); }
 

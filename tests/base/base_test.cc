@@ -12,13 +12,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <ctime>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "base/pidfd.h"
 #include "base/proc_stat.h"
 #include "base/terminal_modes.h"
+#include "base/utc_time.h"
 #include "base/scoped_fd.h"
 #include "tests/common/skip.h"
 
@@ -250,4 +254,29 @@ TEST_CASE("read_fully gathers short writes, says EOF; send_fully to a closed pee
   ::close(again[1]);
   CHECK_FALSE(send_fully(c.get(), "x", 1));
   CHECK(errno == EPIPE);
+}
+
+TEST_CASE("utc_iso8601 is glibc's gmtime_r and strftime, without their time-zone file, to the "
+          "microsecond") {
+  using std::chrono::microseconds;
+  using std::chrono::system_clock;
+  // The epoch, leap days (2000 is one, 2100 is not), year ends, a time
+  // before 1970, and now.
+  const int64_t seconds[] = {0, 951782400, 951868799, 4107542400, 4107628800, 1767225599,
+                             -86401, 1796447467};
+  const auto now = std::chrono::duration_cast<std::chrono::seconds>(system_clock::now().time_since_epoch());
+  std::vector<int64_t> all(std::begin(seconds), std::end(seconds));
+  all.push_back(now.count());
+  for (const int64_t s : all) {
+    CAPTURE(s);
+    const std::time_t tt = static_cast<std::time_t>(s);
+    std::tm tm{};
+    REQUIRE(::gmtime_r(&tt, &tm) != nullptr);
+    char want[64];
+    std::strftime(want, sizeof want, "%Y-%m-%dT%H:%M:%S", &tm);
+    const system_clock::time_point t{std::chrono::seconds(s) + microseconds(123456)};
+    CHECK(ddprun::base::utc_iso8601(t) == std::string(want) + "Z");
+    CHECK(ddprun::base::utc_iso8601(t, 3) == std::string(want) + ".123Z");
+    CHECK(ddprun::base::utc_iso8601(t, 6) == std::string(want) + ".123456Z");
+  }
 }

@@ -1,4 +1,4 @@
-"""No raw close(), DIR* or strerror outside base/ (ctest base.os_layer;
+"""No raw close(), DIR*, strerror or hand-made time text outside base/ (ctest base.os_layer;
 /usr/bin/python3, stdlib only; issue 20).
 
 The components' own sources (agent, introspect, launcher, rendezvous,
@@ -12,7 +12,9 @@ they own. Flagged:
   - opendir, fdopendir, readdir, closedir and DIR*;
   - ::close( (global), and close(X) whose one argument names a descriptor
     (fd, *_fd, fd_*, sv[N], pipe...): a member's close() of a connection or
-    a socket object is not a raw close.
+    a socket object is not a raw close;
+  - gmtime_r, gmtime and strftime: ddprun's one UTC time format is
+    base::utc_iso8601 (base/utc_time.h).
 Tests and benches may own raw descriptors (they build the situations).
 
 Usage: /usr/bin/python3 tests/base/os_layer_test.py SOURCE_DIR
@@ -39,6 +41,8 @@ RULES = [
     (re.compile(r"(?<![\w:])::close\s*\("), "raw ::close(): own the descriptor with base::ScopedFd"),
     (re.compile(r"(?<![\w.>:])close\s*\(\s*(?:\w*fd\w*|\w+\[\d+\]|\w*pipe\w*)\s*\)"),
      "raw close() of a descriptor: base::ScopedFd"),
+    (re.compile(r"(?<![\w])(?:std::|::)?(?:gmtime_r|gmtime|strftime)\s*\("),
+     "a time formatted by hand: base::utc_iso8601 (base/utc_time.h)"),
 ]
 
 
@@ -99,6 +103,7 @@ void f(int fd) {
   const char* why = strerror(errno);
   DIR* d = opendir("/proc");
   ::close(fd);
+  std::strftime(buf, sizeof buf, "%FT%TZ", gmtime_r(&t, &tm));
 }
 // strerror(errno), ::close(fd) and opendir("/") in a comment
 const char* s = "strerror(errno) ::close(fd)";
@@ -112,10 +117,10 @@ def planted():
         with open(path, "w") as f:
             f.write(PLANTED)
         found = check(path, root)
-    want = ["planted.cc:4", "planted.cc:5", "planted.cc:5", "planted.cc:6"]
+    want = ["planted.cc:4", "planted.cc:5", "planted.cc:5", "planted.cc:6", "planted.cc:7"]
     lines = sorted(e.split(": ")[0] for e in found)
     errors = [] if lines == want else [f"planted file: flagged {found}, wanted lines {want}"]
-    return report(errors, "a planted strerror, DIR*/opendir and ::close are flagged; comments, "
+    return report(errors, "a planted strerror, DIR*/opendir, ::close and strftime are flagged; comments, "
                           "strings and member close() are not")
 
 
@@ -128,7 +133,7 @@ def main():
         print(f"the components' sources were not found under {root} ({len(files)} files)")
         return 1
     errors = [e for path in files for e in check(path, root)]
-    return report(errors, f"{len(files)} files: no strerror, folder reads or raw close() outside base/")
+    return report(errors, f"{len(files)} files: no strerror, folder reads, raw close() or hand-made time text outside base/")
 
 
 if __name__ == "__main__":
