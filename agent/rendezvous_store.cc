@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "rendezvous/client.h"
 #include "rendezvous/etcd_store.h"
@@ -125,7 +126,8 @@ std::string probe_or_host_rendezvous_store(const RendezvousStoreSpec& spec, Dura
   const auto deadline = start + join_timeout;
   bool warned = false;
   for (;;) {
-    const auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+    const auto slice_start = Clock::now();
+    const auto left = std::chrono::duration_cast<Duration>(deadline - slice_start);
     try {
       return probe_rendezvous_store(spec, std::clamp(left, Duration(1), kTakenPortSlice));
     } catch (const rdzv::AuthError&) {
@@ -136,6 +138,10 @@ std::string probe_or_host_rendezvous_store(const RendezvousStoreSpec& spec, Dura
         const auto rest = std::chrono::duration_cast<Duration>(deadline - Clock::now());
         return probe_rendezvous_store(spec, std::max(rest, Duration(1000)));  // our own store
       }
+      // A slice can fail at once (the port's owner speaks another protocol
+      // and the client gives up on its first bytes): the next try waits
+      // for the slice's end, or this would spin binds and connects.
+      std::this_thread::sleep_until(std::min(slice_start + kTakenPortSlice, deadline));
       if (!warned && Clock::now() - start >= kTakenPortWarning) {
         warned = true;
         spdlog::warn("port {} is taken on this machine, but no rendezvous store answers there ({}); "
