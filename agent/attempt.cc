@@ -162,8 +162,12 @@ void Attempt::check_failure_drain() {
   timer_->arm(std::min(clock_.now() + kIdleSample, drain_until_), [this] {
     if (phase_ != Phase::kFailureDrain) return;
     bool all_idle = true;
-    for (auto& w : workers_)
-      if (w.alive && !launcher_.idle(w.info.pid)) all_idle = false;
+    for (auto& w : workers_) {
+      if (!w.alive) continue;
+      // Both asked every time: idle() keeps the CPU sample for the next turn.
+      const bool asleep = launcher_.idle(w.info.pid);
+      if (!asleep || (w.out && w.out->unread()) || (w.err && w.err->unread())) all_idle = false;
+    }
     if (all_idle || clock_.now() >= drain_until_)
       begin_teardown(SIGTERM);
     else

@@ -1,6 +1,7 @@
 #include "agent/output_pump.h"
 
 #include <errno.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <boost/asio/error.hpp>
@@ -224,6 +225,14 @@ void OutputPump::finish() {
   pipe_.close(ignored);
   log_ = base::QueuedFile();  // the writer closes it once its bytes are out
   if (config_.on_eof) config_.on_eof();
+}
+
+bool OutputPump::unread() {
+  if (!open_) return false;
+  int n = 0;
+  // FIONREAD on a pipe and TIOCINQ (the same number) on a pty master: the
+  // bytes queued for this read end.
+  return ::ioctl(pipe_.native_handle(), FIONREAD, &n) == 0 && n > 0;
 }
 
 void OutputPump::close() {

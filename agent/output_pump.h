@@ -75,6 +75,10 @@ class OutputPump {
   // flushing any partial line); on_eof runs if it has not.
   void close();
   bool open() const { return open_; }
+  // True while the worker has written bytes this pump has not read yet (a
+  // pipe or pty with input queued): a worker blocked on a full pipe looks
+  // asleep and uses no CPU, so the failure drain asks this too.
+  bool unread();
   // The stream's read end (a pty master: its window size is set on it).
   int fd() { return pipe_.native_handle(); }
   // Teardown: never pause for the console; drop what it cannot take.

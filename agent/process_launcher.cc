@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "agent/guardian.h"
 #include "agent/job_cgroup.h"
@@ -76,7 +77,9 @@ void PosixLauncher::release(pid_t pgid) {
   cpu_ns_.erase(pgid);  // a worker's pid is its group's id
 }
 
-bool PosixLauncher::idle(pid_t pid) {
+bool PosixLauncher::idle(pid_t pid) { return process_idle(pid, 0); }
+
+bool PosixLauncher::process_idle(pid_t pid, int depth) {
   auto st = base::read_proc_stat(pid);
   if (!st || st->state == 'Z' || st->state == 'X') return true;
   // schedstat's first field: nanoseconds on a CPU (stat's ticks are 10 ms,
@@ -88,7 +91,28 @@ bool PosixLauncher::idle(pid_t pid) {
   auto [it, first] = cpu_ns_.try_emplace(pid, ns);
   const bool unchanged = !first && it->second == ns;
   it->second = ns;
-  return unchanged && (st->state == 'S' || st->state == 'T' || st->state == 't');
+  if (!unchanged || (st->state != 'S' && st->state != 'T' && st->state != 't')) return false;
+  // A wrapper (a shell script that runs python without exec, pyenv's shim
+  // on its way to python) sleeps in wait(), or reads a command
+  // substitution's pipe, while the program it started works: it is as busy
+  // as its children. Asked only of a process asleep in one of those two
+  // (wchan do_wait, pipe_read or 6.x's anon_pipe_read: one small read), so
+  // a rank waiting in a collective costs no listing of its tasks. Bounded
+  // depth: wrappers nest a few deep, not more.
+  constexpr int kMaxWrapperDepth = 8;
+  if (depth >= kMaxWrapperDepth) return true;
+  const auto wchan = base::read_proc_file(pid, "wchan");
+  if (!wchan) return true;
+  const std::string_view w = *wchan;
+  const bool waits_on_child =
+      w == "do_wait" || (w.size() >= 9 && w.substr(w.size() - 9) == "pipe_read");
+  if (!waits_on_child) return true;
+  bool all = true;
+  // Every child is sampled, even after a busy one: each needs its sample
+  // for the next turn.
+  for (pid_t child : base::child_pids(pid))
+    if (!process_idle(child, depth + 1)) all = false;
+  return all;
 }
 
 }  // namespace ddprun::agent

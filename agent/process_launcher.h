@@ -52,7 +52,9 @@ class ProcessLauncher {
   virtual void release(pid_t pgid) = 0;
   // True while the process looks idle: its main thread asleep (state S, or
   // stopped) and no CPU time used since the previous call for it (the first
-  // call only samples: false). A gone or unreadable process counts as idle.
+  // call only samples: false), and, when it sleeps waiting for a child (a
+  // wrapper script), every child idle too. A gone or unreadable process
+  // counts as idle.
   // The failure drain (attempt.h) stops waiting for ranks that all are.
   virtual bool idle(pid_t pid) = 0;
 };
@@ -76,6 +78,7 @@ class PosixLauncher : public ProcessLauncher {
  private:
   Guardian& guardian_;
   JobCgroup* cgroup_;
+  bool process_idle(pid_t pid, int depth);  // `depth`: wrappers followed to here
   std::unordered_map<pid_t, unsigned long long> cpu_ns_;  // idle()'s last samples
   std::unordered_map<pid_t, StartedProcess> started_;      // start()ed, not yet finish()ed
 };

@@ -69,6 +69,12 @@ class FakeLauncher : public ProcessLauncher {
   }
   // The holder of those streams ends.
   void drop_streams() { held_.clear(); }
+  // Held spawn `worker`'s stdout (the write end): the test writes there for
+  // it; -1 when not held.
+  int held_stdout(int worker) const {
+    auto it = held_.find(worker);
+    return it == held_.end() ? -1 : it->second.first.get();
+  }
   // From now on `worker` looks idle (asleep, no CPU) to idle(); the others
   // look busy, as a rank printing its traceback does.
   void set_idle(int worker) { idle_.insert(worker); }
@@ -102,8 +108,8 @@ class FakeLauncher : public ProcessLauncher {
       throw SpawnError("cannot execute '" + request.path + "': No such file or directory", ENOENT,
                        true);
     if (held_workers_.count(n)) {
-      held_.emplace_back(::dup(request.stdout_fd));
-      held_.emplace_back(::dup(request.stderr_fd));
+      held_.emplace(n, std::make_pair(base::ScopedFd(::dup(request.stdout_fd)),
+                                      base::ScopedFd(::dup(request.stderr_fd))));
     }
     if (!request.inherit_fds.empty()) channels_[n] = base::ScopedFd(::dup(request.inherit_fds[0]));
     requests.push_back(std::move(request));
@@ -138,7 +144,7 @@ class FakeLauncher : public ProcessLauncher {
   std::set<int> alive_;
   std::set<int> idle_;
   std::set<int> held_workers_;
-  std::vector<base::ScopedFd> held_;
+  std::map<int, std::pair<base::ScopedFd, base::ScopedFd>> held_;  // stdout, stderr
   std::map<int, std::set<int>> ignored_;
   std::map<int, base::ScopedFd> channels_;
   std::vector<std::pair<pid_t, int>> exits_;

@@ -152,6 +152,26 @@ TEST_CASE("every rank's traceback reaches the console when all fail at import") 
   }
 }
 
+// The same behind a wrapper that runs python without exec (a shell script;
+// pyenv's shim on its way): the worker ddprun started sleeps in wait()
+// while its child works, and the failure drain must see the child's work.
+// Rank 1 is still busy (import-error-late) when the drain starts.
+TEST_CASE("a rank behind a wrapper script still gets to print its traceback") {
+  const std::string worker = std::string(WORKERS_DIR) + "/console_worker.py";
+  TempDir dir;
+  // `; exit $?`: the shell cannot exec its last command, as a script would not.
+  auto r = run_ddprun({"--nproc-per-node=2", "/bin/sh", "-c",
+                       "python3 \"$0\" import-error-late \"$1\"; exit $?", worker, dir.path()});
+  REQUIRE_FALSE(r.timed_out);
+  CAPTURE(r.err);
+  CHECK(r.status == 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string p = "[default" + std::to_string(rank) + "]:";
+    CHECK(lines_with(r.err, p + "ModuleNotFoundError: No module named 'no_such_module_" +
+                                std::to_string(rank) + "'").size() == 1);
+  }
+}
+
 // Rank 1 reads /dev/null (only rank 0 gets ddprun's stdin): its input()
 // raises EOFError, its breakpoint() quits; ddprun says why, naming the flag.
 // console_worker.py with plain python3.

@@ -24,6 +24,9 @@
 #   emit           write emit_bytes() to stdout in pieces that split lines
 #   import-error D every rank fails importing no_such_module_<rank>; rank 0
 #                  first, the others once rank 0 has marked folder D
+#   import-error-late D  the same behind a wrapper (rank 0's parent is its
+#                  worker): the others work on (spin) until the agent has
+#                  reaped rank 0's worker, then 50 ms more, then fail
 import os
 import signal
 import sys
@@ -73,6 +76,30 @@ elif mode == "emit":
     data = emit_bytes()
     for i in range(0, len(data), 997):  # pieces end mid-line
         os.write(1, data[i:i + 997])
+elif mode == "import-error-late":
+    # The agent's failure drain starts when it reaps rank 0's worker (this
+    # process's parent, a wrapper): the others are still busy then, and a
+    # drain that looked only at their wrappers (asleep in wait()) would stop
+    # them before their tracebacks. Spinning, as a rank still working runs.
+    import importlib
+    mark = os.path.join(sys.argv[2], "rank0-worker")
+    if rank == "0":
+        with open(mark + ".tmp", "w") as f:
+            f.write(str(os.getppid()))
+        os.rename(mark + ".tmp", mark)
+    else:
+        while not os.path.exists(mark):
+            pass
+        worker0 = int(open(mark).read())
+        while True:
+            try:
+                os.kill(worker0, 0)  # a zombie still answers: not reaped yet
+            except ProcessLookupError:
+                break
+        end = time.monotonic() + 0.05
+        while time.monotonic() < end:
+            pass
+    importlib.import_module(f"no_such_module_{rank}")
 elif mode == "import-error":
     import importlib
     mark = os.path.join(sys.argv[2], "rank0-failing")
@@ -81,7 +108,7 @@ elif mode == "import-error":
     else:
         # The slower rank: after rank 0. It spins rather than sleeps, as a
         # rank still importing runs: a sleeping poll loop looks idle to the
-        # agent's failure drain (state S, no CPU time over its 5 ms sample,
+        # agent's failure drain (state S, no CPU time over its sample,
         # which a loaded machine's late wake-ups made likely), and an idle
         # rank is stopped at once (agent.output failed so at load 14).
         while not os.path.exists(mark):
