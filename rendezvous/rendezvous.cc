@@ -296,6 +296,28 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
   }
 }
 
+Bytes Rendezvous::wait_last_call(int64_t round, const std::string& closed,
+                                 std::chrono::steady_clock::time_point until) {
+  // A job that may grow (--nnodes=MIN:MAX) gives late nodes the last call
+  // before its round forms; alone on a machine, a user trying the elastic
+  // flags saw nothing for its 30 s and took it for a hang. Said once the
+  // wait has lasted a while (a third of the last call, at most 5 s): a
+  // round that closes at once (every node came) costs no line and no
+  // request more.
+  const Duration quiet = std::min(Duration(5000), options_.last_call_timeout / 3);
+  if (options_.min_nodes >= options_.max_nodes || until - Clock::now() <= quiet)
+    return store_->get(closed, left(until));
+  try {
+    return store_->get(closed, quiet);
+  } catch (const TimeoutError&) {
+  }
+  const auto more = std::chrono::duration_cast<std::chrono::seconds>(until - Clock::now()).count();
+  spdlog::info("rendezvous '{}': round {} has its minimum of {} node(s); it forms in {} s "
+               "(last_call_timeout) or as soon as {} have joined",
+               options_.run_id, round, options_.min_nodes, more, options_.max_nodes);
+  return store_->get(closed, left(until));
+}
+
 bool Rendezvous::claims_close(int64_t round) {
   const Bytes me = to_bytes(options_.node_id);
   return store_->compare_set(round_key(round, "closer"), {}, me) == me;  // ours, now or before
@@ -421,7 +443,7 @@ RoundResult Rendezvous::next_round() {
           }
           if (!closed_early) {
             try {
-              formed = store_->get(closed, std::min(left(last_call_end), left(deadline)));
+              formed = wait_last_call(r, closed, std::min(last_call_end, deadline));
             } catch (const TimeoutError&) {
               close_once(r, std::min(store_->add(round_key(r, "joined"), 0), max), left(deadline));
             }

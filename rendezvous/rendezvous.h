@@ -175,6 +175,10 @@ class Rendezvous {
   // publish it; whoever publishes first wins.
   void close_round(int64_t round, int64_t n);
   // True when this node holds round's close (it claimed it now or before).
+  // The last call's wait for round `round`'s close, until `until`; says so
+  // on the console when it lasts (rendezvous.cc). Throws TimeoutError.
+  Bytes wait_last_call(int64_t round, const std::string& closed,
+                       std::chrono::steady_clock::time_point until);
   bool claims_close(int64_t round);
   // close_round by the one node that claims it first; the others wait.
   void close_once(int64_t round, int64_t n, Duration left_to_join);

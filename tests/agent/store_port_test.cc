@@ -37,10 +37,11 @@ ScopedFd hold_port(bool listening, int& port) {
 }
 
 // ddprun of a one-or-two-node job whose store endpoint is 127.0.0.1:port.
-DdprunProcess job_at(int port) {
+DdprunProcess job_at(int port, const std::string& last_call_timeout = "0.1") {
   return DdprunProcess({"--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d",
                         "--rdzv-endpoint=127.0.0.1:" + std::to_string(port),
-                        "--rdzv-id=port-" + std::to_string(::getpid()), "--rdzv-conf=last_call_timeout=0.1",
+                        "--rdzv-id=port-" + std::to_string(::getpid()),
+                        "--rdzv-conf=last_call_timeout=" + last_call_timeout,
                         "--hang-timeout=0", "/bin/echo", "trained"},
                        {"DDPRUN_RDZV_TOKEN=port-secret"});
 }
@@ -80,5 +81,22 @@ TEST_CASE("store port bound by a socket that does not listen: the agent hosts th
   INFO("stderr: " << end.err);
   CHECK(end.status == 0);
   CHECK(has("hosting the rendezvous store at 127.0.0.1:" + std::to_string(port))(end.err));
+  CHECK(has("trained")(end.out));
+}
+
+// The same one-or-two-node job, alone on its machine with its port free: its
+// round waits the last call for a second node, and says so once the wait
+// has lasted a third of it (it once sat 30 s without a word).
+TEST_CASE("a job that may grow says that its round waits the last call for more nodes") {
+  int port = 0;
+  hold_port(false, port);  // a port the kernel picked, closed again at once
+  DdprunProcess ddprun = job_at(port, "3");
+  const auto end = ddprun.finish(Seconds(120));
+  INFO("stderr: " << end.err);
+  CHECK(end.status == 0);
+  const std::string waits = "round 0 has its minimum of 1 node(s); it forms in ";
+  CHECK(end.err.find(waits) != std::string::npos);
+  CHECK(end.err.find(waits) == end.err.rfind(waits));  // once
+  CHECK(has("or as soon as 2 have joined")(end.err));
   CHECK(has("trained")(end.out));
 }
