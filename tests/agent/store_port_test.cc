@@ -6,34 +6,26 @@
 // serve: introspect.nodes lost a loaded run that way, its free port taken
 // by another test's connection between the test's check and ddprun's bind.
 #include <doctest/doctest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <string>
 
-#include "base/scoped_fd.h"
+#include "tests/common/loopback_port.h"
 #include "tests/agent/ddprun_process.h"
 
 namespace {
 
-using ddprun::base::ScopedFd;
+using ddprun::testing::LoopbackPort;
 using ddprun::testing::DdprunProcess;
 using ddprun::testing::Seconds;
 
 // A socket bound to 127.0.0.1 on a port the kernel picks, listening or not.
-ScopedFd hold_port(bool listening, int& port) {
-  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));  // not ddprun's too
-  REQUIRE(fd.get() >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  if (listening) REQUIRE(::listen(fd.get(), 16) == 0);
-  port = ntohs(a.sin_port);
-  return fd;
+LoopbackPort hold_port(bool listening, int& port) {
+  LoopbackPort held;
+  if (listening) REQUIRE(::listen(held.fd(), 16) == 0);
+  port = held.port();
+  return held;
 }
 
 // ddprun of a one-or-two-node job whose store endpoint is 127.0.0.1:port.
@@ -55,13 +47,13 @@ auto has(const std::string& needle) {
 TEST_CASE("store port held by a listener that never answers: a warning naming the port, then the "
           "agent hosts the store once it is free") {
   int port = 0;
-  ScopedFd holder = hold_port(true, port);
+  LoopbackPort holder = hold_port(true, port);
   DdprunProcess ddprun = job_at(port);
   const std::string taken = "port " + std::to_string(port) + " is taken on this machine";
   REQUIRE(ddprun.wait_for_stderr(has(taken + "; joining the store there"), Seconds(60)));
   // Its connections are accepted (the backlog) and never greeted.
   REQUIRE(ddprun.wait_for_stderr(has(taken + ", but no rendezvous store answers there"), Seconds(120)));
-  holder.reset();
+  holder.close();
   const auto end = ddprun.finish(Seconds(120));
   INFO("stderr: " << end.err);
   CHECK(end.status == 0);
@@ -72,11 +64,11 @@ TEST_CASE("store port held by a listener that never answers: a warning naming th
 TEST_CASE("store port bound by a socket that does not listen: the agent hosts the store once it is "
           "free") {
   int port = 0;
-  ScopedFd holder = hold_port(false, port);
+  LoopbackPort holder = hold_port(false, port);
   DdprunProcess ddprun = job_at(port);
   REQUIRE(ddprun.wait_for_stderr(has("port " + std::to_string(port) + " is taken on this machine"),
                                  Seconds(60)));
-  holder.reset();  // its connections were refused meanwhile
+  holder.close();  // its connections were refused meanwhile
   const auto end = ddprun.finish(Seconds(120));
   INFO("stderr: " << end.err);
   CHECK(end.status == 0);
@@ -89,7 +81,7 @@ TEST_CASE("store port bound by a socket that does not listen: the agent hosts th
 // has lasted a third of it (it once sat 30 s without a word).
 TEST_CASE("a job that may grow says that its round waits the last call for more nodes") {
   int port = 0;
-  hold_port(false, port);  // a port the kernel picked, closed again at once
+  port = ddprun::testing::free_loopback_port();
   DdprunProcess ddprun = job_at(port, "3");
   const auto end = ddprun.finish(Seconds(120));
   INFO("stderr: " << end.err);

@@ -15,6 +15,7 @@
 #include "base/safe_file.h"
 #include "base/scoped_fd.h"
 #include "base/system_error.h"
+#include "tests/common/loopback_port.h"
 #include "tests/common/temp_dir.h"
 
 using namespace ddprun::base;
@@ -38,19 +39,13 @@ TEST_CASE("SystemError carries the call, the target, errno and its kind") {
 }
 
 TEST_CASE("a port in use is kind in_use, as a caller that retries another port branches on") {
-  ScopedFd a(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ddprun::testing::LoopbackPort a;
   ScopedFd b(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  REQUIRE(a.get() >= 0);
   REQUIRE(b.get() >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(a.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(a.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  REQUIRE(::listen(a.get(), 1) == 0);
-  REQUIRE(::bind(b.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0);
-  const SystemError e("bind", "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), errno);
+  REQUIRE(::listen(a.fd(), 1) == 0);
+  const sockaddr_in addr = ddprun::testing::LoopbackPort::address(a.port());
+  REQUIRE(::bind(b.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0);
+  const SystemError e("bind", "127.0.0.1:" + std::to_string(a.port()), errno);
   CHECK(e.kind() == ErrorKind::in_use);
   CHECK(e.error() == EADDRINUSE);
 }

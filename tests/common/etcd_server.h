@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "rendezvous/etcd_store.h"
+#include "tests/common/loopback_port.h"
 #include "tests/common/temp_dir.h"
 
 extern char** environ;
@@ -28,17 +29,6 @@ namespace ddprun::testing {
 
 inline bool etcd_available() { return ::access("/usr/bin/etcd", X_OK) == 0; }
 
-inline uint16_t etcd_free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // Runs a program (argv, no shell) to completion; its exit status, or -1.
 inline int etcd_run(const std::vector<std::string>& args) {
@@ -68,7 +58,7 @@ class EtcdServer {
 
   EtcdServer() : EtcdServer(Config{}) {}
   explicit EtcdServer(Config config)
-      : config_(config), client_port_(etcd_free_port()), peer_port_(etcd_free_port()) {
+      : config_(config), client_port_(free_loopback_port()), peer_port_(free_loopback_port()) {
     if (config_.tls) make_certificates();
     start();
   }

@@ -14,9 +14,9 @@
 #include <optional>
 #include <set>
 
-#include "base/scoped_fd.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/etcd_server.h"
+#include "tests/common/loopback_port.h"
 #include "tests/common/temp_dir.h"
 
 namespace {
@@ -29,16 +29,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 constexpr const char* kPython = "/usr/bin/python3";
 
-int free_port() {
-  ddprun::base::ScopedFd fd(::socket(AF_INET, SOCK_STREAM, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
-  return ntohs(a.sin_port);
-}
+int free_port() { return ddprun::testing::free_loopback_port(); }
 
 struct TwoNodeJob {
   TempDir dir;

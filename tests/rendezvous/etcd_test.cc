@@ -225,7 +225,7 @@ TEST_CASE("etcd: a death notice rides on a lease: applied once when it ends, nev
 
 TEST_CASE("etcd: an endpoint list skips a member that is down, and the error names every one tried") {
   Etcd etcd;
-  const uint16_t dead = ddprun::testing::etcd_free_port();  // nobody listens there
+  const uint16_t dead = ddprun::testing::free_loopback_port();  // nobody listens there
   EtcdOptions o = etcd.options();
   o.endpoints = "127.0.0.1:" + std::to_string(dead) + "," + etcd.options().endpoints;
   EtcdStore s(o);

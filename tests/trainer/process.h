@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/common/loopback_port.h"
+
 extern char** environ;
 
 namespace ddprun::trainer::testing {
@@ -133,17 +135,7 @@ class Process {
 };
 
 // A port the kernel just handed out (closed again; tests bind it next).
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+inline int free_port() { return ddprun::testing::free_loopback_port(); }
 
 // Runs `world` ranks of argv with torchrun's environment; returns each
 // rank's exit code and output.
