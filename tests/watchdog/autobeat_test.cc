@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/common/test_python.h"
 #include "tests/watchdog/test_util.h"
 #include "watchdog/heartbeat_server.h"
@@ -170,4 +172,36 @@ TEST_CASE("ddprun's Python bootstrap imports no torch for a script that never do
                 /*capture_stdout=*/true);
   CHECK(outside.wait_for_output("torch=False hook=False client=False\n", kScriptDeadline));
   CHECK(WEXITSTATUS(outside.wait()) == 0);
+}
+
+TEST_CASE("the bootstrap leaves a 200-module model's children on PyTorch's fast path: no "
+          "global hook, one hooked module, nothing of ddprun pickled or scripted") {
+  TempDir dir;
+  const std::string out = dir.path() + "/counts.json", err = dir.path() + "/stderr";
+  Child child({test_python(), std::string(WATCHDOG_SCRIPTS) + "/autobeat_fast_path.py"},
+              {{"DDPRUN_HEARTBEAT_SOCKET", dir.path() + "/hb.sock"},
+               {"RANK", "0"},
+               {"PYTHONPATH", std::string(INTROSPECT_PYTHON_DIR) + ":" + WATCHDOG_PYTHON_DIR}},
+              /*capture_stdout=*/false, err, out);
+  const auto status = child.wait_for(kScriptDeadline);
+  INFO("stderr: " << slurp(err));
+  REQUIRE(status.has_value());
+  REQUIRE(WIFEXITED(*status));
+  REQUIRE(WEXITSTATUS(*status) == 0);
+  const auto counts = nlohmann::json::parse(slurp(out));
+  INFO(counts.dump());
+  // The count that is the cost: a global hook takes every module call off
+  // the fast path; a hook on the outermost module costs one call a pass.
+  CHECK(counts["global"] == 0);
+  CHECK(counts["hooked"] == nlohmann::json::array({""}));
+  CHECK(counts["children_hooked"] == 0);
+  CHECK(counts["pickled_hooks"] == 0);
+  CHECK(counts["deepcopy_hooks"] == 0);
+  CHECK(counts["pickle_names_ddprun"] == false);
+  CHECK(counts["scripted"] == 4);
+  CHECK(counts["traced"] == 4);
+  CHECK(counts["hooked_after_jit"] == nlohmann::json::array({""}));
+  // Wrapped in DDP: the wrapper is hooked, the model inside it no longer.
+  CHECK(counts["ddp_hooked"] == nlohmann::json::array({""}));
+  CHECK(counts["ddp_global"] == 0);
 }

@@ -13,7 +13,15 @@ patches them, once:
                              Optimizer._optimizer_step_code, which the
                              profiling wrapper every subclass's step gets
                              calls after each step, is wrapped instead)
-  torch.nn.modules.module    the global forward hook: "fw", rate-limited
+  torch.nn.modules.module    "fw", rate-limited, from a forward hook on the
+                             outermost modules only: the one the program
+                             calls first, and each one it calls train(),
+                             eval(), to() or cuda() on (not the children
+                             those recurse into); at most _WATCHED_MAX
+  torch.nn.parallel.distributed, torch._dynamo.eval_frame
+                             likewise on each DistributedDataParallel and
+                             each torch.compile wrapper (OptimizedModule)
+  torch.jit._recursive       scripting and tracing see no ddprun hook
   torch.serialization        save/load inside a "checkpoint" section
   torch.distributed.checkpoint.state_dict_saver / _loader
                              save/load/save_state_dict/load_state_dict/
@@ -25,6 +33,12 @@ patches them, once:
                              comes after the last one, and a barrier,
                              destroy_process_group and torch's exit can
                              take longer than a learned step timeout
+
+Why not a global module hook: with any global hook installed, every module
+call leaves PyTorch's fast path (Module._call_impl) and runs Python; a hook
+on the outermost module costs one Python call a pass and leaves the children
+on the fast path. Pickling (torch.save of a whole module, copy.deepcopy) and
+TorchScript leave the hook out, so a saved model loads where ddprun is not.
 
 Every hook is guarded: a failure in ddprun's code never reaches the user's
 program. Only the worker's own process beats: DataLoader workers and other
@@ -39,6 +53,9 @@ import time
 _WATCHED = frozenset((
     "torch.optim.optimizer",
     "torch.nn.modules.module",
+    "torch.nn.parallel.distributed",
+    "torch._dynamo.eval_frame",
+    "torch.jit._recursive",
     "torch.serialization",
     "torch.distributed.checkpoint.state_dict_saver",
     "torch.distributed.checkpoint.state_dict_loader",
@@ -47,15 +64,22 @@ _WATCHED = frozenset((
 _CHECKPOINT = "checkpoint"
 _TEARDOWN = "teardown"
 # heartbeat_wire.h's kForwardMinIntervalMs, checked here first: the forward
-# hook runs for every module call, so its usual path is one clock read.
+# hook runs once a pass, so its usual path is one clock read.
 _FORWARD_MIN_INTERVAL_S = 0.100
 _WRAPPED = "__ddprun_wrapped__"
+# Modules with ddprun's forward hook at most: each costs one Python call per
+# pass of its own; a program that moves many small modules one by one
+# (criterion.to(device), ...) does not grow that without bound.
+_WATCHED_MAX = 8
 
 _main_pid = None  # the worker's pid, set by install()
 _steps = 0  # optimizer.step() calls in this process
 _is_compiling = None  # torch's "inside a torch.compile trace" test, once known
 _next_forward = 0.0  # monotonic time before which the forward hook is silent
 _monotonic = time.monotonic
+_hooked = None  # WeakKeyDictionary: module -> its hook's handle, once torch loads
+_first_call = []  # the handle of the global pre-hook that finds the first module called
+_outer_call = [0]  # depth of train()/to()/cuda() calls: only the outermost is hooked
 
 
 def _in_worker():
@@ -136,17 +160,151 @@ def _patch_optimizer(mod):
     cls._optimizer_step_code = _optimizer_step_code
 
 
+def _watch(module):
+    """Puts the forward hook on `module`, and takes it off the modules inside
+    it: their passes run inside its pass. A module inside a hooked one is
+    hooked too when the program calls it directly (model.module.eval())."""
+    global _hooked
+    try:
+        if not _in_worker():
+            return
+        if _hooked is None:
+            import weakref
+            _hooked = weakref.WeakKeyDictionary()
+        if module in _hooked:
+            return
+        for inner in module.modules():
+            handle = _hooked.pop(inner, None)
+            if handle is not None:
+                handle.remove()
+        if len(_hooked) < _WATCHED_MAX:
+            _hooked[module] = module.register_forward_hook(_on_forward)
+        while _first_call:  # a module is watched: no global hook is needed
+            _first_call.pop().remove()
+    except Exception:
+        pass
+
+
+def _watching(fn):
+    """fn (Module.train, to, cuda) that then watches the module it was called
+    on, when the call is the program's and not train()'s recursion."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        outer = _outer_call[0] == 0
+        _outer_call[0] += 1
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            _outer_call[0] -= 1
+            if outer:
+                _watch(self)
+
+    setattr(wrapper, _WRAPPED, True)
+    return wrapper
+
+
+def _without_hook(getstate):
+    """__getstate__ that leaves ddprun's hook out of the pickled module."""
+    def __getstate__(self):
+        state = getstate(self) if getstate is not None else self.__dict__.copy()
+        try:
+            hooks = state.get("_forward_hooks")
+            if hooks and any(h is _on_forward for h in hooks.values()):
+                state = dict(state)
+                state["_forward_hooks"] = type(hooks)(
+                    (k, h) for k, h in hooks.items() if h is not _on_forward)
+        except Exception:
+            pass
+        return state
+
+    setattr(__getstate__, _WRAPPED, True)
+    return __getstate__
+
+
 def _patch_module(mod):
-    register = getattr(mod, "register_module_forward_hook", None)
+    cls = getattr(mod, "Module", None)
+    if cls is None or getattr(cls.train, _WRAPPED, False):
+        return
+    for name in ("train", "to", "cuda"):
+        fn = cls.__dict__.get(name)
+        if callable(fn):
+            setattr(cls, name, _watching(fn))
+    cls.__getstate__ = _without_hook(cls.__dict__.get("__getstate__"))
+    # The first module the program calls, when it calls none of train(),
+    # to() or cuda() before: a global pre-hook, taken off at that first call
+    # or as soon as any module is watched.
+    register = getattr(mod, "register_module_forward_pre_hook", None)
     if register is None:
         return
-    mod._ddprun_forward_hook = register(_on_forward)
-    # torch.compile(module) warns about any global hook (it fires once more,
-    # for the OptimizedModule): harmless for a rate-limited beat, and the
-    # user did not add it, so that one warning is not shown.
+
+    def _on_first_call(module, _inputs):
+        try:
+            while _first_call:
+                _first_call.pop().remove()
+            _watch(module)
+        except Exception:
+            pass
+        return None
+
+    _first_call.append(register(_on_first_call))
+    # torch.compile(module) warns about any global hook, and the user did not
+    # add this one: that warning is not shown.
     import warnings
     warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are "
                             r"global hooks", category=UserWarning)
+
+
+def _watch_instances(class_name):
+    """A patch that watches every instance of mod.class_name once built: the
+    wrappers that are the outermost module by construction."""
+    def patch(mod):
+        cls = getattr(mod, class_name, None)
+        init = getattr(cls, "__init__", None)
+        if init is None or getattr(init, _WRAPPED, False):
+            return
+        import functools
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            _watch(self)
+
+        setattr(__init__, _WRAPPED, True)
+        cls.__init__ = __init__
+        if "__getstate__" in cls.__dict__:  # DDP's copies its __dict__ without Module's
+            cls.__getstate__ = _without_hook(cls.__dict__["__getstate__"])
+    return patch
+
+
+def _patch_jit(mod):
+    """TorchScript compiles a module's forward hooks: ddprun's is taken off
+    the module tree while torch.jit.script or trace builds its ScriptModule."""
+    create = getattr(mod, "create_script_module", None)
+    if create is None or getattr(create, _WRAPPED, False):
+        return
+    import functools
+
+    @functools.wraps(create)
+    def create_script_module(nn_module, *args, **kwargs):
+        off = []
+        try:
+            for m in nn_module.modules():
+                handle = _hooked.pop(m, None) if _hooked is not None else None
+                if handle is not None:
+                    handle.remove()
+                    off.append(m)
+        except Exception:
+            pass
+        try:
+            return create(nn_module, *args, **kwargs)
+        finally:
+            for m in off:
+                _watch(m)
+
+    setattr(create_script_module, _WRAPPED, True)
+    mod.create_script_module = create_script_module
 
 
 def _in_section(fn):
@@ -216,6 +374,10 @@ def _patch_c10d(mod):
 _PATCHES = {
     "torch.optim.optimizer": _patch_optimizer,
     "torch.nn.modules.module": _patch_module,
+    "torch.nn.parallel.distributed": _watch_instances("DistributedDataParallel"),
+    # torch.compile's wrapper: its hook runs outside the compiled graph.
+    "torch._dynamo.eval_frame": _watch_instances("OptimizedModule"),
+    "torch.jit._recursive": _patch_jit,
     "torch.serialization": _patch_functions(("save", "load")),
     "torch.distributed.checkpoint.state_dict_saver":
         _patch_functions(("save", "save_state_dict", "async_save")),
