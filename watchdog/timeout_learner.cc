@@ -47,13 +47,45 @@ std::string LearnedTimeout::describe() const {
                      unit, secs(p99), secs(max));
 }
 
-void TimeoutLearner::add(const std::string& kind, std::chrono::steady_clock::duration sample) {
+bool TimeoutLearner::add(const std::string& kind, std::chrono::steady_clock::duration sample) {
   const auto ms = std::max(Millis(0), std::chrono::duration_cast<Millis>(sample));
-  auto& s = kinds_[kind];
+  bool first_fold = false;
+  auto it = kinds_.find(kind);
+  const bool named = kind != kStep && kind != kSetup;
+  if (it == kinds_.end() && named && named_kinds_ >= kMaxNamedKinds) {
+    first_fold = !folded_;
+    folded_ = true;
+    it = kinds_.try_emplace(kOther).first;
+  } else if (it == kinds_.end()) {
+    it = kinds_.try_emplace(kind).first;
+    if (named) ++named_kinds_;
+  }
+  auto& s = it->second;
   ++s.count;
   s.max = std::max(s.max, ms);
   s.recent.push_back(ms);
   if (s.recent.size() > kWindow) s.recent.pop_front();
+  return first_fold;
+}
+
+const TimeoutLearner::Samples* TimeoutLearner::samples_of(const std::string& kind) const {
+  auto it = kinds_.find(kind);
+  if (it == kinds_.end() && folded_ && kind != kStep && kind != kSetup) it = kinds_.find(kOther);
+  return it == kinds_.end() ? nullptr : &it->second;
+}
+
+Millis TimeoutLearner::timeout_from(const std::string& kind, const Samples* s) const {
+  uint64_t samples = 0;
+  Millis scaled{0};
+  if (s != nullptr) {
+    samples = s->count;
+    scaled = Millis(static_cast<int64_t>(std::ceil(static_cast<double>(s->max.count()) * options_.factor)));
+  }
+  const auto learned = std::max(options_.floor, scaled);
+  const bool is_learned = samples >= static_cast<uint64_t>(std::max(1, min_samples(kind)));
+  // Setup never shrinks below its generous initial value: a restart's setup
+  // may load more (a checkpoint) than the first attempt's.
+  return is_learned && kind != kSetup ? learned : std::max(initial(kind), learned);
 }
 
 Millis TimeoutLearner::initial(const std::string& kind) const {
@@ -69,24 +101,21 @@ int TimeoutLearner::min_samples(const std::string& kind) const {
 LearnedTimeout TimeoutLearner::explain(const std::string& kind) const {
   LearnedTimeout t;
   t.kind = kind;
-  const auto it = kinds_.find(kind);
-  Millis scaled{0};
-  if (it != kinds_.end()) {
-    t.samples = it->second.count;
-    t.max = it->second.max;
-    t.p99 = p99_of(it->second.recent);
-    const auto basis = std::max(t.p99, t.max);
-    scaled = Millis(static_cast<int64_t>(std::ceil(static_cast<double>(basis.count()) * options_.factor)));
+  const Samples* s = samples_of(kind);
+  if (s != nullptr) {
+    t.samples = s->count;
+    t.max = s->max;
+    ++quantiles_computed_;
+    t.p99 = p99_of(s->recent);
   }
-  const auto learned = std::max(options_.floor, scaled);
   t.learned = t.samples >= static_cast<uint64_t>(std::max(1, min_samples(kind)));
-  // Setup never shrinks below its generous initial value: a restart's setup
-  // may load more (a checkpoint) than the first attempt's.
-  t.timeout = t.learned && kind != kSetup ? learned : std::max(initial(kind), learned);
+  t.timeout = timeout_from(kind, s);
   return t;
 }
 
-Millis TimeoutLearner::timeout(const std::string& kind) const { return explain(kind).timeout; }
+Millis TimeoutLearner::timeout(const std::string& kind) const {
+  return timeout_from(kind, samples_of(kind));
+}
 
 std::vector<LearnedTimeout> TimeoutLearner::all() const {
   std::vector<LearnedTimeout> out{explain(kStep), explain(kSetup)};

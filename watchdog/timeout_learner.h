@@ -73,16 +73,28 @@ class TimeoutLearner {
   using Millis = std::chrono::milliseconds;
   static constexpr const char* kStep = "step";
   static constexpr const char* kSetup = "setup";
+  static constexpr const char* kOther = "other sections";
+  // All kinds at most: step, setup, kOther and kMaxNamedKinds section names.
+  static constexpr std::size_t kMaxKinds = 32;
+  static constexpr std::size_t kMaxNamedKinds = kMaxKinds - 3;
 
   explicit TimeoutLearner(LearnerOptions options = {}) : options_(options) {}
 
-  void add(const std::string& kind, std::chrono::steady_clock::duration sample);
-  // The timeout of `kind` now ("step", "setup" or a section's name).
+  // Section names come from workers: past kMaxNamedKinds names, a new name's
+  // durations are learned as kOther's. Returns true for the first such fold
+  // (the caller says so once).
+  bool add(const std::string& kind, std::chrono::steady_clock::duration sample);
+  // The timeout of `kind` now ("step", "setup" or a section's name). Called
+  // per beat: O(1) in the samples (the basis is the running max, which the
+  // window's p99 never exceeds); the quantile is computed only by explain().
   Millis timeout(const std::string& kind) const;
   LearnedTimeout explain(const std::string& kind) const;
   // Every kind seen, plus "step" and "setup" always.
   std::vector<LearnedTimeout> all() const;
   const LearnerOptions& options() const { return options_; }
+  // Quantiles computed so far (explain()): what a test counts to see that
+  // timeout() does no work proportional to the samples.
+  uint64_t quantiles_computed() const { return quantiles_computed_; }
 
  private:
   struct Samples {
@@ -95,9 +107,15 @@ class TimeoutLearner {
 
   Millis initial(const std::string& kind) const;
   int min_samples(const std::string& kind) const;
+  // The samples `kind` is learned from: its own, or kOther's once folded.
+  const Samples* samples_of(const std::string& kind) const;
+  Millis timeout_from(const std::string& kind, const Samples* s) const;
 
   LearnerOptions options_;
   std::map<std::string, Samples> kinds_;
+  std::size_t named_kinds_ = 0;
+  bool folded_ = false;
+  mutable uint64_t quantiles_computed_ = 0;
 };
 
 }  // namespace ddprun::watchdog

@@ -141,7 +141,10 @@ void Watchdog::on_progress(WorkerStatus& w, const Beat& beat) {
       // The innermost open section of that name; an unmatched end is ignored.
       for (auto it = w.sections.rbegin(); it != w.sections.rend(); ++it) {
         if (it->first != beat.section) continue;
-        learner_->add(beat.section, now - it->second);
+        if (learner_->add(beat.section, now - it->second)) {
+          spdlog::warn("more than {} section names: \"{}\" and later new ones share the timeout of \"{}\"",
+                       TimeoutLearner::kMaxNamedKinds, beat.section, TimeoutLearner::kOther);
+        }
         w.sections.erase(std::next(it).base());
         break;
       }

@@ -350,3 +350,30 @@ TEST_CASE("learned: same step everywhere (train --hang-at-step): the last beat n
     CHECK(w.dog.culprit(*w.hang) == (forward ? 1 : 0));
   }
 }
+
+TEST_CASE("the learner's timeout per beat costs no quantile, and section names past the cap "
+          "fold into one kind") {
+  wd::TimeoutLearner learner;
+  for (int i = 0; i < 5000; ++i) learner.add(wd::TimeoutLearner::kStep, std::chrono::milliseconds(1 + i % 7));
+  // The agent asks once per beat of every rank: no work proportional to the
+  // 4,096 samples kept (a count, not a time).
+  for (int i = 0; i < 10000; ++i) CHECK(learner.timeout(wd::TimeoutLearner::kStep) == 60s);
+  CHECK(learner.quantiles_computed() == 0);
+  const auto shown = learner.explain(wd::TimeoutLearner::kStep);
+  CHECK(learner.quantiles_computed() == 1);
+  CHECK(shown.p99 == 7ms);
+  CHECK(shown.max == 7ms);
+  // Names come from workers: 29 of their own, then one line's worth of fold.
+  int folds = 0;
+  for (int i = 0; i < 100; ++i) {
+    folds += learner.add("section " + std::to_string(i), std::chrono::seconds(20)) ? 1 : 0;
+    folds += learner.add("section " + std::to_string(i), std::chrono::seconds(20)) ? 1 : 0;
+  }
+  CHECK(folds == 1);
+  const auto kinds = learner.all();
+  CHECK(kinds.size() == wd::TimeoutLearner::kMaxKinds);
+  // A folded name's timeout is the shared kind's: learned, 5 x 20 s.
+  CHECK(learner.timeout("section 99") == 100s);
+  CHECK(learner.explain(wd::TimeoutLearner::kOther).samples == 2 * (100 - wd::TimeoutLearner::kMaxNamedKinds));
+  CHECK(learner.timeout("section 3") == 100s);
+}
