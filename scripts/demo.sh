@@ -14,4 +14,5 @@ fi
 bash scripts/setup.sh
 DDPRUN_TARGETS="ddprun train" bash scripts/build.sh build
 ((build_only)) && exit 0
-exec build/bin/ddprun --nproc-per-node=2 build/bin/train "$@"
+# One OpenMP thread per rank, said here so ddprun need not say it first.
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} exec build/bin/ddprun --nproc-per-node=2 build/bin/train "$@"
