@@ -18,13 +18,12 @@ Usage: demo_build_test.py SOURCE_DIR
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "install"))
-from common import Failed, finish, run  # noqa: E402
+from common import finish, run, run_main  # noqa: E402
 
 
 def edges(ninja_output):
@@ -66,8 +65,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Failed as e:
-        print("FAILED:", e)
-        sys.exit(1)
+    run_main(main)

@@ -28,7 +28,7 @@ import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Failed, finish, run  # noqa: E402
+from common import Failed, finish, run, run_main  # noqa: E402
 
 
 def zsh_complete(completion_dir, bin_dir, line, key, want):
@@ -253,8 +253,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Failed as e:
-        print("FAILED:", e)
-        sys.exit(1)
+    run_main(main)
