@@ -31,12 +31,6 @@ bool readline_waits(int pty_master) {
   return tcgetattr(pty_master, &t) == 0 && !(t.c_lflag & ICANON);
 }
 
-// The worker's main thread is blocked in read(0, ...): a plain input().
-bool blocked_reading_stdin(pid_t pid) {
-  const auto syscall = base::read_proc_file(pid, "syscall");
-  return syscall && syscall->rfind("0 0x0 ", 0) == 0;  // syscall 0 (read), fd 0
-}
-
 }  // namespace
 
 StdinForwarder::StdinForwarder(boost::asio::io_context& io, int terminal_fd,
@@ -101,7 +95,9 @@ void StdinForwarder::output_from(pid_t pid) {
   // A plain read(0) shows only in /proc: looked at while it passes through
   // for that reason, so its output is lines again once the read returned.
   bool readline = readline_waits(it->fd.get());
-  bool reading = it->pid == passthrough_pid_ && !readline ? blocked_reading_stdin(pid) : it->reading;
+  bool reading = it->pid == passthrough_pid_ && !readline
+                     ? base::blocked_in_read(pid, STDIN_FILENO)
+                     : it->reading;
   if (readline == it->readline && reading == it->reading) return;
   it->readline = readline;
   it->reading = reading;
@@ -157,7 +153,7 @@ StdinForwarder::Target* StdinForwarder::update(bool all) {
   if (all)
     for (auto& t : targets_) {
       t.readline = t.is_pty && readline_waits(t.fd.get());
-      t.reading = blocked_reading_stdin(t.pid);
+      t.reading = base::blocked_in_read(t.pid, STDIN_FILENO);
     }
   Target* t = pick();
   announce(t);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -117,6 +118,14 @@ std::optional<std::string> read_proc_file(const std::string& path, int* err) {
 
 std::optional<std::string> read_proc_file(pid_t pid, std::string_view name) {
   return read_proc_file(proc_path(pid, name));
+}
+
+bool blocked_in_read(pid_t pid, int fd) {
+  const auto line = read_proc_file(pid, "syscall");  // "63 0x0 0x... ..." or "running"
+  long number = -1;
+  unsigned long first = 0;
+  if (!line || std::sscanf(line->c_str(), "%ld 0x%lx", &number, &first) != 2) return false;
+  return number == SYS_read && first == static_cast<unsigned long>(fd);
 }
 
 std::vector<pid_t> all_pids() { return numeric_entries("/proc"); }

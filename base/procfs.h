@@ -48,6 +48,12 @@ std::optional<std::string> read_proc_file(const std::string& path, int* err = nu
 // /proc/<pid>/<name>, e.g. read_proc_file(pid, "wchan").
 std::optional<std::string> read_proc_file(pid_t pid, std::string_view name);
 
+// The process's main thread is blocked in read(fd, ...): /proc/<pid>/syscall
+// names the call by this architecture's number (SYS_read: 0 on x86-64, 63
+// on aarch64), then its arguments. False while it runs, waits in any other
+// call, or when the file cannot be read (it needs ptrace access).
+bool blocked_in_read(pid_t pid, int fd);
+
 // Every process id in /proc, ascending (a listing: some may be gone).
 std::vector<pid_t> all_pids();
 // The one full scan: the stat of every process that is still there once

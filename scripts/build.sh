@@ -2,6 +2,8 @@
 # Configures and builds ddprun (Release, ccache when present).
 #   scripts/build.sh [BUILD_DIR [CMAKE_ARGS...]]    default BUILD_DIR: build
 # e.g. scripts/build.sh build-tsan -DDDPRUN_SANITIZE=thread -DDDPRUN_BUILD_TRAINER=OFF
+# DDPRUN_TARGETS="ddprun train": those targets and what they need, not all.
+# DDPRUN_BUILD_DRY_RUN=1: ninja -n, print what would be built, build nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
@@ -9,4 +11,7 @@ shift || true
 jobs=${DDPRUN_JOBS:-$(nproc)}
 source scripts/ccache-env.sh
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-cmake --build "$dir" -j "$jobs"
+build=(cmake --build "$dir" -j "$jobs")
+[[ -n ${DDPRUN_TARGETS:-} ]] && build+=(--target ${DDPRUN_TARGETS})
+[[ ${DDPRUN_BUILD_DRY_RUN:-} == 1 ]] && build+=(-- -n)
+"${build[@]}"

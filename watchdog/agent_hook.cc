@@ -131,7 +131,7 @@ void WatchdogHook::open_event_log() {
   } catch (const std::exception& e) {
     spdlog::warn("no event log: {}", e.what());
   }
-  say_native_unwatched();
+  arm_native_notice();
 }
 
 void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
@@ -157,9 +157,10 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
     heartbeats_ = std::make_unique<HeartbeatServer>(
         io_, choose_socket_path(private_dir), [this](const Beat& b) {
           if (dog_) dog_->on_beat(b);
+          beaten_ = true;
+          if (native_notice_) native_notice_->cancel();
           if (said_native_off_) {
-            // The start notice said "off until it beats": say that it does
-            // (ddprun's own `train` beats through heartbeat.h).
+            // The notice said "off until it beats": say that it does now.
             said_native_off_ = false;
             spdlog::info("freeze detection is on for {}: rank {} beats", options_.program,
                          b.global_rank);
@@ -258,6 +259,8 @@ std::vector<int> WatchdogHook::all_ranks() const {
 }
 
 void WatchdogHook::on_unwatched(const std::vector<int>& ranks, Millis setup) {
+  // A native program's setup window may end before its notice is due.
+  if (native_notice_applies()) return say_native_unwatched(setup);
   // Once per job: the program may never beat, and saying so every attempt
   // would only repeat it.
   if (said_unwatched_) return;
@@ -271,23 +274,38 @@ void WatchdogHook::on_unwatched(const std::vector<int>& ranks, Millis setup) {
                               {{"setup_s", setup.count() / 1000.0}});
 }
 
-void WatchdogHook::say_native_unwatched() {
+bool WatchdogHook::native_notice_applies() const {
   // Only learned detection waits for a first beat without a deadline; a
   // fixed --heartbeat-timeout demands one within the grace, --silence-timeout
   // watches the output, and --hang-timeout=0 asked for nothing.
-  if (said_unwatched_ || !options_.learn || options_.is_python ||
-      options_.detect.silence_timeout.count() > 0)
-    return;
+  return options_.learn && !options_.is_python && options_.detect.silence_timeout.count() == 0;
+}
+
+void WatchdogHook::arm_native_notice() {
+  // Not at start: a native program that beats (ddprun's own `train`, any
+  // program using watchdog/heartbeat.h) would be warned of something that
+  // does not apply to it. Only one that has not beaten when this is due.
+  if (!native_notice_applies() || beaten_) return;
+  const Millis after = std::min(kNativeNoticeAfter, options_.learner.initial_setup);
+  native_notice_ = clock_.make_timer();
+  native_notice_->arm(clock_.now() + after, [this, after] {
+    if (!beaten_) say_native_unwatched(after);
+  });
+}
+
+void WatchdogHook::say_native_unwatched(Millis waited) {
+  if (said_unwatched_) return;
   said_unwatched_ = true;  // the setup window's end would only say it again
   said_native_off_ = true;
-  spdlog::warn("freeze detection is off for {} until it beats: automatic beats need a Python "
-               "worker (a .py script, -m module or python interpreter); a native program is "
-               "watched once it beats through watchdog/heartbeat.h (LibTorch programs such as "
-               "ddprun's own `train` do). --silence-timeout=S watches its output instead; "
-               "--hang-timeout=0 silences this line.",
-               options_.program);
-  if (events_) events_->write("detection_off", attempt_, {}, "not a Python worker: no automatic beats",
-                              {{"program", options_.program}});
+  spdlog::warn("freeze detection is off for {}: no rank beat in its first {:g} s, and automatic "
+               "beats need a Python worker (a .py script, -m module or python interpreter); a "
+               "native program is watched from its first beat through watchdog/heartbeat.h "
+               "(LibTorch programs such as ddprun's own `train` beat). --silence-timeout=S watches "
+               "its output instead; --hang-timeout=0 silences this line.",
+               options_.program, waited.count() / 1000.0);
+  if (events_)
+    events_->write("detection_off", attempt_, {}, "not a Python worker and no beat yet",
+                   {{"program", options_.program}, {"waited_s", waited.count() / 1000.0}});
 }
 
 void WatchdogHook::no_core_dumps(pid_t pid) const {

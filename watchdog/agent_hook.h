@@ -163,9 +163,12 @@ class WatchdogHook : public agent::AgentHooks {
   // A worker's core limit to 0 before SIGABRT asks it for a traceback.
   void no_core_dumps(pid_t pid) const;
   void on_unwatched(const std::vector<int>& ranks, Millis setup);
-  // At the job's start, once: learned detection cannot watch a program that
-  // gets no automatic beats (not Python) until it beats itself.
-  void say_native_unwatched();
+  // Learned detection cannot watch a program that gets no automatic beats
+  // (not Python) until it beats itself: said once, if no rank beat within
+  // kNativeNoticeAfter of the first workers' start (or the setup window).
+  bool native_notice_applies() const;
+  void arm_native_notice();
+  void say_native_unwatched(Millis waited);
   // events.jsonl and its "start" line; once per job.
   void open_event_log();
   // Multi-node rounds: this node's guards to the others, theirs to dog_
@@ -198,8 +201,11 @@ class WatchdogHook : public agent::AgentHooks {
   // Per job (one run id): learned timeouts survive restarts.
   TimeoutLearner learner_;
   bool said_unwatched_ = false;
-  // The at-start notice for a native program is out and no beat came yet.
+  // The notice for a native program is out and no beat came yet.
   bool said_native_off_ = false;
+  bool beaten_ = false;  // some rank of this job has beaten
+  static constexpr Millis kNativeNoticeAfter{10000};
+  std::unique_ptr<base::Timer> native_notice_;
   bool said_peer_section_ = false;
   // Per attempt.
   int attempt_ = -1;

@@ -1,7 +1,8 @@
 // base/procfs.h on real processes: children, grandchildren and a thread's
 // child read back, an exec'd child's environment, command line and status,
 // a process that exits between the listing and the read, a pid that never
-// existed, and the folder listers on a real folder.
+// existed, a child blocked in read() (by this architecture's syscall
+// number), and the folder listers on a real folder.
 #include <dirent.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -123,6 +124,25 @@ TEST_CASE("procfs: a child and its grandchild, as children, a tree, ancestry and
   hold.close_write();
   reap(child);
   CHECK_FALSE(has(child_pids(::getpid()), child));
+}
+
+TEST_CASE("procfs: a child blocked in read() on a pipe is seen reading that fd and no other") {
+  Pipe hold, report;
+  const pid_t child = fork_holder(hold, report, false);
+  report.close_write();
+  read_to_eof(report.read);  // it wrote its pid: next it reads `hold`
+  // The child gets to its read() in its own time: poll, within 30 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool reading = false;
+  while (!(reading = blocked_in_read(child, hold.read)) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(reading);
+  CHECK_FALSE(blocked_in_read(child, hold.read + 1));
+  CHECK_FALSE(blocked_in_read(child, STDIN_FILENO));
+  hold.close_write();
+  reap(child);
+  CHECK_FALSE(blocked_in_read(child, hold.read));  // gone: no file to read
 }
 
 TEST_CASE("procfs: a thread's id, and the child a thread forked, listed as the process's child") {

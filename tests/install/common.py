@@ -65,3 +65,12 @@ def finish(errors, ok_line):
         sys.exit(1)
     print("ok: " + ok_line)
     sys.exit(0)
+
+
+def run_main(main):
+    """Exits with main()'s status; a Failed is one FAILED line and status 1."""
+    try:
+        sys.exit(main())
+    except Failed as e:
+        print("FAILED:", e)
+        sys.exit(1)

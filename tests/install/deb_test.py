@@ -5,8 +5,14 @@ into a staging root with `dpkg -x`, and runs what was staged: `ddprun
 --version`, `man -l` on its page, bash completion of its subcommands and
 flags, and `train` under the staged ddprun on the digits it installed
 (nothing of the source tree: the staged train's default --data is below the
-staging root). Checks that ddprun-train depends on Debian's libtorch.
-Debian's /usr/bin/python3 (stdlib).
+staging root). Checks that ddprun-train depends on Debian's libtorch and
+installs ddprun-train, not a generic /usr/bin/train; the control fields
+(maintainer, Recommends: bash-completion); each package's machine-readable
+copyright with the Apache-2.0 text; `import ddprun` in a worker of the
+staged ddprun (the wheel's package). Then a real dpkg install and remove
+into a root of its own (`dpkg --root`, maintainer scripts run with
+DPKG_ROOT): a root-run worker writes __pycache__ under /usr/share/ddprun,
+and the remove leaves nothing there. Debian's /usr/bin/python3 (stdlib).
 
 Usage: deb_test.py BUILD_DIR WORK_DIR
 """
@@ -22,7 +28,7 @@ import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Failed, finish, run  # noqa: E402
+from common import Failed, finish, run, run_main  # noqa: E402
 
 
 def zsh_complete(completion_dir, bin_dir, line, key, want):
@@ -78,6 +84,86 @@ def zsh_complete(completion_dir, bin_dir, line, key, want):
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(fd)
+
+
+MAINTAINER = "ddprun developers <ddprun@users.noreply.github.com>"
+DEP5 = "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
+
+
+def check_control(debs, errors):
+    for name, deb in debs.items():
+        maintainer = run(["dpkg-deb", "-f", deb, "Maintainer"], 60).stdout.strip()
+        if maintainer != MAINTAINER:
+            errors.append(f"{name}: Maintainer {maintainer!r}, not {MAINTAINER!r}")
+    recommends = run(["dpkg-deb", "-f", debs["ddprun"], "Recommends"], 60).stdout
+    if "bash-completion" not in recommends:
+        errors.append(f"ddprun recommends {recommends.strip()!r}: no bash-completion")
+
+
+def check_copyright(root, errors):
+    """Each package's /usr/share/doc/<package>/copyright: DEP-5, with the
+    license text (its own paragraph, indented) as the repository's LICENSE."""
+    for package in ("ddprun", "ddprun-train"):
+        path = os.path.join(root, "usr", "share", "doc", package, "copyright")
+        if not os.path.isfile(path):
+            errors.append(f"{package}: no {path}")
+            continue
+        with open(path) as f:
+            text = f.read()
+        lines = text.splitlines()
+        if lines[0] != DEP5 or "\nFiles: *\n" not in text or "\nLicense: Apache-2.0\n" not in text:
+            errors.append(f"{package}'s copyright is not a DEP-5 file for Apache-2.0:\n{text[:400]}")
+        body = re.search(r"\nLicense: Apache-2.0\n((?: .*\n?)+)", text)
+        if not body or "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" not in body.group(1):
+            errors.append(f"{package}'s copyright lacks the Apache-2.0 text")
+
+
+def import_in_worker(ddprun, root, work, errors):
+    """`import ddprun` in a worker of the staged ddprun: the package file it
+    found, which must be the staged one."""
+    probe = ("import ddprun, ddprun.recovery; ddprun.beat(); "
+             "print('imported', ddprun.__file__)")
+    r = run([ddprun, "--nproc-per-node=1", "--log-dir=" + work + "/logs-import", "/usr/bin/python3",
+             "-c", probe], 120, cwd=work, check=False)
+    found = re.findall(r"imported (\S+)", r.stdout)
+    want = os.path.join(root, "usr", "share", "ddprun", "python", "ddprun", "__init__.py")
+    if r.returncode != 0 or found != [want]:
+        errors.append(f"import ddprun in a worker: exit {r.returncode}, found {found}, want {want}\n"
+                      f"{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+        return None
+    return found[0]
+
+
+def check_remove(deb, work, errors):
+    """dpkg -i then -r of the ddprun package into a root of its own, a root-run
+    worker between them: nothing is left under usr/share/ddprun."""
+    if os.geteuid() != 0:
+        print("not root: the dpkg install and remove is left out")
+        return
+    root = os.path.join(work, "dpkg-root")
+    admin = os.path.join(root, "var", "lib", "dpkg")
+    for sub in ("info", "updates", "triggers"):
+        os.makedirs(os.path.join(admin, sub))
+    for name in ("status", "available"):
+        open(os.path.join(admin, name), "x").close()
+    dpkg = ["dpkg", "--root=" + root, "--force-script-chrootless", "--force-depends",
+            "--log=" + os.path.join(work, "dpkg.log")]
+    run(dpkg + ["-i", deb], 300)
+    share = os.path.join(root, "usr", "share", "ddprun")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = run([os.path.join(root, "usr", "bin", "ddprun"), "--nproc-per-node=1",
+             "--log-dir=" + work + "/logs-remove", "/usr/bin/python3", "-c", "import ddprun"],
+            120, env=env, cwd=work, check=False)
+    caches = [d for d, _, _ in os.walk(share) if os.path.basename(d) == "__pycache__"]
+    if r.returncode != 0 or not caches:
+        errors.append(f"the installed ddprun's worker: exit {r.returncode}, __pycache__ {caches} "
+                      f"(none: the remove below proves nothing)\n{r.stderr[-1500:]}")
+    run(dpkg + ["-r", "ddprun"], 300)
+    left = [os.path.join(d, f) for d, _, files in os.walk(share) for f in files + [""]]
+    if os.path.exists(share):
+        errors.append(f"dpkg -r ddprun left {share}: {left[:10]}")
+    else:
+        print(f"dpkg -r ddprun removed {share} and the {len(caches)} __pycache__ folder(s) a worker wrote")
 
 
 def main():
@@ -142,7 +228,16 @@ def main():
     else:
         errors.append("no zsh to try the zsh completion with (scripts/setup-test.sh installs it)")
 
-    train = os.path.join(root, "usr", "bin", "train")
+    check_control(debs, errors)
+    check_copyright(root, errors)
+    if os.path.exists(os.path.join(root, "usr", "bin", "train")):
+        errors.append("ddprun-train installs a generic /usr/bin/train")
+    imported = import_in_worker(ddprun, root, work, errors)
+    if imported:
+        print(f"import ddprun in a worker: {imported}")
+    check_remove(debs["ddprun"], work, errors)
+
+    train = os.path.join(root, "usr", "bin", "ddprun-train")
     data = os.path.join(root, "usr", "share", "ddprun", "data", "digits")
     shown = run([train, "--help"], 60).stdout
     if f"--data TEXT={data}" not in shown:
@@ -158,8 +253,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Failed as e:
-        print("FAILED:", e)
-        sys.exit(1)
+    run_main(main)

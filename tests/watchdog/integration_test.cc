@@ -78,10 +78,7 @@ struct Job {
 void check_recovered(const Job& job, const std::string& done_log) {
   CAPTURE(job.console());
   CHECK(job.exit_code == 0);
-  auto names = job.event_names();
-  // A native worker under learned timeouts (no --heartbeat-timeout) is told
-  // at start that it is watched only once it beats.
-  if (names.size() > 1 && names[1] == "detection_off") names.erase(names.begin() + 1);
+  const auto names = job.event_names();
   CHECK(names ==
         std::vector<std::string>{"start", "rendezvous", "hang_detected", "restart", "rendezvous",
                                  "done"});
@@ -320,37 +317,63 @@ const std::string kNativeOff = "freeze detection is off for ";
 
 }  // namespace
 
-TEST_CASE("a native program gets one notice at start that it is watched only once it beats") {
-  Job job;
-  // The test worker without arguments prints its usage and exits 2: two
-  // ranks, two attempts, one job.
-  job.run({"--nproc-per-node=2", "--max-restarts=1"}, {WATCHDOG_TEST_WORKER});
-  const std::string console = job.console();
-  CAPTURE(console);
-  CHECK(job.exit_code == 2);
-  CHECK(count_of(console, kNativeOff + std::string(WATCHDOG_TEST_WORKER) + " until it beats") == 1);
-  CHECK(console.find("watchdog/heartbeat.h") != std::string::npos);
-  CHECK(console.find("--silence-timeout=S watches its output") != std::string::npos);
-  // At start: before the first workers were spawned, and never again.
-  const auto names = job.event_names();
-  CHECK(std::count(names.begin(), names.end(), "detection_off") == 1);
-  REQUIRE(names.size() >= 3);
-  CHECK(names[0] == "start");
-  CHECK(names[1] == "detection_off");
-  CHECK(names[2] == "rendezvous");
+// Polls `path` until it holds `text`; false once `deadline` passed.
+bool file_shows(const std::string& path, const std::string& text, std::chrono::seconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (slurp(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    usleep(10 * 1000);
+  }
+  return true;
 }
 
-TEST_CASE("a native program that beats is told it is watched once its first beat comes") {
+TEST_CASE("a native program that has not beaten when its notice is due is told once, then told "
+          "when its first beat comes") {
   Job job;
-  // 20 beats 20 ms apart: the agent reads beats while the worker runs.
-  job.run({}, {WATCHDOG_TEST_WORKER, "beat", "20", "20", "exit"});
+  const std::string go = job.dir.path() + "/go";
+  // The notice is due at the setup window's end (1 s here) or 10 s, the
+  // earlier; both ranks stay quiet until the test saw it, then beat once.
+  std::vector<std::string> argv = {DDPRUN_BIN,
+                                   "--rdzv-id=wd",
+                                   "--log-dir=" + job.dir.path() + "/logs",
+                                   "--nproc-per-node=2",
+                                   "--heartbeat-grace=1",
+                                   WATCHDOG_TEST_WORKER,
+                                   "quiet",
+                                   go};
+  const std::string err = job.dir.path() + "/ddprun.stderr";
+  Child ddprun(argv, {}, false, err, job.dir.path() + "/ddprun.stdout");
+  const bool told = file_shows(err, kNativeOff, std::chrono::seconds(30));
+  { std::ofstream(go).put('1'); }
+  auto status = ddprun.wait_for(kJobDeadline);
+  REQUIRE_MESSAGE(status.has_value(), "ddprun did not finish within its deadline");
+  const std::string console = job.console();
+  CAPTURE(console);
+  CHECK(told);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+  CHECK(count_of(console, kNativeOff + std::string(WATCHDOG_TEST_WORKER) +
+                              ": no rank beat in its first 1 s") == 1);
+  CHECK(console.find("watchdog/heartbeat.h") != std::string::npos);
+  CHECK(console.find("--silence-timeout=S watches its output") != std::string::npos);
+  CHECK(count_of(console, "freeze detection is on for " + std::string(WATCHDOG_TEST_WORKER) +
+                              ": rank ") == 1);
+  CHECK(console.find(kNativeOff) < console.find("freeze detection is on for "));
+  const auto names = job.event_names();
+  CHECK(names == std::vector<std::string>{"start", "rendezvous", "detection_off", "done"});
+}
+
+TEST_CASE("a native program that beats is never told that freeze detection is off") {
+  Job job;
+  // Beats for 2 s, past the notice's due time (the 1 s setup window).
+  job.run({"--heartbeat-grace=1"}, {WATCHDOG_TEST_WORKER, "beat", "100", "20", "exit"});
   const std::string console = job.console();
   CAPTURE(console);
   CHECK(job.exit_code == 0);
-  CHECK(count_of(console, kNativeOff) == 1);
-  CHECK(count_of(console, "freeze detection is on for " + std::string(WATCHDOG_TEST_WORKER) +
-                              ": rank 0 beats") == 1);
-  CHECK(console.find(kNativeOff) < console.find("freeze detection is on for "));
+  CHECK(console.find(kNativeOff) == std::string::npos);
+  CHECK(console.find("freeze detection is on for ") == std::string::npos);
+  const auto names = job.event_names();
+  CHECK(std::count(names.begin(), names.end(), "detection_off") == 0);
 }
 
 TEST_CASE("no notice where it does not apply: detection off, fixed or output-watched") {
