@@ -20,7 +20,8 @@ patches them, once:
                              those recurse into); at most _WATCHED_MAX
   torch.nn.parallel.distributed, torch._dynamo.eval_frame
                              likewise on each DistributedDataParallel and
-                             each torch.compile wrapper (OptimizedModule)
+                             each torch.compile wrapper (OptimizedModule),
+                             and on the model each wraps
   torch.jit._recursive       scripting and tracing see no ddprun hook
   torch.serialization        save/load inside a "checkpoint" section
   torch.distributed.checkpoint.state_dict_saver / _loader
@@ -161,9 +162,8 @@ def _patch_optimizer(mod):
 
 
 def _watch(module):
-    """Puts the forward hook on `module`, and takes it off the modules inside
-    it: their passes run inside its pass. A module inside a hooked one is
-    hooked too when the program calls it directly (model.module.eval())."""
+    """Puts the forward hook on `module`. Its children stay unhooked: their
+    calls run inside its pass."""
     global _hooked
     try:
         if not _in_worker():
@@ -173,10 +173,6 @@ def _watch(module):
             _hooked = weakref.WeakKeyDictionary()
         if module in _hooked:
             return
-        for inner in module.modules():
-            handle = _hooked.pop(inner, None)
-            if handle is not None:
-                handle.remove()
         if len(_hooked) < _WATCHED_MAX:
             _hooked[module] = module.register_forward_hook(_on_forward)
         while _first_call:  # a module is watched: no global hook is needed
@@ -270,6 +266,13 @@ def _watch_instances(class_name):
         def __init__(self, *args, **kwargs):
             init(self, *args, **kwargs)
             _watch(self)
+            # The wrapped model too: an evaluation often calls it directly
+            # (ddp.module(x)), outside the wrapper. Two calls a pass, not 200.
+            inner = getattr(self, "module", None)
+            if inner is None:
+                inner = getattr(self, "_orig_mod", None)
+            if inner is not None:
+                _watch(inner)
 
         setattr(__init__, _WRAPPED, True)
         cls.__init__ = __init__

@@ -59,7 +59,7 @@ counts["scripted"] = scripted(torch.zeros(1, 4)).shape[1]
 counts["traced"] = torch.jit.trace(model, torch.zeros(1, 4))(torch.zeros(1, 4)).shape[1]
 counts["hooked_after_jit"] = hooked(model)
 
-# DDP: the wrapper is the outermost module; the model inside it loses its hook.
+# DDP: the wrapper and the model it wraps (called directly in evaluations).
 with tempfile.TemporaryDirectory() as d:
     dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "pg"),
                             rank=0, world_size=1)
