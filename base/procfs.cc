@@ -177,6 +177,27 @@ std::vector<pid_t> ancestry(pid_t pid) {
   return out;
 }
 
+bool catches_signal(pid_t pid, int sig) {
+  const auto mask_text = read_proc_status_field(pid, "SigCgt");
+  if (!mask_text) return false;
+  const uint64_t mask = std::strtoull(mask_text->c_str(), nullptr, 16);
+  return sig >= 1 && sig <= 64 && ((mask >> (sig - 1)) & 1);
+}
+
+std::optional<uint64_t> read_proc_io_bytes(pid_t pid) {
+  const auto io = read_proc_file(pid, "io");
+  if (!io) return std::nullopt;
+  uint64_t total = 0;
+  for (std::size_t at = 0; at < io->size();) {
+    std::size_t eol = io->find('\n', at);
+    if (eol == std::string::npos) eol = io->size();
+    if (io->compare(at, 6, "rchar:") == 0 || io->compare(at, 6, "wchar:") == 0)
+      total += std::strtoull(io->c_str() + at + 6, nullptr, 10);
+    at = eol + 1;
+  }
+  return total;
+}
+
 std::optional<std::string> read_proc_status_field(pid_t pid, std::string_view field) {
   const auto status = read_proc_file(pid, "status");
   if (!status) return std::nullopt;

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -76,6 +77,11 @@ std::vector<pid_t> ancestry(pid_t pid);
 // The text after "<field>:" in /proc/<pid>/status, leading blanks removed
 // (e.g. "SigCgt" -> "0000000000004a02"); nullopt when gone or absent.
 std::optional<std::string> read_proc_status_field(pid_t pid, std::string_view field);
+// True when the process has a handler installed for `sig` (SigCgt).
+bool catches_signal(pid_t pid, int sig);
+// rchar + wchar of /proc/<pid>/io (every read and write, pipes and sockets
+// included); nullopt when unreadable.
+std::optional<uint64_t> read_proc_io_bytes(pid_t pid);
 
 // The NUL-separated entries of /proc/<pid>/environ ("KEY=VALUE"), and of
 // /proc/<pid>/cmdline (argv); nullopt when unreadable (gone, another

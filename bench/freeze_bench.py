@@ -6,8 +6,13 @@ Workloads (bench/freeze_bench_worker.py, 2 ranks, gloo, CPU, 50 ms steps):
   jittery          300 steps of 15..150 ms
   checkpoint       rank 0 alone saves (torch.save) every 10 steps, 30x a step
   eval             every 100 steps a no_grad eval pass, 20x a step
+  eval_rank0       at step 100 rank 0 alone evaluates 25 s, rank 1 in a barrier
+  phase_change     from step 100 steps 50x longer (10 of them)
+  loader_sleep     a DataLoader worker sleeps 20 s once (step 100)
   hang_step        rank 1 stops inside step 150
   hang_checkpoint  rank 0's torch.save of step 150 never returns
+  hang_spin        rank 1 spins in a Python loop at step 150
+  hang_mismatch    at step 150 rank 0 all_reduces, rank 1 broadcasts
 
 ddprun runs the script unmodified (its bootstrap beats on optimizer steps,
 forward passes and torch.save sections), once per --ddprun-flags given (each
@@ -40,7 +45,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "freeze_bench_worker.py")
-WORKLOADS = ["steady", "jittery", "checkpoint", "eval", "hang_step", "hang_checkpoint"]
+WORKLOADS = ["steady", "jittery", "checkpoint", "eval", "eval_rank0", "phase_change",
+             "loader_sleep", "hang_step", "hang_checkpoint", "hang_spin", "hang_mismatch"]
+# The rank that stopped, where one rank differs (hang_mismatch: none does).
+CULPRIT = {"hang_step": 1, "hang_checkpoint": 0, "hang_spin": 1}
+NAMED = re.compile(r"freeze: rank (\d+) is the culprit")
 # What each launcher prints when it decides a rank is hung: ddprun's one
 # warning (watchdog/agent_hook.cc, tests/watchdog/freeze_test.cc) or, for
 # native ranks, the line before their stack capture; NVRx's rank monitor's
@@ -78,6 +87,7 @@ def run(launcher, workload, rep, args):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         detected = []
+        named = []
         log = []
 
         def read():
@@ -85,6 +95,9 @@ def run(launcher, workload, rep, args):
                 log.append(line)
                 if not detected and DETECTED[kind].search(line):
                     detected.append(time.time())
+                m = NAMED.search(line)
+                if m and not named:
+                    named.append(int(m.group(1)))
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
@@ -111,6 +124,8 @@ def run(launcher, workload, rep, args):
         # A line naming a hang before the hang began is a false hang.
         row["early"] = bool(detected) and (began is None or detected[0] < began)
         row["end"] = end - began if began and rc != "timeout" else None
+        if workload in CULPRIT and kind == "ddprun":
+            row["culprit_ok"] = bool(named) and named[0] == CULPRIT[workload]
     else:
         row["false_hang"] = bool(detected) or rc != 0
     return row
@@ -133,7 +148,8 @@ def fmt(rows, hang):
             cells.append("not detected (rc %s)" % r["rc"])
         else:
             end = "%.1f" % r["end"] if r["end"] is not None else "never"
-            cells.append("%.1f s [%s]" % (r["detect"], end))
+            named = {True: ", culprit right", False: ", **culprit wrong**"}.get(r.get("culprit_ok"), "")
+            cells.append("%.1f s [%s%s]" % (r["detect"], end, named))
     return " / ".join(cells)
 
 
@@ -149,7 +165,7 @@ def main():
     p.add_argument("--deadline", type=float, default=240.0)
     p.add_argument("--keep-logs")
     args = p.parse_args()
-    flags = args.ddprun_flags if args.ddprun_flags is not None else ["", "--hang-timeout-floor=5"]
+    flags = args.ddprun_flags if args.ddprun_flags is not None else [""]
     ddpruns = [("ddprun " + f).strip() for f in flags]
     launchers = ddpruns if args.only == "ddprun" else ["nvrx"] if args.only else ddpruns + ["nvrx"]
     workloads = args.workloads.split(",")

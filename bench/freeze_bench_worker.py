@@ -1,7 +1,8 @@
 """One rank of bench/freeze_bench.py's workloads (2 ranks, gloo, CPU).
 
-Env: FREEZE_WORKLOAD = steady | jittery | checkpoint | eval | hang_step |
-hang_checkpoint; FREEZE_STEPS; FREEZE_STEP_S (a step's length);
+Env: FREEZE_WORKLOAD = steady | jittery | checkpoint | eval | eval_rank0 |
+phase_change | loader_sleep | hang_step | hang_checkpoint | hang_spin |
+hang_mismatch; FREEZE_STEPS; FREEZE_STEP_S (a step's length);
 FREEZE_MARK (a file: the moment a hang starts, time.time(), is written
 there); FREEZE_CLIENT = none (ddprun: the unmodified script) | nvrx
 (NVRx 0.7's RankMonitorClient sections, its documented use: "step" and
@@ -11,7 +12,13 @@ Every FREEZE_CKPT_EVERY steps rank 0 alone saves a torch.save checkpoint 30x
 as long as a step (the others wait for it in the next all-reduce); every
 FREEZE_EVAL_EVERY steps every rank runs a no_grad evaluation pass 20x as
 long. A hang never returns: in a step (rank 1, before its all-reduce) or
-inside rank 0's torch.save.
+inside rank 0's torch.save; rank 1 spinning in a Python loop; rank 0 in
+an all_reduce while rank 1 broadcasts (a mismatched collective).
+Healthy, beside the periodic ones: eval_rank0, at step 100 rank 0 alone
+evaluates for 25 s while the other waits in dist.barrier(); phase_change,
+from step 100 every step is 50x longer (10 of them); loader_sleep, the
+batches come from a DataLoader with one worker process, which sleeps 20 s
+once (at step 100).
 """
 import io
 import os
@@ -86,9 +93,44 @@ def busy(seconds):
         time.sleep(min(0.005, max(0.0, end - time.monotonic())))
 
 
+class Batches(torch.utils.data.Dataset):
+    def __len__(self):
+        return steps
+
+    def __getitem__(self, i):
+        if i == 100:
+            time.sleep(20.0)
+        return torch.randn(4, 16)
+
+
+if workload == "loader_sleep":
+    batches = iter(torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=1))
+if workload == "phase_change":
+    steps = min(steps, 110)
+
+
+def spin_forever():
+    mark_hang()
+    x = 0
+    while True:
+        x += 1
+
+
 for step in range(1, steps + 1):
     length = step_s * (random.uniform(0.3, 3.0) if workload == "jittery" else 1.0)
+    if workload == "phase_change" and step > 100:
+        length = 50 * step_s
     with section("step"):
+        if workload == "hang_spin" and rank == 1 and step == hang_at:
+            spin_forever()
+        if workload == "hang_mismatch" and step == hang_at:
+            mark_hang()
+            if rank == 0:
+                dist.all_reduce(torch.ones(1))
+            else:
+                dist.broadcast(torch.ones(1 << 20), src=1)
+        if workload == "loader_sleep":
+            next(batches)
         if workload == "hang_step" and rank == 1 and step == hang_at:
             mark_hang()
             while True:
@@ -103,6 +145,14 @@ for step in range(1, steps + 1):
         hang = workload == "hang_checkpoint" and step >= hang_at
         with section("checkpoint"):
             torch.save(model.state_dict(), SlowFile(30 * step_s, hang=hang))
+    if workload == "eval_rank0" and step == 100:
+        if rank == 0:
+            end = time.monotonic() + 25.0
+            with torch.no_grad():
+                while time.monotonic() < end:
+                    model(torch.randn(4, 16))
+                    time.sleep(0.005)
+        dist.barrier()
     if workload == "eval" and step % eval_every == 0:
         end = time.monotonic() + 20 * step_s
         with torch.no_grad():

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <sstream>
 
 #include "base/contract.h"
 #include "base/procfs.h"
@@ -23,23 +22,8 @@ std::optional<ProcUsage> read_proc_usage(pid_t pid) {
   u.ppid = stat->ppid;
   u.cpu_ticks = stat->utime + stat->stime;
   u.rss_bytes = stat->rss_pages * static_cast<uint64_t>(::getpagesize());
-  if (const auto io = base::read_proc_file(pid, "io")) {
-    std::istringstream in(*io);
-    std::string key;
-    uint64_t value = 0, total = 0;
-    while (in >> key >> value) {
-      if (key == "rchar:" || key == "wchar:") total += value;
-    }
-    u.io_bytes = total;
-  }
+  u.io_bytes = base::read_proc_io_bytes(pid);
   return u;
-}
-
-bool catches_signal(pid_t pid, int sig) {
-  const auto mask_text = base::read_proc_status_field(pid, "SigCgt");
-  if (!mask_text) return false;
-  const uint64_t mask = std::strtoull(mask_text->c_str(), nullptr, 16);
-  return sig >= 1 && sig <= 64 && ((mask >> (sig - 1)) & 1);
 }
 
 bool process_gone(pid_t pid) {

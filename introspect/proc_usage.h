@@ -47,6 +47,6 @@ std::vector<pid_t> group_members(pid_t pgid);
 std::map<pid_t, int> find_ranks(const std::vector<pid_t>& roots);
 
 // True when the process has a handler installed for `sig` (SigCgt).
-bool catches_signal(pid_t pid, int sig);
+using base::catches_signal;
 
 }  // namespace ddprun::introspect

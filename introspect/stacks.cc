@@ -14,6 +14,7 @@
 #include "base/procfs.h"
 #include "base/system_error.h"
 #include "introspect/proc_usage.h"
+#include "watchdog/live_stack.h"
 
 namespace ddprun::introspect {
 
@@ -29,65 +30,15 @@ std::string python_dir() {
 
 namespace {
 
-uint64_t file_size(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-}
-
-std::string read_from(const std::string& path, uint64_t offset) {
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(static_cast<std::streamoff>(offset));
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return s;
-}
-
 // faulthandler on ddprun's signal, for a process started with ddprun's
 // sitecustomize: the cheapest (no ptrace, the interpreter prints its own).
 bool faulthandler_stack(pid_t pid, const CollectOptions& o, ProcessStacks& out) {
-  const auto sig_text = proc_environ_value(pid, base::kEnvPyStackSignal);
-  const auto dir = proc_environ_value(pid, base::kEnvPyStackDir);
-  if (!sig_text || !dir) {
+  auto dump = watchdog::dump_python_stack(pid, o.python_timeout);
+  if (!dump.ok) {
+    if (dump.instrumented) out.python_note = dump.note;
     return false;
   }
-  int sig = 0;
-  try {
-    sig = std::stoi(*sig_text);
-  } catch (const std::exception&) {
-  }
-  if (!catches_signal(pid, sig)) {
-    out.python_note = fmt::format("no handler for signal {} (not Python, or faulthandler was "
-                                  "not registered)", sig);
-    return false;
-  }
-  const std::string path =
-      *dir + "/" + base::kFilePyStackPrefix + std::to_string(pid) + ".txt";
-  const uint64_t before = file_size(path);
-  if (::kill(pid, sig) != 0) {
-    out.python_note = fmt::format("kill({}, {}): {}", pid, sig, base::errno_text(errno));
-    return false;
-  }
-  // faulthandler writes from the signal handler with a few write(2) calls:
-  // done once the file stops growing. Polling is bounded by python_timeout.
-  const auto deadline = Clock::now() + o.python_timeout;
-  uint64_t size = before;
-  auto changed = Clock::now();
-  while (Clock::now() < deadline) {
-    const uint64_t now_size = file_size(path);
-    if (now_size != size) {
-      size = now_size;
-      changed = Clock::now();
-    } else if (size > before && Clock::now() - changed > std::chrono::milliseconds(50)) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (size <= before) {
-    out.python_note = fmt::format("no traceback within {} ms (the interpreter may be stuck "
-                                  "in a call holding the signal)",
-                                  o.python_timeout.count());
-    return false;
-  }
-  out.python = read_from(path, before);
+  out.python = std::move(dump.text);
   out.python_method = watchdog::to_string(watchdog::StackMethod::kPythonFaulthandler);
   return true;
 }

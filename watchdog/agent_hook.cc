@@ -15,6 +15,7 @@
 #include "base/contract.h"
 #include "base/procfs.h"
 #include "base/system_error.h"
+#include "watchdog/live_stack.h"
 
 namespace ddprun::watchdog {
 
@@ -109,6 +110,22 @@ WatchdogHook::~WatchdogHook() {
   *alive_ = false;
   peers_.reset();
   join_capture();
+  evidence_.cancel();
+  if (!evidence_.join_until(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
+    evidence_.abandon();
+}
+
+void WatchdogHook::say_detection_on(int rank) {
+  // After the first beat, not at start: the program's own first lines come
+  // first, and a job that never beats is told so instead (arm_native_notice).
+  if (!options_.learn || options_.detect.heartbeat_timeout.count() > 0) return;
+  const auto& l = options_.learner;
+  spdlog::info("freeze detection is on (rank {} beat): a stall is judged from what the ranks are "
+               "doing once it outlasts {:g} x the longest gap between beats (at least {:g} s; {:g} s "
+               "until {} gaps are seen), ended then when hung, else at the {:g} s floor "
+               "(--hang-timeout-floor; --hang-timeout=0 turns detection off)",
+               rank, l.factor, l.min_evidence_bound.count() / 1000.0, l.initial_step.count() / 1000.0,
+               l.min_step_samples, l.floor.count() / 1000.0);
 }
 
 void WatchdogHook::open_event_log() {
@@ -146,6 +163,10 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
       options_.learn ? &learner_ : nullptr);
   dog_->on_unwatched(
       [this](const std::vector<int>& ranks, Millis setup) { on_unwatched(ranks, setup); });
+  judgement_.reset();
+  evidence_samples_.clear();
+  if (options_.learn)
+    dog_->set_judge([this](const HangEvent& e, Watchdog::Verdict done) { judge_stall(e, std::move(done)); });
   // Sockets and FIFOs live in the agent's private folder, never in the log
   // folder another job may share.
   const std::string private_dir =
@@ -157,6 +178,7 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
     heartbeats_ = std::make_unique<HeartbeatServer>(
         io_, choose_socket_path(private_dir), [this](const Beat& b) {
           if (dog_) dog_->on_beat(b);
+          if (!beaten_) say_detection_on(b.global_rank);
           beaten_ = true;
           if (native_notice_) native_notice_->cancel();
           if (said_native_off_) {
@@ -329,6 +351,7 @@ void WatchdogHook::act_on_hang(const HangEvent& event) {
   if (replaces_culprit()) say_blamed(dog_->culprit(event));
   report_ = make_hang_report(*dog_, event, attempt_);
   report_->action = to_string(options_.on_hang);
+  take_evidence(*report_);
   hang_event_ = event;
   const bool report_only = options_.on_hang == OnHang::kReport;
   // Stacks for the stalled ranks and the suspects, the event's rank first.
@@ -352,10 +375,22 @@ void WatchdogHook::act_on_hang(const HangEvent& event) {
   abort_targets_.clear();  // local ranks that print their own traceback
   std::vector<std::pair<pid_t, int>> natives;  // (pid, global rank) for a tool
   int captures_left = options_.max_native_captures;
+  std::vector<std::pair<pid_t, int>> live;  // Python workers that dump their own stacks
   for (int rank : ranks) {
     auto it = std::find_if(info_.workers.begin(), info_.workers.end(),
                            [&](const auto& w) { return w.rank == rank; });
     if (it == info_.workers.end()) continue;
+    // The evidence already holds its stack, dumped live.
+    if (std::any_of(report_->stacks.begin(), report_->stacks.end(),
+                    [&](const StackCapture& c) { return c.global_rank == rank && !c.text.empty(); }))
+      continue;
+    // ddprun's sitecustomize dumps it live on a signal, without stopping the
+    // worker or printing on the console (live_stack.h): before the headline,
+    // so the stacks can name the culprit.
+    if (base::proc_environ_value(it->pid, base::kEnvPyStackSignal)) {
+      live.emplace_back(it->pid, rank);
+      continue;
+    }
     // --on-hang=report: SIGABRT would end the worker; native stacks only.
     // Rank scope: so it would the survivors; the culprit's comes in
     // finish_hang, once the stacks have named it.
@@ -372,19 +407,32 @@ void WatchdogHook::act_on_hang(const HangEvent& event) {
       natives.emplace_back(it->pid, rank);
     }
   }
-  if (natives.empty()) return finish_hang();
+  if (natives.empty() && live.empty()) return finish_hang();
   // A capture tool may take seconds (gdb on a LibTorch process, a slow
   // ptrace): it runs on a thread of its own and posts the stacks back, so
   // the loop goes on handling signals, exits and output meanwhile.
-  spdlog::info("capturing the stacks of {} hung rank(s)", natives.size());
+  if (!natives.empty()) spdlog::info("capturing the stacks of {} hung rank(s)", natives.size());
   join_capture();
   capture_cancel_ = std::make_shared<CaptureCancel>();
   // The work holds only copies (base/off_loop_task.h): it may be left
   // running, past join_capture's deadline, without touching this hook.
   auto captured = std::make_shared<std::vector<StackCapture>>();
   capture_.start(
-      [natives, dir = attempt_dir_, stacks = options_.stacks, cancel = capture_cancel_,
+      [natives, live, dir = attempt_dir_, stacks = options_.stacks, cancel = capture_cancel_,
        captured](const base::OffLoopTask::Token&) {
+        for (const auto& [pid, rank] : live) {
+          if (cancel->cancelled()) break;
+          auto dump = dump_python_stack(pid, std::chrono::milliseconds(2000));
+          StackCapture c;
+          c.global_rank = rank;
+          c.pid = pid;
+          c.method = StackMethod::kPythonFaulthandler;
+          c.text = dump.ok ? std::move(dump.text) : "";
+          c.note = dump.ok ? "dumped live by the worker (ddprun's stack signal)" : dump.note;
+          captured->push_back(std::move(c));
+          // No live dump (a worker stuck holding the signal): its native frames.
+          if (!dump.ok) captured->push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
+        }
         for (const auto& [pid, rank] : natives) {
           // A Python worker that will not print its own traceback (no
           // faulthandler: `python -I`, a reset PYTHONPATH; or --on-hang=report,
@@ -421,6 +469,7 @@ void WatchdogHook::finish_hang() {
     if (!w.stdout_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stdout_log);
     if (!w.stderr_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stderr_log);
   }
+  report_->find_culprit();  // Python tracebacks printed at teardown come later
   report_->write_later(*files_, attempt_dir_);  // off the loop
   if (events_) {
     events_->write("hang_detected", attempt_, report_->stalled, event.detail,
@@ -429,9 +478,11 @@ void WatchdogHook::finish_hang() {
                     {"suspects", report_->suspects},
                     {"detected_after_due_ms",
                      std::chrono::duration<double, std::milli>(event.detected - event.due).count()},
+                    {"culprit", report_->culprit},
+                    {"culprit_state", to_string(report_->culprit_state)},
+                    {"evidence", report_->evidence},
                     {"report", attempt_dir_ + "/" + base::kFileHangReportJson}});
   }
-  report_->find_culprit();  // from native stacks; Python ones come at the end
   const std::string summary = report_->summary(options_.logs_kept ? attempt_dir_ : "");
   const char* what = options_.on_hang == OnHang::kReport
                          ? "reporting only (--on-hang=report): the job keeps running"
@@ -442,7 +493,6 @@ void WatchdogHook::finish_hang() {
   // The one warning, culprit first (the summary's headline).
   spdlog::warn("freeze: rank {} is the culprit; {}. {}", report_->culprit, what, summary);
   if (options_.on_hang == OnHang::kReport) {
-    report_->write_later(*files_, attempt_dir_);  // off the loop
     last_report_dir_ = attempt_dir_;
     report_.reset();
     if (dog_) dog_->rearm_after_report();
@@ -458,8 +508,11 @@ void WatchdogHook::finish_hang() {
                            [&](const auto& w) { return w.rank == report_->culprit; });
     if (it != info_.workers.end()) {
       req.replace_local_rank = it->local_rank;
-      // Its own traceback, as today's SIGABRT gives every Python rank.
-      if (python_faulthandler_enabled(it->pid)) {
+      // Its own traceback, unless it was dumped live already.
+      const bool dumped = std::any_of(report_->stacks.begin(), report_->stacks.end(), [&](const StackCapture& c) {
+        return c.global_rank == it->rank && !c.text.empty();
+      });
+      if (!dumped && python_faulthandler_enabled(it->pid)) {
         StackCapture c;
         c.global_rank = it->rank;
         c.pid = it->pid;

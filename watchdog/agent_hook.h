@@ -142,6 +142,12 @@ class WatchdogHook : public agent::AgentHooks {
  private:
   void begin_attempt(const agent::AttemptInfo& attempt);
   void on_hang(const HangEvent& event);
+  // The evidence rule's samples and verdict (agent_hook_evidence.cc).
+  void judge_stall(const HangEvent& event, Watchdog::Verdict done);
+  // A hang ended by the evidence: its verdict and live stacks into the report.
+  void take_evidence(HangReport& report);
+  // Says once, at the job's first beat, that detection is on and how.
+  void say_detection_on(int rank);
   // The stacks, the report and the verdict (on_hang, unless it was held).
   void act_on_hang(const HangEvent& event);
   // Writes the report and fails the attempt, once the stacks are in.
@@ -226,6 +232,9 @@ class WatchdogHook : public agent::AgentHooks {
   HangEvent hang_event_;
   std::vector<int> abort_targets_;  // local ranks SIGABRTed for a traceback
   base::OffLoopTask capture_;  // the stack capture tool's run (on_hang)
+  base::OffLoopTask evidence_;  // the evidence rule's samples (judge_stall)
+  std::vector<RankSample> evidence_samples_;  // the last verdict's second samples
+  std::optional<Judgement> judgement_;
   std::shared_ptr<CaptureCancel> capture_cancel_;
   // False once destroyed: a capture's result still queued must not land.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

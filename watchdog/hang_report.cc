@@ -13,6 +13,7 @@
 #include "base/utc_time.h"
 #include "base/version.h"
 #include "watchdog/error.h"
+#include "watchdog/python_stack.h"
 
 namespace ddprun::watchdog {
 
@@ -86,6 +87,7 @@ void HangReport::find_culprit(bool may_blame) {
   stack_culprit = -1;
   in_collective.clear();
   std::vector<int> outside;
+  std::map<int, std::pair<std::string, std::string>> python_collective;  // rank: (call, site)
   // A rank may have two stacks. Its Python one, when there is one, decides:
   // the native one also shows the communicator's idle threads (every Gloo
   // rank has ProcessGroupGloo::runLoop waiting), whatever the main thread
@@ -102,9 +104,15 @@ void HangReport::find_culprit(bool may_blame) {
       if (s.text.empty()) continue;  // not captured (yet): says nothing
       auto& [python, inside] = ranks[s.global_rank];
       if (is_python(s.method) && !python) inside = false;  // the Python stack replaces the native verdict
-      const std::string& text =
-          main_only && !is_python(s.method) ? main_thread_stack(s.text, s.pid) : s.text;
-      if (is_python(s.method) || !python) inside = inside || stack_in_collective(text);
+      if (is_python(s.method)) {
+        // The main thread's frames decide (a helper thread's names say nothing).
+        const PythonWhere where = parse_python_stack(s.text);
+        inside = inside || (where.found ? !where.collective.empty() : stack_in_collective(s.text));
+        if (where.found && !where.collective.empty()) python_collective[s.global_rank] = {where.collective, where.call_site};
+      } else if (!python) {
+        const std::string& text = main_only ? main_thread_stack(s.text, s.pid) : s.text;
+        inside = inside || stack_in_collective(text);
+      }
       python = python || is_python(s.method);
     }
     in_collective.clear();
@@ -118,6 +126,20 @@ void HangReport::find_culprit(bool may_blame) {
   // threads tell instead (`train` on Gloo: the one that stopped is in
   // pause(), the others in DDP's wait for the gradients).
   if (outside.empty() && !in_collective.empty()) verdicts(true);
+  collectives.clear();
+  mismatch.clear();
+  for (const auto& [rank, call] : python_collective) collectives.emplace_back(rank, call.first);
+  if (outside.empty() && python_collective.size() == in_collective.size() && python_collective.size() > 1) {
+    std::map<std::string, std::vector<int>> by_call;
+    for (const auto& [rank, call] : python_collective) by_call[call.first].push_back(rank);
+    if (by_call.size() > 1) {
+      std::vector<std::string> calls;
+      for (const auto& [rank, call] : python_collective)
+        calls.push_back(fmt::format("rank {} in {} at {}", rank, call.first, call.second));
+      mismatch = fmt::format("{}", fmt::join(calls, "; "));
+      culprit_state = CulpritState::kMismatch;
+    }
+  }
   if (in_collective.empty() || outside.empty()) return;
   // Of the ranks outside a collective, the one behind in steps, then the one
   // whose last beat is oldest, stopped first.
@@ -146,9 +168,57 @@ void HangReport::find_culprit(bool may_blame) {
   }
 }
 
+std::string HangReport::culprit_frames(std::size_t max) const {
+  for (const auto& s : stacks) {
+    if (s.global_rank != culprit || s.text.empty()) continue;
+    if (s.method != StackMethod::kPythonFaulthandler && s.method != StackMethod::kPySpy &&
+        s.method != StackMethod::kPyStack)
+      continue;
+    const PythonWhere where = parse_python_stack(s.text);
+    if (where.found) return frames_text(where, max);
+  }
+  return "";
+}
+
 std::vector<std::string> HangReport::advice() const {
   auto secs = [](Millis m) { return fmt::format("{:g}", m.count() / 1000.0); };
   std::vector<std::string> out;
+  // What was seen says where to look; a longer timeout would only hide it.
+  std::string site;
+  for (const auto& s : stacks) {
+    if (s.global_rank != culprit || s.text.empty()) continue;
+    const PythonWhere where = parse_python_stack(s.text);
+    if (where.found) site = where.call_site;
+  }
+  const std::string at = site.empty() ? "" : " (" + site + ")";
+  switch (culprit_state) {
+    case CulpritState::kSpinning:
+      out.push_back(fmt::format("nothing: rank {} spins in its own code{} while its peers wait in a "
+                                "collective; look for a loop that never ends there", culprit, at));
+      break;
+    case CulpritState::kAsleep:
+      out.push_back(fmt::format("nothing: rank {} sleeps or blocks outside any collective{} while "
+                                "its peers wait for it; look at what it waits for there", culprit, at));
+      break;
+    case CulpritState::kBlockedWriting:
+      out.push_back(fmt::format("nothing: rank {} is blocked writing{} (a full disk, a stalled "
+                                "network filesystem, a pipe nobody reads)", culprit, at));
+      break;
+    case CulpritState::kDeadlock:
+      out.push_back("nothing: every rank waits in a collective and none moved (a deadlock: a "
+                    "collective one rank skipped, or a send without its receive)");
+      break;
+    case CulpritState::kMismatch:
+      out.push_back(fmt::format("nothing: the ranks called different collectives ({}); make every "
+                                "rank call the same collectives in the same order", mismatch));
+      break;
+    case CulpritState::kNone:
+      break;
+  }
+  if (!out.empty()) {
+    out.push_back("--max-restarts (each hang restart counts against it)");
+    return out;
+  }
   switch (event.kind) {
     case HangKind::kSection:
       out.push_back(fmt::format("--hang-timeout-floor=S (raise it above the longest legitimate "
@@ -237,6 +307,11 @@ nlohmann::json HangReport::to_json() const {
                              {"text", t.describe()}});
   }
   j["in_collective_ranks"] = in_collective;
+  j["collectives"] = json::object();
+  for (const auto& [rank, call] : collectives) j["collectives"][std::to_string(rank)] = call;
+  j["mismatch"] = mismatch;
+  j["culprit_state"] = to_string(culprit_state);
+  j["evidence"] = evidence;
   j["workers"] = json::array();
   for (const auto& w : workers) {
     json jw;
@@ -279,6 +354,8 @@ std::string HangReport::to_text() const {
     t += fmt::format("Stopped first: rank {} (outside any collective; ranks {} wait inside one).\n",
                      stack_culprit, rank_list(in_collective));
   }
+  if (!mismatch.empty()) t += "The ranks called different collectives: " + mismatch + ".\n";
+  if (!evidence.empty()) t += "Evidence: " + evidence + ".\n";
   if (!timeouts.empty()) {
     t += "Timeouts (learned across the node's ranks and this job's attempts):\n";
     for (const auto& lt : timeouts) t += "  " + lt.describe() + "\n";
@@ -341,9 +418,16 @@ std::string HangReport::summary(const std::string& report_dir) const {
     }
     s += ".";
   }
+  if (!mismatch.empty()) s += " The ranks called different collectives: " + mismatch + ".";
   if (!report_dir.empty()) s += fmt::format(" Report: {}/hang_report.txt.", report_dir);
   const auto a = advice();
-  if (!a.empty()) s += " If this is not a hang, change " + a.front() + ".";
+  if (!a.empty() && a.front().rfind("nothing: ", 0) == 0) {
+    s += " Not a timeout to raise: " + a.front().substr(9) + ".";
+  } else if (!a.empty()) {
+    s += " If this is not a hang, change " + a.front() + ".";
+  }
+  const std::string frames = culprit_frames();
+  if (!frames.empty()) s += fmt::format("\nRank {}'s main thread, innermost first:\n{}", blamed, frames);
   return s;
 }
 

@@ -11,6 +11,7 @@
 
 #include "base/queued_writer.h"
 #include "base/safe_file.h"
+#include "watchdog/evidence.h"
 #include "watchdog/stack_capture.h"
 #include "watchdog/watchdog.h"
 
@@ -43,6 +44,17 @@ struct HangReport {
   std::string action;
   // Ranks whose captured stack waits inside a collective.
   std::vector<int> in_collective;
+  // What each rank's Python stack waits in ("all_reduce", "backward (DDP's
+  // gradient all-reduce)"), by rank; ranks outside any are absent.
+  std::vector<std::pair<int, std::string>> collectives;
+  // Every rank waits in a collective, not all in the same one: who called
+  // what, where (find_culprit); empty otherwise.
+  std::string mismatch;
+  // What the culprit was seen doing (evidence.h or the stacks), which sets
+  // the advice: a spinning rank, a deadlock, a blocked write, ...
+  CulpritState culprit_state = CulpritState::kNone;
+  // The evidence rule's clause when it ended the stall (evidence.h).
+  std::string evidence;
   // Where the worker logs are, by global rank (may be empty).
   std::vector<std::pair<int, std::string>> worker_logs;
   // Fields a writer adds beside the agent's, merged at the top level of
@@ -53,8 +65,13 @@ struct HangReport {
   // Sets stack_culprit and in_collective from stacks and workers; with
   // `may_blame`, a stack verdict also becomes the culprit.
   void find_culprit(bool may_blame = true);
-  // Flags the user may want to change, with why.
+  // What to do next, fitted to what was seen: where the culprit is for a
+  // spinning rank, a deadlock or a blocked write; the flag to change when
+  // the stall may be legitimate.
   std::vector<std::string> advice() const;
+  // The culprit's main-thread Python frames (innermost first), for the
+  // console; empty without a Python stack of it.
+  std::string culprit_frames(std::size_t max = 8) const;
   nlohmann::json to_json() const;
   std::string to_text() const;
   // One paragraph: rank, kind, detail, suspects, where the report is.

@@ -50,6 +50,11 @@ struct LearnerOptions {
   // that outlasts it is not a hang, ddprun only says detection is off until
   // the rank's first beat.
   Millis initial_setup{600000};
+  // The evidence rule (watchdog/evidence.h): a step stall is judged from
+  // what the ranks are doing once the learned bound (factor x the longest
+  // gap, without the floor) passes, but never before this: a stall shorter
+  // than a second is the scheduler's, not the program's.
+  Millis min_evidence_bound{1000};
 
   static constexpr Millis kDefaultFloor{60000};
 };
@@ -89,6 +94,9 @@ class TimeoutLearner {
   // window's p99 never exceeds); the quantile is computed only by explain().
   Millis timeout(const std::string& kind) const;
   LearnedTimeout explain(const std::string& kind) const;
+  // The step's learned bound without the floor, when it is learned and
+  // below the floor (the evidence rule acts there); 0 otherwise. O(1).
+  Millis evidence_bound() const;
   // Every kind seen, plus "step" and "setup" always.
   std::vector<LearnedTimeout> all() const;
   const LearnerOptions& options() const { return options_; }

@@ -427,12 +427,12 @@ int64_t Watchdog::max_step() const {
   return m;
 }
 
-std::optional<Clock::time_point> Watchdog::learned_due(const WorkerStatus& w) const {
+std::optional<Watchdog::LearnedDue> Watchdog::learned_deadline(const WorkerStatus& w) const {
   if (!learning() || w.exited || waiting_for_beat_) return std::nullopt;
-  Clock::time_point from;
+  LearnedDue d;
   Millis limit;
   if (!w.sections.empty()) {
-    from = w.sections.back().second;
+    d.from = w.sections.back().second;
     limit = learner_->timeout(w.sections.back().first);
   } else if (w.beats > 0 && !protected_now() && !any_exited()) {
     // (A rank that exited means the job is ending: its peers' teardown,
@@ -440,15 +440,56 @@ std::optional<Clock::time_point> Watchdog::learned_due(const WorkerStatus& w) co
     // Judged job-wide: a rank waiting in a collective for a peer that still
     // progresses (a longer eval pass, a checkpoint then an eval) is not
     // hung; when one rank freezes, the others stop within a step too.
-    from = latest_progress();
-    if (protection_ended_) from = std::max(from, *protection_ended_);
+    d.from = latest_progress();
+    if (protection_ended_) d.from = std::max(d.from, *protection_ended_);
     limit = learner_->timeout(TimeoutLearner::kStep);
+    // The evidence bound, once per stall: a verdict of alive (or one
+    // pending) leaves the full timeout.
+    const Millis bound = judge_ && !judging_ ? learner_->evidence_bound() : Millis(0);
+    if (bound.count() > 0 &&
+        std::find(alive_stalls_.begin(), alive_stalls_.end(), d.from) == alive_stalls_.end()) {
+      limit = bound;
+      d.by_evidence = true;
+    }
   } else {
     return std::nullopt;
   }
   // After a pause of the agent's, a full timeout from the resume.
-  if (resumed_) from = std::max(from, *resumed_);
-  return from + limit;
+  if (resumed_) d.from = std::max(d.from, *resumed_);
+  d.due = d.from + limit;
+  return d;
+}
+
+std::optional<Clock::time_point> Watchdog::learned_due(const WorkerStatus& w) const {
+  auto d = learned_deadline(w);
+  return d ? std::optional<Clock::time_point>(d->due) : std::nullopt;
+}
+
+void Watchdog::ask_judge(HangEvent event) {
+  judging_ = true;
+  ++judgements_;
+  const auto from = event.stall_from;
+  judge_(event, [this, event = std::move(event), from](bool hung, std::string why) mutable {
+    judging_ = false;
+    if (fired_ || stopped_) return;
+    // Progress since (a beat moved the stall's start): nothing to act on.
+    const WorkerStatus* w = find_local_const(event.local_rank);
+    const auto now_d = w ? learned_deadline(*w) : std::nullopt;
+    if (!now_d || now_d->from != from) return arm_deadline();
+    if (hung) {
+      event.detected = clock_.now();
+      event.evidence = why;
+      event.detail += "; " + why;
+      return fire(std::move(event));
+    }
+    if (alive_stalls_.size() >= 64) alive_stalls_.erase(alive_stalls_.begin());
+    alive_stalls_.push_back(from);
+    const auto full = learner_->explain(TimeoutLearner::kStep);
+    spdlog::info("freeze: no progress for {:.1f} s, past the learned bound of {:.1f} s, but {}: "
+                 "waiting up to the full timeout ({})",
+                 seconds(clock_.now() - from), seconds(event.timeout), why, full.describe());
+    arm_deadline();
+  });
 }
 
 bool Watchdog::any_exited() const {
@@ -574,7 +615,8 @@ void Watchdog::on_deadline() {
   for (const auto& w : workers_) {
     // Progress deadlines are the node's: the rank whose own last progress
     // is oldest names the event.
-    if (auto due = heartbeat_due(w);
+    const auto learned = learned_deadline(w);
+    if (auto due = learned ? std::optional<Clock::time_point>(learned->due) : std::nullopt;
         learning() && due && *due <= now &&
         (!first || *due < first->due ||
          (*due == first->due && first_kind_progress && w.sections.empty() &&
@@ -598,10 +640,17 @@ void Watchdog::on_deadline() {
       } else {
         const auto t = learner_->explain(TimeoutLearner::kStep);
         e.kind = HangKind::kHeartbeat;
-        e.timeout = t.timeout;
+        e.timeout = learned->by_evidence ? learner_->evidence_bound() : t.timeout;
+        e.by_evidence = learned->by_evidence;
+        e.stall_from = learned->from;
         e.learned_from = t.describe();
-        e.detail = fmt::format("no progress for {:.2f} s ({}; learned {})",
-                               seconds(now - w.last_beat), step_text(w), t.describe());
+        e.detail = learned->by_evidence
+                       ? fmt::format("no progress for {:.2f} s, past the learned bound of {:.2f} s "
+                                     "({}; learned {}, floor included)",
+                                     seconds(now - w.last_beat), seconds(e.timeout), step_text(w),
+                                     t.describe())
+                       : fmt::format("no progress for {:.2f} s ({}; learned {})",
+                                     seconds(now - w.last_beat), step_text(w), t.describe());
       }
       first = e;
       continue;
@@ -638,6 +687,10 @@ void Watchdog::on_deadline() {
   }
   if (first) {
     first->detected = now;
+    if (first->by_evidence) {
+      ask_judge(std::move(*first));
+      return arm_deadline();
+    }
     fire(std::move(*first));
     return;
   }

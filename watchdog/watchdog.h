@@ -164,11 +164,22 @@ struct HangEvent {
   // blame(): the node whose stall named this rank (peer_stall.h); -1 when
   // this node's own deadline passed.
   int peer_node = -1;
+  // Learned mode: fired at the step's learned bound, below the floor,
+  // because the evidence said hung (evidence.h); `evidence` says what was seen.
+  bool by_evidence = false;
+  std::string evidence;
+  // The moment the stall's deadline counts from (the job's last progress).
+  Clock::time_point stall_from{};
 };
 
 class Watchdog {
  public:
   using HangHandler = std::function<void(const HangEvent&)>;
+  // The evidence rule (evidence.h): asked when a step stall passes its
+  // learned bound below the floor; calls `done(hung, why)` later, on the
+  // clock's thread. Hung fires the event then; alive waits for the floor.
+  using Verdict = std::function<void(bool hung, std::string why)>;
+  using Judge = std::function<void(const HangEvent&, Verdict done)>;
 
   // `clock` must outlive the watchdog, and `learner` (optional) too: with
   // one and no fixed heartbeat_timeout, progress is judged by learned
@@ -220,6 +231,10 @@ class Watchdog {
   // Called once per attempt with the ranks whose setup passed without a beat
   // (learned mode): the caller says freeze detection is off for them.
   void on_unwatched(std::function<void(const std::vector<int>&, Millis)> f) { on_unwatched_ = std::move(f); }
+  // Without a judge, learned step deadlines wait for the floor.
+  void set_judge(Judge judge) { judge_ = std::move(judge); }
+  // Evidence verdicts asked for this attempt (a test's count).
+  int judgements() const { return judgements_; }
   // Learned mode: this node's guards now (sections, setups), for the other
   // nodes; `f` is called with them at once, then whenever they change (a
   // section starts or ends, a first beat, a setup that passed, a timeout
@@ -258,7 +273,14 @@ class Watchdog {
   std::optional<Clock::time_point> heartbeat_due(const WorkerStatus& w) const;
   std::optional<Clock::time_point> silence_due(const WorkerStatus& w) const;
   // Learned mode.
+  struct LearnedDue {
+    Clock::time_point due;
+    Clock::time_point from;
+    bool by_evidence = false;  // the evidence bound, not the full timeout
+  };
+  std::optional<LearnedDue> learned_deadline(const WorkerStatus& w) const;
   std::optional<Clock::time_point> learned_due(const WorkerStatus& w) const;
+  void ask_judge(HangEvent event);
   std::optional<Clock::time_point> setup_due(const WorkerStatus& w) const;
   bool protected_now() const;
   // Drops peer guards whose time passed (a protection change when the last goes).
@@ -287,6 +309,12 @@ class Watchdog {
   TimeoutLearner* learner_ = nullptr;
   std::function<void(const std::vector<int>&, Millis)> on_unwatched_;
   std::function<void(const std::vector<Guard>&)> on_guards_changed_;
+  Judge judge_;
+  bool judging_ = false;  // a verdict is pending: deadlines are the full ones meanwhile
+  int judgements_ = 0;
+  // Stalls (by the moment they count from) the evidence said were alive:
+  // they wait for the full timeout. Bounded: the oldest go first.
+  std::vector<Clock::time_point> alive_stalls_;
   std::vector<Guard> told_guards_;       // what on_guards_changed_ last said
   std::map<int, std::vector<Guard>> peer_guards_;  // by node
   // Learned mode: bumped whenever a section or setup protection begins or

@@ -100,17 +100,28 @@ TEST_CASE("freeze: an unmodified Python DDP job whose rank 1 stops in a collecti
   CHECK(r["suspect_ranks"][0] == 1);
   CHECK(r["rank"] == 1);
   CHECK(r["action"] == "exit");
-  // The learned bound: 3 s (the floor) over 5 x the longest step.
+  // The learned bound (5 x the longest step, at least 1 s), acted on by the
+  // evidence when below the 3 s floor; the floor otherwise.
   const double timeout = r["timeout_s"];
-  CHECK(timeout >= 3.0);
+  CHECK(timeout >= 1.0);
   CHECK(timeout < 60.0);
+  if (timeout < 3.0) CHECK(r["evidence"].get<std::string>().find("rank 1 in all_reduce") != std::string::npos);
+  // Rank 0 waits in DDP's backward (its gradient all-reduce), rank 1 in a
+  // collective of a group nobody else joined: both inside, in different ones.
+  CHECK(r["in_collective_ranks"] == json::array({0, 1}));
+  CHECK(r["mismatch"].get<std::string>().find("rank 1 in all_reduce") != std::string::npos);
   CHECK(r["learned_from"].get<std::string>().rfind("step: ", 0) == 0);
   CHECK(r["workers"][1]["step"].get<int>() == 49);
   CHECK(job.console().find("freeze: rank 1 is the culprit") != std::string::npos);
   CHECK(job.console().find("Hang detected in attempt 0: rank 1 ") != std::string::npos);
-  // SIGABRT for the tracebacks, with `ulimit -c unlimited` in this folder.
+  // Both ranks' Python stacks, dumped live by the workers before the
+  // verdict: nothing of faulthandler's on the console, no core dump with
+  // `ulimit -c unlimited` in this folder; the culprit's frames are there.
   REQUIRE(r["stacks"].size() == 2);
   CHECK(r["stacks"][0]["method"] == "python_faulthandler");
+  CHECK(r["stacks"][1]["text"].get<std::string>().find("unmodified_ddp.py") != std::string::npos);
+  CHECK(job.console().find("Fatal Python error") == std::string::npos);
+  CHECK(job.console().find("Rank 1's main thread, innermost first:") != std::string::npos);
   CHECK(job.cores().empty());
   CHECK(slurp(job.attempt(0) + "/hang_report.txt").find("Timeouts (learned") != std::string::npos);
 }
@@ -182,5 +193,37 @@ TEST_CASE("freeze: --on-hang=report warns about a stalled Python rank and keeps 
   CHECK(r["culprit_rank"] == 1);
   CHECK(job.console().find("reporting only (--on-hang=report): the job keeps running") !=
         std::string::npos);
+  CHECK(slurp(job.attempt(0) + "/1/stdout.log").find("rank 1 done") != std::string::npos);
+}
+
+TEST_CASE("freeze: a sleeping Python rank is ended at the learned bound, long before the floor, "
+          "on the evidence that the other waits for it") {
+  REQUIRE_TORCH();
+  Job job;
+  job.run({"--hang-timeout-floor=40"}, "sleep");
+  CAPTURE(job.console());
+  CHECK(job.exit_code == 124);
+  const auto r = job.report();
+  CHECK(r["culprit_rank"] == 1);
+  CHECK(r["culprit_state"] == "asleep");
+  CHECK(r["timeout_s"].get<double>() < 40.0);
+  CHECK(r["evidence"].get<std::string>().find("rank 1 is outside any collective") != std::string::npos);
+  CHECK(r["in_collective_ranks"] == json::array({0}));
+  CHECK(r["culprit_by_stacks"] == true);
+  // The advice points at the code, not at a flag that would hide the hang.
+  CHECK(r["flags_to_change"][0].get<std::string>().find("unmodified_ddp.py") != std::string::npos);
+  CHECK(job.console().find("freeze detection is on") != std::string::npos);
+}
+
+TEST_CASE("freeze: a Python rank waiting 8 s for a child process that does I/O is not ended before "
+          "the floor") {
+  REQUIRE_TORCH();
+  Job job;
+  job.run({"--hang-timeout-floor=40"}, "child_io");
+  CAPTURE(job.console());
+  CHECK(job.exit_code == 0);
+  CHECK_FALSE(job.has_report(0));
+  // Judged once at the learned bound, found alive, said so once.
+  CHECK(job.console().find("rank 1 is alive: its processes did") != std::string::npos);
   CHECK(slurp(job.attempt(0) + "/1/stdout.log").find("rank 1 done") != std::string::npos);
 }

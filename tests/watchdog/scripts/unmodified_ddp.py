@@ -11,6 +11,10 @@ forward passes, torch.save). Modes (argv[1]):
             evaluation pass (forward passes only)
   setup     a 20 s setup (imports, data) before the first step, 30 steps
   stall     rank 1 stalls 8 s at step 30, then the job finishes (60 steps)
+  sleep     rank 1 falls asleep outside any collective at step 30 (rank 0
+            waits for it in the next gradient all-reduce)
+  child_io  at step 30 rank 1 waits 8 s for a child process that writes a
+            file all along (multiprocessing), then the job finishes (60 steps)
   xnode     40 steps; at step 25 rank 0 alone saves a checkpoint that takes
             75 steps' time (15 s, 5 x a step timeout of 3 s), the others
             wait in the next all-reduce (tests/multinode: one rank a node)
@@ -45,6 +49,18 @@ class SlowFile(io.BytesIO):
         return super().write(b)
 
 
+def write_for(seconds):
+    # A child busy with I/O (a preprocessing step, a shard download): its
+    # rank is slow, not hung.
+    end = time.monotonic() + seconds
+    with open(f"child_io.{os.getpid()}", "wb") as f:
+        while time.monotonic() < end:
+            f.write(b"x" * 4096)
+            f.flush()
+            time.sleep(0.01)
+    os._exit(0)
+
+
 def main():
     if mode == "setup":
         time.sleep(20.0)
@@ -52,7 +68,7 @@ def main():
     side = dist.new_group([0, 1])  # every rank creates it; only rank 1 will use it
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps = {"healthy": 320, "setup": 30, "stall": 60, "xnode": 40}.get(mode, 10**9)
+    steps = {"healthy": 320, "setup": 30, "stall": 60, "xnode": 40, "child_io": 60}.get(mode, 10**9)
     hang_at = 50 if mode == "hang" or (mode == "restart" and attempt == 0) else (
         3 if mode == "restart" else -1)
     for step in range(1, steps + 1):
@@ -61,6 +77,14 @@ def main():
             dist.all_reduce(torch.zeros(1), group=side)  # never returns
         if mode == "stall" and rank == 1 and step == 30:
             time.sleep(8.0)
+        if mode == "sleep" and rank == 1 and step == 30:
+            print("rank 1 falls asleep at step 30", flush=True)
+            time.sleep(3600)
+        if mode == "child_io" and rank == 1 and step == 30:
+            import multiprocessing
+            child = multiprocessing.get_context("fork").Process(target=write_for, args=(8.0,))
+            child.start()
+            child.join()
         time.sleep(STEP_S)  # data loading
         loss = model(torch.randn(4, 8)).sum()
         opt.zero_grad()

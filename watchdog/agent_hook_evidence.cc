@@ -1,0 +1,108 @@
+// WatchdogHook's side of the evidence rule (evidence.h): the two samples of
+// every live rank run on a thread of their own (a Python dump waits for the
+// worker's signal handler, and the window between the samples is a second
+// or more), and the verdict is posted back to the loop.
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <thread>
+
+#include <unistd.h>
+
+#include "watchdog/agent_hook.h"
+#include "watchdog/live_stack.h"
+
+namespace ddprun::watchdog {
+
+namespace {
+
+// Long enough to see a stack move and a loader's read, short against the
+// bound it follows.
+Millis evidence_window(Millis bound) {
+  return std::clamp(Millis(bound.count() / 2), Millis(1000), Millis(5000));
+}
+
+constexpr Millis kDumpTimeout{2000};
+
+}  // namespace
+
+void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
+  std::vector<std::pair<int, pid_t>> ranks;
+  for (const auto& w : dog_->workers())
+    if (!w.exited) ranks.emplace_back(w.global_rank, w.pid);
+  const Millis window = evidence_window(event.timeout);
+  // A rank is busy when it ran a quarter of the window.
+  const uint64_t busy_ticks = std::max<uint64_t>(
+      1, static_cast<uint64_t>(std::max(1L, ::sysconf(_SC_CLK_TCK)) * window.count() / 4000));
+  const bool other_nodes = info_.round.group_world_size > 1;
+  evidence_.cancel();
+  if (!evidence_.join_until(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
+    evidence_.abandon();
+  auto result = std::make_shared<std::pair<Judgement, std::vector<RankSample>>>();
+  const Watchdog* dog = dog_.get();
+  evidence_.start(
+      [ranks, window, busy_ticks, other_nodes, result](const base::OffLoopTask::Token& token) {
+        std::vector<RankSample> before, after;
+        for (const auto& [rank, pid] : ranks) before.push_back(sample_rank(rank, pid, true, kDumpTimeout));
+        // Two more dumps inside the window: two alone can catch a busy
+        // loop's rank at the same line twice.
+        std::vector<std::vector<std::string>> between(ranks.size());
+        std::vector<uint64_t> dump_bytes(ranks.size(), 0);
+        const auto start = std::chrono::steady_clock::now();
+        for (int third = 1; third <= 3; ++third) {
+          const auto until = start + window * third / 3;
+          while (std::chrono::steady_clock::now() < until && !token.cancelled())
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          if (third == 3) break;
+          for (std::size_t i = 0; i < ranks.size(); ++i) {
+            auto d = dump_python_stack(ranks[i].second, kDumpTimeout);
+            if (d.ok) {
+              dump_bytes[i] += d.text.size();
+              between[i].push_back(std::move(d.text));
+            }
+          }
+        }
+        for (std::size_t i = 0; i < ranks.size(); ++i) {
+          after.push_back(sample_rank_counters_first(ranks[i].first, ranks[i].second, true, kDumpTimeout));
+          after.back().between = std::move(between[i]);
+          after.back().dump_bytes = dump_bytes[i];
+        }
+        result->first = judge(before, after, busy_ticks, other_nodes);
+        result->second = std::move(after);
+      },
+      [this](std::function<void()> f) { boost::asio::post(io_, std::move(f)); },
+      [this, result, dog, attempt = attempt_, alive = alive_, done = std::move(done)] {
+        // The watchdog asked is gone (a new attempt): its verdict with it.
+        if (!*alive || dog != dog_.get() || attempt != attempt_) return;
+        evidence_samples_ = std::move(result->second);
+        judgement_ = result->first;
+        done(result->first.hung, result->first.why);
+      });
+}
+
+void WatchdogHook::take_evidence(HangReport& report) {
+  if (!report.event.by_evidence || !judgement_) return;
+  const Judgement& j = *judgement_;
+  report.evidence = j.why;
+  report.culprit_state = j.state;
+  for (const auto& s : evidence_samples_) {
+    if (!s.python) continue;
+    StackCapture c;
+    c.global_rank = s.rank;
+    c.pid = s.pid;
+    c.method = StackMethod::kPythonFaulthandler;
+    c.text = *s.python;
+    c.note = "dumped live by the worker (ddprun's stack signal)";
+    report.stacks.push_back(std::move(c));
+  }
+  if (j.culprits.size() == 1 && j.culprits.front() != report.culprit) {
+    report.culprit = j.culprits.front();
+    report.suspects.erase(std::remove(report.suspects.begin(), report.suspects.end(), report.culprit),
+                          report.suspects.end());
+    report.suspects.insert(report.suspects.begin(), report.culprit);
+  }
+}
+
+}  // namespace ddprun::watchdog
