@@ -110,8 +110,9 @@ WatchdogHook::~WatchdogHook() {
   *alive_ = false;
   peers_.reset();
   join_capture();
+  // Bounded like the capture: a dump still waiting is left behind (it holds copies).
   evidence_.cancel();
-  if (!evidence_.join_until(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
+  if (!evidence_.join_until(std::chrono::steady_clock::now() + std::chrono::seconds(3)))
     evidence_.abandon();
 }
 

@@ -113,9 +113,9 @@ LearnedTimeout TimeoutLearner::explain(const std::string& kind) const {
   return t;
 }
 
-Millis TimeoutLearner::evidence_bound() const {
-  const Samples* s = samples_of(kStep);
-  if (s == nullptr || s->count < static_cast<uint64_t>(std::max(1, options_.min_step_samples)))
+Millis TimeoutLearner::evidence_bound(const std::string& kind) const {
+  const Samples* s = samples_of(kind);
+  if (kind == kSetup || s == nullptr || s->count < static_cast<uint64_t>(std::max(1, min_samples(kind))))
     return Millis(0);
   const Millis scaled(static_cast<int64_t>(std::ceil(static_cast<double>(s->max.count()) * options_.factor)));
   const Millis bound = std::max(options_.min_evidence_bound, scaled);

@@ -94,9 +94,10 @@ class TimeoutLearner {
   // window's p99 never exceeds); the quantile is computed only by explain().
   Millis timeout(const std::string& kind) const;
   LearnedTimeout explain(const std::string& kind) const;
-  // The step's learned bound without the floor, when it is learned and
-  // below the floor (the evidence rule acts there); 0 otherwise. O(1).
-  Millis evidence_bound() const;
+  // A step's or section's learned bound without the floor, when it is
+  // learned and below the floor (the evidence rule acts there); 0 otherwise
+  // (and always for setup). O(1).
+  Millis evidence_bound(const std::string& kind = kStep) const;
   // Every kind seen, plus "step" and "setup" always.
   std::vector<LearnedTimeout> all() const;
   const LearnerOptions& options() const { return options_; }

@@ -431,9 +431,11 @@ std::optional<Watchdog::LearnedDue> Watchdog::learned_deadline(const WorkerStatu
   if (!learning() || w.exited || waiting_for_beat_) return std::nullopt;
   LearnedDue d;
   Millis limit;
+  std::string kind = TimeoutLearner::kStep;
   if (!w.sections.empty()) {
     d.from = w.sections.back().second;
-    limit = learner_->timeout(w.sections.back().first);
+    kind = w.sections.back().first;
+    limit = learner_->timeout(kind);
   } else if (w.beats > 0 && !protected_now() && !any_exited()) {
     // (A rank that exited means the job is ending: its peers' teardown,
     // destroy_process_group and interpreter exit, beats no more.)
@@ -443,16 +445,16 @@ std::optional<Watchdog::LearnedDue> Watchdog::learned_deadline(const WorkerStatu
     d.from = latest_progress();
     if (protection_ended_) d.from = std::max(d.from, *protection_ended_);
     limit = learner_->timeout(TimeoutLearner::kStep);
-    // The evidence bound, once per stall: a verdict of alive (or one
-    // pending) leaves the full timeout.
-    const Millis bound = judge_ && !judging_ ? learner_->evidence_bound() : Millis(0);
-    if (bound.count() > 0 &&
-        std::find(alive_stalls_.begin(), alive_stalls_.end(), d.from) == alive_stalls_.end()) {
-      limit = bound;
-      d.by_evidence = true;
-    }
   } else {
     return std::nullopt;
+  }
+  // The evidence bound, once per stall: a verdict of alive (or one
+  // pending) leaves the full timeout.
+  const Millis bound = judge_ && !judging_ ? learner_->evidence_bound(kind) : Millis(0);
+  if (bound.count() > 0 &&
+      std::find(alive_stalls_.begin(), alive_stalls_.end(), d.from) == alive_stalls_.end()) {
+    limit = bound;
+    d.by_evidence = true;
   }
   // After a pause of the agent's, a full timeout from the resume.
   if (resumed_) d.from = std::max(d.from, *resumed_);
@@ -484,7 +486,8 @@ void Watchdog::ask_judge(HangEvent event) {
     }
     if (alive_stalls_.size() >= 64) alive_stalls_.erase(alive_stalls_.begin());
     alive_stalls_.push_back(from);
-    const auto full = learner_->explain(TimeoutLearner::kStep);
+    const auto full = learner_->explain(event.kind == HangKind::kSection ? event.section
+                                                                      : std::string(TimeoutLearner::kStep));
     spdlog::info("freeze: no progress for {:.1f} s, past the learned bound of {:.1f} s, but {}: "
                  "waiting up to the full timeout ({})",
                  seconds(clock_.now() - from), seconds(event.timeout), why, full.describe());
@@ -633,10 +636,17 @@ void Watchdog::on_deadline() {
         const auto t = learner_->explain(name);
         e.kind = HangKind::kSection;
         e.section = name;
-        e.timeout = t.timeout;
+        e.timeout = learned->by_evidence ? learner_->evidence_bound(name) : t.timeout;
+        e.by_evidence = learned->by_evidence;
+        e.stall_from = learned->from;
         e.learned_from = t.describe();
-        e.detail = fmt::format("inside section \"{}\" for {:.2f} s, past its timeout ({}; {})",
-                               name, seconds(now - start), t.describe(), step_text(w));
+        e.detail = learned->by_evidence
+                       ? fmt::format("inside section \"{}\" for {:.2f} s, past its learned bound of "
+                                     "{:.2f} s ({}, floor included; {})",
+                                     name, seconds(now - start), seconds(e.timeout), t.describe(),
+                                     step_text(w))
+                       : fmt::format("inside section \"{}\" for {:.2f} s, past its timeout ({}; {})",
+                                     name, seconds(now - start), t.describe(), step_text(w));
       } else {
         const auto t = learner_->explain(TimeoutLearner::kStep);
         e.kind = HangKind::kHeartbeat;

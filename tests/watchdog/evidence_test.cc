@@ -263,3 +263,35 @@ TEST_CASE("learned: a beat while the verdict is pending makes it stale: no fire"
   (*pending)(true, "stale");
   CHECK_FALSE(hang);
 }
+
+TEST_CASE("learned: a section past its learned bound below the floor is judged too; setup never") {
+  wd::TimeoutLearner learner;
+  for (int i = 0; i < 3; ++i) learner.add("checkpoint", 1500ms);
+  CHECK(learner.evidence_bound("checkpoint") == 7500ms);  // 5 x 1.5 s, under the 60 s floor
+  learner.add("checkpoint", 20s);
+  CHECK(learner.evidence_bound("checkpoint") == 0ms);  // 100 s: the floor is sooner
+  for (int i = 0; i < 3; ++i) learner.add("setup", 100ms);
+  CHECK(learner.evidence_bound("setup") == 0ms);
+  CHECK(learner.evidence_bound("eval") == 0ms);  // never seen: its initial timeout
+  ManualClock clock;
+  std::optional<wd::HangEvent> hang;
+  wd::WatchdogOptions o;
+  o.stuck_timeout = 0ms;
+  wd::TimeoutLearner l2;
+  wd::Watchdog dog(clock, o, [&](const wd::HangEvent& e) { hang = e; }, &l2);
+  std::optional<wd::HangEvent> asked;
+  dog.set_judge([&](const wd::HangEvent& e, wd::Watchdog::Verdict) { asked = e; });
+  dog.add_worker(0, 0, 4242);
+  dog.on_beat(beat(0, 1, clock.now(), wd::BeatKind::kAuto));
+  for (int i = 0; i < 2; ++i) {
+    dog.on_beat(beat(0, -1, clock.now(), wd::BeatKind::kSectionStart, "checkpoint"));
+    clock.advance(1s);
+    dog.on_beat(beat(0, -1, clock.now(), wd::BeatKind::kSectionEnd, "checkpoint"));
+  }
+  dog.on_beat(beat(0, -1, clock.now(), wd::BeatKind::kSectionStart, "checkpoint"));
+  clock.advance(5001ms);
+  REQUIRE(asked);
+  CHECK(asked->kind == wd::HangKind::kSection);
+  CHECK(asked->by_evidence);
+  CHECK(asked->timeout == 5s);
+}
