@@ -3,8 +3,10 @@
 # Debian's torch (the torch 1.13 tests), clang/libFuzzer (the store's
 # fuzzers), gdb and elfutils (stacks), Slurm, munge and etcd (multi-node),
 # iproute2 (network namespaces), man-db and zsh (the .deb test), tmux (a
-# terminal emulator for agent.progress_bars), and the wheel's
-# build tools in .venv-wheel (scripts/build-wheel.sh; install.wheel).
+# terminal emulator for agent.progress_bars), the wheel's build tools in
+# .venv-wheel (scripts/build-wheel.sh) and the wheel's dependency, py-spy,
+# in .wheelhouse ($DDPRUN_WHEELHOUSE), from which install.wheel installs
+# the wheel offline.
 # scripts/test.sh runs it. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,3 +19,8 @@ packages=(
 )
 bash scripts/install-packages.sh "${packages[@]}"
 bash scripts/build-wheel.sh --tools
+wheelhouse=${DDPRUN_WHEELHOUSE:-$PWD/.wheelhouse}
+if ! compgen -G "$wheelhouse/py_spy-*.whl" >/dev/null; then
+  "${DDPRUN_WHEEL_VENV:-$PWD/.venv-wheel}/bin/pip" download --quiet --no-deps --only-binary=:all: \
+    -d "$wheelhouse" 'py-spy>=0.4'
+fi

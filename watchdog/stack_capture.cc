@@ -39,8 +39,17 @@ std::string read_file(const std::string& path, std::size_t max_bytes, bool tail)
   return out;
 }
 
-// The executable `name` names on our PATH (base/subprocess.h), or empty.
-std::string find_program(const std::string& name) {
+// The executable `name` names in `first_dir` (empty: our own executable's
+// folder), else on our PATH (base/subprocess.h); empty when neither has it.
+std::string find_program(const std::string& name, std::string first_dir) {
+  if (first_dir.empty()) {
+    const auto exe = base::read_proc_exe(::getpid());
+    if (exe) first_dir = exe->substr(0, exe->rfind('/'));
+  }
+  if (!first_dir.empty() && name.find('/') == std::string::npos) {
+    const std::string beside = first_dir + "/" + name;
+    if (!base::find_program(beside, "").empty()) return beside;  // a path: checked as is
+  }
   const char* path = std::getenv("PATH");
   return base::find_program(name, path ? path : "");
 }
@@ -291,26 +300,28 @@ StackCapture capture_python_stack(pid_t pid, int global_rank, const std::string&
   struct Tool {
     const std::string& program;
     StackMethod method;
-    std::vector<std::string> argv;
+    std::vector<std::string> args;
     const char* marker;  // printed once per thread with frames
   };
   // py-spy first: one static binary, and it pauses the target only while
   // it copies the frames. pystack (a Python program) starts slower.
   const Tool tools[] = {
-      {options.py_spy, StackMethod::kPySpy, {options.py_spy, "dump", "--pid", pid_s}, "Thread "},
-      {options.pystack, StackMethod::kPyStack, {options.pystack, "remote", pid_s},
-       "Traceback for thread"}};
+      {options.py_spy, StackMethod::kPySpy, {"dump", "--pid", pid_s}, "Thread "},
+      {options.pystack, StackMethod::kPyStack, {"remote", pid_s}, "Traceback for thread"}};
   std::vector<std::string> notes;
   int missing = 0;
   for (const auto& t : tools) {
     if (t.program.empty() || (cancel && cancel->cancelled())) continue;
-    if (find_program(t.program).empty()) {
+    // The path found, not the name: start_child would search PATH alone.
+    std::vector<std::string> argv = {find_program(t.program, options.python_tools_dir)};
+    if (argv[0].empty()) {
       ++missing;
       continue;
     }
+    argv.insert(argv.end(), t.args.begin(), t.args.end());
     std::string text, why;
-    const bool ok = run_tool(to_string(t.method), t.argv, c.path, options.tool_timeout, cancel,
-                             text, why, t.marker);
+    const bool ok = run_tool(to_string(t.method), std::move(argv), c.path, options.tool_timeout,
+                             cancel, text, why, t.marker);
     if (!why.empty()) notes.push_back(why);
     if (ok) {
       c.method = t.method;

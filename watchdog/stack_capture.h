@@ -21,7 +21,8 @@
 // the attempt's log directory.
 // Python frames without instrumentation (a worker whose bootstrap did not
 // run, `python -I`, a job ddprun did not start): capture_python_stack reads
-// the interpreter's frames from outside with the first of
+// the interpreter's frames from outside (each tool looked for beside
+// ddprun's own executable first, then on PATH) with the first of
 //   1. `py-spy dump --pid PID` (PyPI py-spy): pauses the process only
 //      while it copies the frames (docs/introspect.md has the figures);
 //   2. `pystack remote PID` (PyPI pystack, Bloomberg's);
@@ -59,9 +60,15 @@ struct StackCaptureOptions {
   // searched on PATH. Empty: never use gdb.
   std::string gdb = "gdb";
   // py-spy and pystack binaries for Python frames read from outside
-  // (capture_python_stack); a bare name is searched on PATH. Empty: never.
+  // (capture_python_stack); a bare name is searched in python_tools_dir,
+  // then on PATH. Empty: never.
   std::string py_spy = "py-spy";
   std::string pystack = "pystack";  // the tool: not-a-contract-name (kFilePyStackDir)
+  // Searched before PATH for py-spy and pystack. Empty: the folder of this
+  // program's own executable (/proc/self/exe): pip installs py-spy, a
+  // dependency of the wheel, beside ddprun in the venv's bin/, which is not
+  // on PATH when a user runs /path/venv/bin/ddprun without activating it.
+  std::string python_tools_dir;
   // Each tool is killed when it has not finished within this time.
   std::chrono::milliseconds tool_timeout{10000};
   // Let gdb read debug info and unwind tables. Off (--readnever) is ~3x

@@ -3,21 +3,28 @@
 Builds it (scripts/build-wheel.sh: `pip wheel .` plus auditwheel's tag),
 checks the tag against the binaries' glibc symbol versions and the floor,
 that both binaries need nothing beyond glibc (readelf -d, ldd), installs it
-into a fresh venv (pip, offline), and with that venv's `ddprun`, on a PATH
-without a compiler, runs a torch 2.x DDP script to success and detects its
-hang. Interpreters: Debian's /usr/bin/python3 runs this test and makes the
+into a fresh venv (pip, offline, its py-spy dependency from a local
+wheelhouse), and with that venv's `ddprun`, on a PATH without a compiler,
+runs a torch 2.x DDP script to success and detects its hang; then `ddprun
+attach`, run by its path with the venv's bin/ off PATH, reads the Python
+stack of a plain hung python process through the venv's py-spy. Interpreters: Debian's /usr/bin/python3 runs this test and makes the
 venv; the workers run that venv's python with torch 2.x from TORCH_PYTHON's
 (.venv-torch) site-packages on PYTHONPATH, as a user's torch environment.
 
-Skipped (77) when the build tools' venv (.venv-wheel, scripts/setup-test.sh)
-or the torch 2.x venv is missing: this test downloads nothing.
+Skipped (77) when the build tools' venv (.venv-wheel), the wheelhouse with
+py-spy's wheel (.wheelhouse or $DDPRUN_WHEELHOUSE; both from
+scripts/setup-test.sh) or the torch 2.x venv is missing: this test
+downloads nothing.
 
 Usage: wheel_test.py SOURCE_DIR TORCH_PYTHON WORK_DIR
 """
+import glob
 import json
 import os
 import re
+import select
 import shutil
+import subprocess
 import sys
 import time
 import zipfile
@@ -37,6 +44,10 @@ def main():
     wheel_venv = os.environ.get("DDPRUN_WHEEL_VENV", os.path.join(src, ".venv-wheel"))
     if not os.path.exists(os.path.join(wheel_venv, "bin", "auditwheel")):
         print(f"skipped: no wheel build tools in {wheel_venv} (scripts/setup-test.sh installs them)")
+        return 77
+    wheelhouse = os.environ.get("DDPRUN_WHEELHOUSE", os.path.join(src, ".wheelhouse"))
+    if not glob.glob(os.path.join(wheelhouse, "py_spy-*.whl")):
+        print(f"skipped: no py-spy wheel in {wheelhouse} (scripts/setup-test.sh downloads it)")
         return 77
     if not os.access(torch_python, os.X_OK):
         print(f"skipped: no torch 2.x python at {torch_python} (scripts/setup-torch.sh)")
@@ -75,9 +86,12 @@ def main():
 
     venv = os.path.join(work, "venv")
     run(["/usr/bin/python3", "-m", "venv", venv], 300)
-    installed = run([os.path.join(venv, "bin", "pip"), "install", "--no-index", "--no-deps", "--quiet",
-                     wheel], 300)
+    # With its dependencies (py-spy), from the wheelhouse only: offline.
+    installed = run([os.path.join(venv, "bin", "pip"), "install", "--no-index", "--find-links", wheelhouse,
+                     "--quiet", wheel], 300)
     print(f"pip install took {installed.seconds:.1f} s")
+    if not os.access(os.path.join(venv, "bin", "py-spy"), os.X_OK):
+        errors.append("pip install of the wheel put no py-spy in the venv's bin/")
     # Only the venv's bin: no cc, gcc, g++, clang, make (Debian's live in /usr/bin).
     env = {"PATH": os.path.join(venv, "bin"), "HOME": work, "LANG": "C.UTF-8"}
     for tool in ("cc", "gcc", "g++", "c++", "clang", "make", "cmake"):
@@ -131,7 +145,64 @@ def main():
             errors.append(f"hang report: kind {report['kind']}, version {report['ddprun_version']}")
         else:
             print(f"hang caught: {report['kind']}, culprit rank {report['culprit_rank']}")
-    finish(errors, f"{os.path.basename(wheel)}: glibc only, DDP run and hang detection from a fresh venv")
+    attach_uninstrumented(ddprun, py, work, errors)
+    finish(errors, f"{os.path.basename(wheel)}: glibc only, DDP run, hang detection and attach's "
+           "Python stack from a fresh venv")
+
+
+# A job ddprun did not start: no ddprun module, no faulthandler; the line
+# number is asserted below.
+STUCK_JOB = """import sys
+
+
+def stuck_here():
+    print("ready", flush=True)
+    return sys.stdin.read()  # line 6: blocks, no CPU, no I/O
+
+
+stuck_here()
+"""
+
+
+def attach_uninstrumented(ddprun, py, work, errors):
+    """`ddprun attach` by its path, the venv's bin/ not on PATH (nor any
+    py-spy or pystack): Python frames must come from the py-spy pip put
+    beside ddprun (stack_capture.cc looks there first)."""
+    script = os.path.join(work, "stuck_job.py")
+    with open(script, "w") as f:
+        f.write(STUCK_JOB)
+    path = ":".join(d for d in ("/usr/bin", "/bin")
+                    if not any(os.path.exists(os.path.join(d, t)) for t in ("py-spy", "pystack")))
+    env = {"PATH": path, "HOME": work, "LANG": "C.UTF-8"}
+    job = subprocess.Popen([py, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=work)
+    try:
+        if not select.select([job.stdout], [], [], 60)[0] or job.stdout.readline() != b"ready\n":
+            raise Failed("the plain python job did not print ready within 60 s")
+        reports = os.path.join(work, "attach")
+        os.mkdir(reports, 0o700)
+        r = run([ddprun, "attach", str(job.pid), "--silence-timeout", "2", "--on-hang", "kill",
+                 "--kill-grace", "5", "--report-dir", reports], 120, env=env, check=False)
+        print(f"attach: exit {r.returncode} in {r.seconds:.1f} s")
+        frame = "stuck_here (stuck_job.py:6)"  # py-spy's "function (file:line)"
+        report = os.path.join(reports, "hang_report.json")
+        stacks = []
+        if os.path.exists(report):
+            with open(report) as f:
+                stacks = [s["text"] for s in json.load(f)["stacks"] if s["method"] == "py-spy"]
+        if (r.returncode != 1 or "--- Python, every thread (py-spy) ---" not in r.stdout
+                or frame not in r.stdout or len(stacks) != 1 or frame not in stacks[0]):
+            errors.append(f"attach (PATH={path}): exit {r.returncode}, py-spy stacks {stacks}\n"
+                          f"{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
+        else:
+            print(f"attach read {frame} through the venv's py-spy")
+        try:
+            job.wait(30)  # --on-hang kill ends it
+        except subprocess.TimeoutExpired:
+            errors.append(f"attach --on-hang kill left the job (pid {job.pid}) running")
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <fstream>
@@ -189,4 +190,22 @@ TEST_CASE("without py-spy and pystack the Python capture names the install comma
   CHECK(c.text.empty());
   CHECK(c.note.find("neither py-spy nor pystack is installed (pip install py-spy)") !=
         std::string::npos);
+}
+
+TEST_CASE("py-spy is found in the tools folder before PATH and run by its path") {
+  // What pip does with the wheel: py-spy beside ddprun in a venv's bin/,
+  // which is not on PATH. A stand-in py-spy prints its argv as a "thread".
+  Child child({test_python(), "-c", "print('ready', flush=True); import time; time.sleep(60)"}, {},
+              true);
+  REQUIRE(child.wait_for_output("ready"));
+  TempDir dir;
+  const std::string tool = dir.path() + "/py-spy";
+  std::ofstream(tool) << "#!/bin/sh\necho \"Thread 1 (idle): $0 $*\"\n";
+  REQUIRE(::chmod(tool.c_str(), 0700) == 0);
+  wd::StackCaptureOptions o;
+  o.python_tools_dir = dir.path();
+  const auto c = wd::capture_python_stack(child.pid(), 0, dir.path(), o);
+  CAPTURE(c.note);
+  CHECK(c.method == wd::StackMethod::kPySpy);
+  CHECK(c.text == "Thread 1 (idle): " + tool + " dump --pid " + std::to_string(child.pid()) + "\n");
 }
