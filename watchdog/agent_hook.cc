@@ -388,7 +388,8 @@ void WatchdogHook::act_on_hang(const HangEvent& event) {
     // ddprun's sitecustomize dumps it live on a signal, without stopping the
     // worker or printing on the console (live_stack.h): before the headline,
     // so the stacks can name the culprit.
-    if (base::proc_environ_value(it->pid, base::kEnvPyStackSignal)) {
+    if (const auto sig = base::proc_environ_value(it->pid, base::kEnvPyStackSignal);
+        sig && base::catches_signal(it->pid, std::atoi(sig->c_str()))) {
       live.emplace_back(it->pid, rank);
       continue;
     }
@@ -424,15 +425,20 @@ void WatchdogHook::act_on_hang(const HangEvent& event) {
         for (const auto& [pid, rank] : live) {
           if (cancel->cancelled()) break;
           auto dump = dump_python_stack(pid, std::chrono::milliseconds(2000));
-          StackCapture c;
-          c.global_rank = rank;
-          c.pid = pid;
-          c.method = StackMethod::kPythonFaulthandler;
-          c.text = dump.ok ? std::move(dump.text) : "";
-          c.note = dump.ok ? "dumped live by the worker (ddprun's stack signal)" : dump.note;
-          captured->push_back(std::move(c));
-          // No live dump (a worker stuck holding the signal): its native frames.
-          if (!dump.ok) captured->push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
+          if (dump.ok) {
+            StackCapture c;
+            c.global_rank = rank;
+            c.pid = pid;
+            c.method = StackMethod::kPythonFaulthandler;
+            c.text = std::move(dump.text);
+            c.note = "dumped live by the worker (ddprun's stack signal)";
+            captured->push_back(std::move(c));
+            continue;
+          }
+          // No live dump: its frames read from outside, as for a worker
+          // without the bootstrap.
+          captured->push_back(capture_python_stack(pid, rank, dir, stacks, cancel.get()));
+          captured->push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
         }
         for (const auto& [pid, rank] : natives) {
           // A Python worker that will not print its own traceback (no

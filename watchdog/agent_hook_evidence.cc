@@ -21,7 +21,7 @@ namespace {
 // Long enough to see a stack move and a loader's read, short against the
 // bound it follows.
 Millis evidence_window(Millis bound) {
-  return std::clamp(Millis(bound.count() / 2), Millis(1000), Millis(5000));
+  return std::clamp(Millis(bound.count() / 5), Millis(1000), Millis(3000));
 }
 
 constexpr Millis kDumpTimeout{2000};

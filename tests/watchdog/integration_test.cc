@@ -186,10 +186,12 @@ TEST_CASE("a Python worker blocked forever in dist.barrier() after its peer exit
   CHECK(r["rank"] == 0);
   CHECK(r["workers"][1]["exited"] == true);
   REQUIRE(r["stacks"].size() == 1);
+  // Dumped live by the worker (ddprun's stack signal) before the verdict:
+  // no SIGABRT, nothing of faulthandler's on the console.
   CHECK(r["stacks"][0]["method"] == "python_faulthandler");
-  CHECK(r["stacks"][0]["path"] == job.attempt(0) + "/0/stderr.log");
   const std::string tb = r["stacks"][0]["text"];
-  CHECK(tb.find("Fatal Python error: Aborted") != std::string::npos);
+  CHECK(tb.find("Fatal Python error: Aborted") == std::string::npos);
+  CHECK(job.console().find("Fatal Python error") == std::string::npos);
   CHECK(tb.find("wait_for_peer_in_barrier") != std::string::npos);
   CHECK(tb.find("distributed_c10d.py") != std::string::npos);
 }
