@@ -25,6 +25,7 @@ Millis evidence_window(Millis bound) {
 }
 
 constexpr Millis kDumpTimeout{2000};
+constexpr Millis kSpinWindow{5000};
 
 }  // namespace
 
@@ -76,7 +77,34 @@ void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
           after.back().between = std::move(between[i]);
           after.back().dump_bytes = dump_bytes[i];
         }
-        result->first = judge(before, after, busy_ticks, other_nodes);
+        Judgement j = judge(before, after, busy_ticks, other_nodes);
+        // A busy rank whose stack stays put may be a long native call or a
+        // full garbage collection of a large heap: spinning is called only
+        // after kSpinWindow of it, dumps every half second meanwhile.
+        const auto spin_until = start + kSpinWindow;
+        // The second sample's dump came after its counters: counted from now on.
+        if (j.hung && j.state == CulpritState::kSpinning)
+          for (auto& s : after)
+            if (s.python) s.dump_bytes += s.python->size();
+        while (j.hung && j.state == CulpritState::kSpinning && !token.cancelled() &&
+               std::chrono::steady_clock::now() < spin_until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          for (auto& s : after) {
+            auto d = dump_python_stack(s.pid, kDumpTimeout);
+            if (!d.ok) continue;
+            s.dump_bytes += d.text.size();
+            s.between.push_back(std::move(d.text));
+          }
+          for (auto& s : after) {
+            const auto counters = sample_rank_counters_first(s.rank, s.pid, false, kDumpTimeout);
+            s.cpu_ticks = counters.cpu_ticks;
+            s.io_bytes = counters.io_bytes;
+            s.state = counters.state;
+            s.gone = counters.gone;
+          }
+          j = judge(before, after, busy_ticks, other_nodes);
+        }
+        result->first = std::move(j);
         result->second = std::move(after);
       },
       [this](std::function<void()> f) { boost::asio::post(io_, std::move(f)); },

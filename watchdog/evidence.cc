@@ -140,6 +140,12 @@ Judgement judge(const std::vector<RankSample>& before, const std::vector<RankSam
       return j;
     }
     const bool busy = a.cpu_ticks - std::min(a.cpu_ticks, b.cpu_ticks) >= cpu_busy_ticks;
+    // Runnable but hardly run: the machine starves it (a loaded host), which
+    // says nothing about the program.
+    if ((a.state == 'R' || b.state == 'R') && !busy) {
+      j.why = fmt::format("rank {} is runnable but got little CPU (a loaded machine)", a.rank);
+      return j;
+    }
     if (busy && wa.in_backward) {
       j.why = fmt::format("rank {} is computing its backward pass (CPU busy)", a.rank);
       return j;

@@ -488,9 +488,14 @@ void Watchdog::ask_judge(HangEvent event) {
     alive_stalls_.push_back(from);
     const auto full = learner_->explain(event.kind == HangKind::kSection ? event.section
                                                                       : std::string(TimeoutLearner::kStep));
-    spdlog::info("freeze: no progress for {:.1f} s, past the learned bound of {:.1f} s, but {}: "
-                 "waiting up to the full timeout ({})",
-                 seconds(clock_.now() - from), seconds(event.timeout), why, full.describe());
+    // Once an attempt on the console: a job with many long pauses would
+    // otherwise say it at each.
+    spdlog::log(said_alive_ ? spdlog::level::debug : spdlog::level::info,
+                "freeze: no progress for {:.1f} s, past the learned bound of {:.1f} s, but {}: "
+                "waiting up to the full timeout ({}){}",
+                seconds(clock_.now() - from), seconds(event.timeout), why, full.describe(),
+                said_alive_ ? "" : "; said once");
+    said_alive_ = true;
     arm_deadline();
   });
 }

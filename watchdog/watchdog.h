@@ -312,6 +312,7 @@ class Watchdog {
   Judge judge_;
   bool judging_ = false;  // a verdict is pending: deadlines are the full ones meanwhile
   int judgements_ = 0;
+  bool said_alive_ = false;  // an alive verdict was said on the console
   // Stalls (by the moment they count from) the evidence said were alive:
   // they wait for the full timeout. Bounded: the oldest go first.
   std::vector<Clock::time_point> alive_stalls_;
