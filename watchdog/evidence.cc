@@ -139,6 +139,10 @@ Judgement judge(const std::vector<RankSample>& before, const std::vector<RankSam
       j.why = fmt::format("rank {} waits on its own child processes ({})", a.rank, wa.call_site);
       return j;
     }
+    if (wa.waits_on_network && wa.collective.empty()) {
+      j.why = fmt::format("rank {} waits on the network ({})", a.rank, wa.call_site);
+      return j;
+    }
     const bool busy = a.cpu_ticks - std::min(a.cpu_ticks, b.cpu_ticks) >= cpu_busy_ticks;
     // Runnable but hardly run: the machine starves it (a loaded host), which
     // says nothing about the program.

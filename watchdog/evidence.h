@@ -15,8 +15,8 @@
 // the window differs from the first in more than the innermost line: a
 // loop without a call in it, `while True: x += 1`, stays put), it sat in uninterruptible
 // I/O (D), or its main thread waits on its own children (a DataLoader's
-// queue, subprocess.wait): those children may be slow for a reason the
-// agent cannot judge. Ranks in a collective (python_stack.h) are the
+// queue, subprocess.wait) or on a socket (an HTTP call): those may be slow
+// for a reason the agent cannot judge. Ranks in a collective (python_stack.h) are the
 // waiters; the others are in their own code.
 //
 // Verdict, in order:

@@ -136,6 +136,13 @@ PythonWhere parse_python_stack(const std::string& dump) {
       break;
     }
   }
+  for (const auto& f : w.frames) {
+    if (ends_with(f.file, "/socket.py") || ends_with(f.file, "/ssl.py") ||
+        ends_with(f.file, "/selectors.py") || ends_with(f.file, "http/client.py")) {
+      w.waits_on_network = true;
+      break;
+    }
+  }
   const PythonFrame* site = &w.frames.front();
   for (const auto& f : w.frames) {
     if (!library_file(f.file)) {

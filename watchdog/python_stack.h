@@ -30,6 +30,9 @@ struct PythonWhere {
   bool in_backward = false;
   // Blocked on its own children: a DataLoader's workers, a subprocess.
   bool waits_on_children = false;
+  // Blocked reading a socket (an HTTP call to a tracking server, a
+  // download): a server outside the job may answer yet.
+  bool waits_on_network = false;
   // The innermost frame in the program's own code ("train.py:42 in step"),
   // else the innermost frame.
   std::string call_site;

@@ -113,6 +113,12 @@ TEST_CASE("evidence: I/O in a rank's process tree, a stack that moved, a DataLoa
   CHECK(wd::judge(before, loop, 25, false).hung);
   const std::vector<wd::RankSample> loader{sample(0, dump(c10d("barrier", 1))), sample(1, dump(kLoader))};
   CHECK_FALSE(wd::judge(loader, loader, 25, false).hung);
+  const std::vector<wd::RankSample> http{
+      sample(0, dump(c10d("barrier", 1))),
+      sample(1, dump("  File \"/usr/lib/python3.11/ssl.py\", line 1134 in read\n"
+                     "  File \"/usr/lib/python3.11/http/client.py\", line 286 in _read_status\n"))};
+  CHECK(wd::judge(http, http, 25, false).why.find("waits on the network") != std::string::npos);
+  CHECK_FALSE(wd::judge(http, http, 25, false).hung);
   const std::vector<wd::RankSample> phase{sample(0, dump(kSleep)), sample(1, dump(kSleep))};
   CHECK_FALSE(wd::judge(phase, phase, 25, false).hung);
   auto native = before;
