@@ -224,50 +224,49 @@ TEST_CASE("learned: past the learned bound below the floor the watchdog asks for
   CHECK_FALSE(hang->by_evidence);
 }
 
-TEST_CASE("learned: a hung verdict fires at the learned bound, the evidence in the detail") {
+// One rank beating every `every` 20 times under a Watchdog whose judge
+// keeps the verdict callback for the test to answer.
+struct Judged {
+  explicit Judged(wd::Millis every) : dog(clock, options(), [this](const wd::HangEvent& e) { hang = e; }, &learner) {
+    dog.set_judge([this](const wd::HangEvent&, wd::Watchdog::Verdict done) { pending = std::move(done); });
+    dog.add_worker(0, 0, 4242);
+    for (int s = 0; s < 20; ++s) {
+      clock.advance(every);
+      dog.on_beat(beat(0, s, clock.now(), wd::BeatKind::kAuto));
+    }
+  }
+  static wd::WatchdogOptions options() {
+    wd::WatchdogOptions o;
+    o.stuck_timeout = 0ms;
+    return o;
+  }
   wd::TimeoutLearner learner;
   ManualClock clock;
   std::optional<wd::HangEvent> hang;
-  wd::WatchdogOptions o;
-  o.stuck_timeout = 0ms;
-  wd::Watchdog dog(clock, o, [&](const wd::HangEvent& e) { hang = e; }, &learner);
   std::optional<wd::Watchdog::Verdict> pending;
-  dog.set_judge([&](const wd::HangEvent&, wd::Watchdog::Verdict done) { pending = std::move(done); });
-  dog.add_worker(0, 0, 4242);
-  for (int s = 0; s < 20; ++s) {
-    clock.advance(400ms);
-    dog.on_beat(beat(0, s, clock.now(), wd::BeatKind::kAuto));
-  }
-  clock.advance(2001ms);  // 5 x 400 ms
-  REQUIRE(pending);
-  clock.advance(1s);  // the window
-  (*pending)(true, "rank 0 is outside any collective, asleep");
-  REQUIRE(hang);
-  CHECK(hang->by_evidence);
-  CHECK(hang->timeout == 2s);
-  CHECK(hang->detail.find("past the learned bound of 2.00 s") != std::string::npos);
-  CHECK(hang->evidence == "rank 0 is outside any collective, asleep");
+  wd::Watchdog dog;
+};
+
+TEST_CASE("learned: a hung verdict fires at the learned bound, the evidence in the detail") {
+  Judged j(400ms);
+  j.clock.advance(2001ms);  // 5 x 400 ms
+  REQUIRE(j.pending);
+  j.clock.advance(1s);  // the window
+  (*j.pending)(true, "rank 0 is outside any collective, asleep");
+  REQUIRE(j.hang);
+  CHECK(j.hang->by_evidence);
+  CHECK(j.hang->timeout == 2s);
+  CHECK(j.hang->detail.find("past the learned bound of 2.00 s") != std::string::npos);
+  CHECK(j.hang->evidence == "rank 0 is outside any collective, asleep");
 }
 
 TEST_CASE("learned: a beat while the verdict is pending makes it stale: no fire") {
-  wd::TimeoutLearner learner;
-  ManualClock clock;
-  std::optional<wd::HangEvent> hang;
-  wd::WatchdogOptions o;
-  o.stuck_timeout = 0ms;
-  wd::Watchdog dog(clock, o, [&](const wd::HangEvent& e) { hang = e; }, &learner);
-  std::optional<wd::Watchdog::Verdict> pending;
-  dog.set_judge([&](const wd::HangEvent&, wd::Watchdog::Verdict done) { pending = std::move(done); });
-  dog.add_worker(0, 0, 4242);
-  for (int s = 0; s < 20; ++s) {
-    clock.advance(100ms);
-    dog.on_beat(beat(0, s, clock.now(), wd::BeatKind::kAuto));
-  }
-  clock.advance(1001ms);
-  REQUIRE(pending);
-  dog.on_beat(beat(0, 21, clock.now(), wd::BeatKind::kAuto));
-  (*pending)(true, "stale");
-  CHECK_FALSE(hang);
+  Judged j(100ms);
+  j.clock.advance(1001ms);
+  REQUIRE(j.pending);
+  j.dog.on_beat(beat(0, 21, j.clock.now(), wd::BeatKind::kAuto));
+  (*j.pending)(true, "stale");
+  CHECK_FALSE(j.hang);
 }
 
 TEST_CASE("learned: a section past its learned bound below the floor is judged too; setup never") {
