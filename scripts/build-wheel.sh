@@ -35,6 +35,9 @@ raw=$(ls dist/ddprun-*-py3-none-linux_"$arch".whl)
 # renames here: there is no library to graft).
 plat=$("$venv/bin/auditwheel" show "$raw" | grep -o 'manylinux_[0-9]*_[0-9]*_[a-z0-9_]*' | head -1)
 [[ -n $plat ]] || { echo "build-wheel: auditwheel names no manylinux tag for $raw" >&2; exit 1; }
-PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat "$plat" -w dist "$raw" >/dev/null
+# A cross-built wheel: --plat's choices are the build machine's
+# architecture's, and `auto` is the tag `show` named.
+((${#cross[@]})) && repair_plat=auto || repair_plat=$plat
+PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat "$repair_plat" -w dist "$raw" >/dev/null
 rm -f "$raw"
 ls dist/ddprun-*-py3-none-"$plat".whl
