@@ -22,6 +22,13 @@ step bash scripts/setup-torch.sh
 step bash scripts/setup-pytools.sh
 # The store's fuzzers are opt-in; CI builds them and runs each for 20 s.
 step bash scripts/build.sh build -DDDPRUN_WERROR=ON -DDDPRUN_FUZZ=ON
+# ddprun cross-built for aarch64 (the cross toolchain, :arm64 headers and
+# qemu-user on first run), ddprun alone, for the qemu-user cases in the ctest
+# run below (aarch64.qemu, label aarch64, about 7 s). Measured 2026-12-06,
+# -j2 on the 2-core machine shared with two other builds (load 5-7): packages
+# 46 s once, the build 919 s with an empty ccache, 3 s from a fresh folder
+# with it warm (CI's usual case: clones share the cache, scripts/ccache-env.sh).
+step bash scripts/build-aarch64.sh
 # The CUDA variant of `train` against that torch's CUDA LibTorch and NCCL
 # (configure, compile, link; no GPU needed, and without one it checks that
 # `train --backend nccl` refuses in one line). Measured 2026-11-30 from an
