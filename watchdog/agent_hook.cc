@@ -116,28 +116,6 @@ WatchdogHook::~WatchdogHook() {
     evidence_.abandon();
 }
 
-void WatchdogHook::say_detection_on(int rank) {
-  // After the first beat, not at start: the program's own first lines come
-  // first, and a job that never beats is told so instead (arm_native_notice).
-  if (!options_.learn || options_.detect.heartbeat_timeout.count() > 0) return;
-  const auto& l = options_.learner;
-  if (!options_.is_python) {
-    // No Python stacks to judge a stall by: the floor sets the timeouts.
-    spdlog::info("freeze detection is on (rank {} beat): timeouts learned from the job's rhythm, "
-                 "{:g} x the longest gap between beats and at least the {:g} s floor "
-                 "(--hang-timeout-floor; {:g} s until {} gaps are seen; --hang-timeout=0 turns it off)",
-                 rank, l.factor, l.floor.count() / 1000.0, l.initial_step.count() / 1000.0,
-                 l.min_step_samples);
-    return;
-  }
-  spdlog::info("freeze detection is on (rank {} beat): a stall is judged from what the ranks are "
-               "doing once it outlasts {:g} x the longest gap between beats (at least {:g} s; {:g} s "
-               "until {} gaps are seen), ended then when hung, else at the {:g} s floor "
-               "(--hang-timeout-floor; --hang-timeout=0 turns detection off)",
-               rank, l.factor, l.min_evidence_bound.count() / 1000.0, l.initial_step.count() / 1000.0,
-               l.min_step_samples, l.floor.count() / 1000.0);
-}
-
 void WatchdogHook::open_event_log() {
   // Not before an attempt began: the run folder is not known yet.
   if (event_log_opened_ || attempt_dir_.empty()) return;

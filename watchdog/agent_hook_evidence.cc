@@ -1,5 +1,6 @@
-// WatchdogHook's side of the evidence rule (evidence.h): the two samples of
-// every live rank run on a thread of their own (a Python dump waits for the
+// WatchdogHook's side of the evidence rule (evidence.h), and the line that
+// says at the first beat how detection works: the samples of every live
+// rank run on a thread of their own (a Python dump waits for the
 // worker's signal handler, and the window between the samples is a second
 // or more), and the verdict is posted back to the loop.
 #include <boost/asio/post.hpp>
@@ -28,6 +29,28 @@ constexpr Millis kDumpTimeout{2000};
 constexpr Millis kSpinWindow{5000};
 
 }  // namespace
+
+void WatchdogHook::say_detection_on(int rank) {
+  // After the first beat, not at start: the program's own first lines come
+  // first, and a job that never beats is told so instead (arm_native_notice).
+  if (!options_.learn || options_.detect.heartbeat_timeout.count() > 0) return;
+  const auto& l = options_.learner;
+  if (!options_.is_python) {
+    // No Python stacks to judge a stall by: the floor sets the timeouts.
+    spdlog::info("freeze detection is on (rank {} beat): timeouts learned from the job's rhythm, "
+                 "{:g} x the longest gap between beats and at least the {:g} s floor "
+                 "(--hang-timeout-floor; {:g} s until {} gaps are seen; --hang-timeout=0 turns it off)",
+                 rank, l.factor, l.floor.count() / 1000.0, l.initial_step.count() / 1000.0,
+                 l.min_step_samples);
+    return;
+  }
+  spdlog::info("freeze detection is on (rank {} beat): a stall is judged from what the ranks are "
+               "doing once it outlasts {:g} x the longest gap between beats (at least {:g} s; {:g} s "
+               "until {} gaps are seen), ended then when hung, else at the {:g} s floor "
+               "(--hang-timeout-floor; --hang-timeout=0 turns detection off)",
+               rank, l.factor, l.min_evidence_bound.count() / 1000.0, l.initial_step.count() / 1000.0,
+               l.min_step_samples, l.floor.count() / 1000.0);
+}
 
 void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
   std::vector<std::pair<int, pid_t>> ranks;
