@@ -135,7 +135,8 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "[--heartbeat-timeout, else --silence-timeout]");
   opt("--stack-capture,--stack_capture", o.stack_capture, "PET_STACK_CAPTURE", H,
       "How a hung native worker's stacks are captured: auto (eu-stack, else gdb, else /proc), "
-      "eu-stack, gdb, proc or none [auto]")
+      "eu-stack, gdb, proc or none (none also sends Python workers no signal for a live "
+      "stack dump) [auto]")
       ->check(CLI::IsMember({"auto", "eu-stack", "gdb", "proc", "none"}));
   opt("--straggler-fraction,--straggler_fraction", o.straggler_fraction,
       "PET_STRAGGLER_FRACTION", H,

@@ -82,7 +82,10 @@ HookOptions hook_options_from(const agent::Options& o) {
     h.stacks.eu_stack.clear();
     h.stacks.gdb.clear();
   }
-  if (o.stack_capture == "none") h.max_native_captures = 0;
+  if (o.stack_capture == "none") {
+    h.max_native_captures = 0;
+    h.live_stacks = false;
+  }
   h.is_python = o.is_python;
   if (!o.command.empty()) h.program = o.command.front();
   h.events_to_console = o.events_to_console;
@@ -375,7 +378,8 @@ void WatchdogHook::act_on_hang(const HangEvent& event) {
     // ddprun's sitecustomize dumps it live on a signal, without stopping the
     // worker or printing on the console (live_stack.h): before the headline,
     // so the stacks can name the culprit.
-    if (const auto sig = base::proc_environ_value(it->pid, base::kEnvPyStackSignal);
+    if (const auto sig = options_.live_stacks ? base::proc_environ_value(it->pid, base::kEnvPyStackSignal)
+                                              : std::nullopt;
         sig && base::catches_signal(it->pid, std::atoi(sig->c_str()))) {
       live.emplace_back(it->pid, rank);
       continue;

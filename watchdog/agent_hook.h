@@ -91,6 +91,10 @@ struct HookOptions {
   // At most this many hung native ranks get a stack capture (a gdb one may
   // take seconds); 0 captures none (--stack-capture=none).
   int max_native_captures = 4;
+  // Python stacks dumped live by the workers on ddprun's stack signal
+  // (live_stack.h), for the evidence rule and the report; off with
+  // --stack-capture=none, which sends the workers no signal for stacks.
+  bool live_stacks = true;
   // False without --log-dir: the agent deletes its temporary log root at
   // exit, so the hang report is also printed to the console.
   bool logs_kept = true;

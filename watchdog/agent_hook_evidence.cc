@@ -61,6 +61,7 @@ void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
   const uint64_t busy_ticks = std::max<uint64_t>(
       1, static_cast<uint64_t>(std::max(1L, ::sysconf(_SC_CLK_TCK)) * window.count() / 4000));
   const bool other_nodes = info_.round.group_world_size > 1;
+  const bool dumps = options_.live_stacks;
   // A sampling still running is an earlier attempt's: never waited for on
   // the loop (a dump may take seconds), left to end on its own.
   if (evidence_.active()) {
@@ -70,11 +71,11 @@ void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
   auto result = std::make_shared<std::pair<Judgement, std::vector<RankSample>>>();
   const Watchdog* dog = dog_.get();
   evidence_.start(
-      [ranks, window, busy_ticks, other_nodes, result](const base::OffLoopTask::Token& token) {
+      [ranks, window, busy_ticks, other_nodes, dumps, result](const base::OffLoopTask::Token& token) {
         std::vector<RankSample> before, after;
         for (const auto& [rank, pid] : ranks) {
           if (token.cancelled()) return;
-          before.push_back(sample_rank(rank, pid, true, kDumpTimeout));
+          before.push_back(sample_rank(rank, pid, dumps, kDumpTimeout));
         }
         // Two more dumps inside the window: two alone can catch a busy
         // loop's rank at the same line twice.
@@ -85,7 +86,7 @@ void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
           const auto until = start + window * third / 3;
           while (std::chrono::steady_clock::now() < until && !token.cancelled())
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          if (third == 3) break;
+          if (third == 3 || !dumps) continue;
           for (std::size_t i = 0; i < ranks.size() && !token.cancelled(); ++i) {
             auto d = dump_python_stack(ranks[i].second, kDumpTimeout);
             if (d.ok) {
@@ -96,7 +97,7 @@ void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
         }
         if (token.cancelled()) return;
         for (std::size_t i = 0; i < ranks.size(); ++i) {
-          after.push_back(sample_rank_counters_first(ranks[i].first, ranks[i].second, true, kDumpTimeout));
+          after.push_back(sample_rank_counters_first(ranks[i].first, ranks[i].second, dumps, kDumpTimeout));
           after.back().between = std::move(between[i]);
           after.back().dump_bytes = dump_bytes[i];
         }
