@@ -33,15 +33,15 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "install"))
+from common import Failed, finish, run_main  # noqa: E402
+
+sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "qemu_worker.py")
 # The loader the aarch64 binaries name, from libc6:arm64.
 AARCH64_LOADER = "/lib/ld-linux-aarch64.so.1"
 EM_AARCH64 = 183  # ELF e_machine
-
-
-class Failed(Exception):
-    pass
 
 
 def elf_machine(path):
@@ -152,18 +152,8 @@ def main():
         timings.append(case_restart(r, errors))
         timings.append(case_hang(r, ["--heartbeat-timeout=2"], "stop-beats", "heartbeat_timeout", errors))
         timings.append(case_hang(r, ["--silence-timeout=2"], "go-silent", "silence", errors))
-    for e in errors:
-        print("ERROR:", e)
-    if errors:
-        print(f"FAILED: {len(errors)} problem(s)")
-        return 1
-    print(f"ok: {ddprun} under {qemu}: " + ", ".join(timings))
-    return 0
+    finish(errors, f"{ddprun} under {qemu}: " + ", ".join(timings))
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Failed as e:
-        print("FAILED:", e)
-        sys.exit(1)
+    run_main(main)

@@ -31,7 +31,7 @@ import zipfile
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Failed, check_glibc_only, finish, max_glibc, run  # noqa: E402
+from common import Failed, check_glibc_only, finish, max_glibc, run, run_main  # noqa: E402
 
 # The highest glibc the wheel's binaries may need: what the build host
 # (Debian 12, glibc 2.36) sets through crt1's __libc_start_main and the
@@ -206,8 +206,4 @@ def attach_uninstrumented(ddprun, py, work, errors):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Failed as e:
-        print("FAILED:", e)
-        sys.exit(1)
+    run_main(main)
