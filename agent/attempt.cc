@@ -14,6 +14,7 @@
 #include <set>
 #include <system_error>
 
+#include "base/duration.h"
 #include "agent/error_file.h"
 #include "agent/line_splitter.h"
 #include "agent/spawn.h"
@@ -28,10 +29,6 @@ namespace {
 // after the last exit, how long the pipes may take to report EOF.
 constexpr auto kKillDeadline = std::chrono::seconds(10);
 constexpr auto kDrainDeadline = std::chrono::seconds(2);
-
-std::chrono::milliseconds seconds_to_ms(double s) {
-  return std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
-}
 
 }  // namespace
 
@@ -287,7 +284,7 @@ void Attempt::begin_teardown(int sig) {
   phase_ = Phase::kTerminating;
   pumps_lossy();
   signal_groups(sig);
-  timer_->arm(clock_.now() + seconds_to_ms(options_.term_timeout_s), [this] {
+  timer_->arm(clock_.now() + base::millis_from_seconds(options_.term_timeout_s), [this] {
     if (phase_ != Phase::kTerminating) return;
     for (auto& w : workers_)
       if (w.alive)

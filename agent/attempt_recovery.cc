@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/duration.h"
 #include "agent/attempt.h"
 #include "agent/spawn.h"
 #include "base/recovery_wire.h"
@@ -30,15 +31,6 @@ namespace ddprun::agent {
 namespace {
 
 namespace wire = base::recovery_wire;
-
-std::string who(const WorkerInfo& w) {
-  return "rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) +
-         ", pid " + std::to_string(w.pid) + ")";
-}
-
-std::chrono::milliseconds seconds_to_ms(double s) {
-  return std::chrono::milliseconds(static_cast<long long>(std::ceil(s * 1000.0)));
-}
 
 }  // namespace
 
@@ -69,7 +61,7 @@ bool Attempt::recover_exit(Worker& w, const WorkerEnd& end) {
     respawn(lr);
     return true;
   }
-  const std::string what = who(w.info) + " failed with " + end.status.describe();
+  const std::string what = worker_name(w.info) + " failed with " + end.status.describe();
   if (recovery_) {
     fall_back("second_failure", what + " during the recovery of generation " +
                                     std::to_string(recovery_->generation));
@@ -103,7 +95,7 @@ bool Attempt::recover_hang(const FailRequest& req) {
   const int lr = *req.replace_local_rank;
   if (lr < 0 || lr >= static_cast<int>(workers_.size()) || !workers_[lr].alive) return false;
   Worker& w = workers_[lr];
-  const std::string what = who(w.info) + " hung";
+  const std::string what = worker_name(w.info) + " hung";
   if (recovery_) {
     fall_back("second_failure", what + " during the recovery of generation " +
                                     std::to_string(recovery_->generation));
@@ -191,7 +183,7 @@ void Attempt::announce_failure(const std::vector<int>& ranks, int except,
   recovery_hooks(std::move(e));
   const int generation = generation_;
   recovery_timer_->arm(
-      clock_.now() + seconds_to_ms(options_.recovery_timeout_s), [this, generation] {
+      clock_.now() + base::millis_from_seconds(options_.recovery_timeout_s), [this, generation] {
         if (phase_ != Phase::kRunning || !recovery_ || recovery_->generation != generation) return;
         std::string missing;
         for (const auto& w : workers_)

@@ -27,6 +27,12 @@ struct WorkerInfo {
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
 };
 
+// "rank R (local rank L, pid P)", as messages name a worker.
+inline std::string worker_name(const WorkerInfo& w) {
+  return "rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) +
+         ", pid " + std::to_string(w.pid) + ")";
+}
+
 struct AttemptInfo {
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT of this attempt
   RoundInfo round;

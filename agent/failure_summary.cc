@@ -13,11 +13,6 @@ const WorkerEnd* end_of(const AttemptResult& r, int local_rank) {
   return nullptr;
 }
 
-std::string who(const WorkerInfo& w) {
-  return "rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) +
-         ", pid " + std::to_string(w.pid) + ")";
-}
-
 void indent(std::ostringstream& out, const std::string& text, const char* pad) {
   std::istringstream in(text);
   std::string line;
@@ -30,8 +25,8 @@ std::string root_cause_line(const AttemptResult& r) {
   if (!r.root) return "no failure recorded";
   const Failure& f = *r.root;
   const WorkerEnd* end = f.local_rank ? end_of(r, *f.local_rank) : nullptr;
-  if (f.status && end) return who(end->worker) + " failed with " + f.status->describe();
-  if (end) return f.reason + " [" + who(end->worker) + "]";
+  if (f.status && end) return worker_name(end->worker) + " failed with " + f.status->describe();
+  if (end) return f.reason + " [" + worker_name(end->worker) + "]";
   return f.reason;
 }
 
@@ -66,7 +61,7 @@ std::string failure_summary(const AttemptResult& r, const std::string& host,
     if (&e == root_end) continue;
     if (!header) out << "  ended with it:\n";
     header = true;
-    out << "    " << who(e.worker) << ": " << e.status.describe() << '\n';
+    out << "    " << worker_name(e.worker) << ": " << e.status.describe() << '\n';
   }
   return out.str();
 }

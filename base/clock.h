@@ -28,6 +28,9 @@ namespace ddprun::base {
 using TimePoint = std::chrono::steady_clock::time_point;
 using Duration = std::chrono::steady_clock::duration;
 
+// A duration as the seconds messages print.
+inline double in_seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
 class Timer {
  public:
   virtual ~Timer() = default;

@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string join(const std::string& root, const std::string& path) {
+std::string under_root(const std::string& root, const std::string& path) {
   if (root.empty() || root == "/") return path;
   return (root.back() == '/' ? root.substr(0, root.size() - 1) : root) + path;
 }
@@ -45,7 +45,7 @@ std::string strip_root(const std::string& root, const std::string& path) {
 }  // namespace
 
 std::optional<std::string> read_text(const std::string& root, const std::string& path) {
-  std::ifstream in(join(root, path));
+  std::ifstream in(under_root(root, path));
   if (!in) return std::nullopt;
   std::ostringstream out;
   out << in.rdbuf();
@@ -55,7 +55,7 @@ std::optional<std::string> read_text(const std::string& root, const std::string&
 }
 
 std::string read_bytes(const std::string& root, const std::string& path, std::size_t max_bytes) {
-  std::ifstream in(join(root, path), std::ios::binary);
+  std::ifstream in(under_root(root, path), std::ios::binary);
   if (!in) return {};
   std::string s(max_bytes, '\0');
   in.read(s.data(), static_cast<std::streamsize>(max_bytes));
@@ -65,7 +65,7 @@ std::string read_bytes(const std::string& root, const std::string& path, std::si
 
 std::vector<std::string> list_dir(const std::string& root, const std::string& path) {
   std::vector<std::string> out;
-  for (auto& e : list_dir_or_empty(join(root, path))) out.push_back(std::move(e.name));
+  for (auto& e : list_dir_or_empty(under_root(root, path))) out.push_back(std::move(e.name));
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -81,7 +81,7 @@ std::vector<PciDevice> pci_devices(const std::string& root) {
     PciDevice d;
     d.address = addr;
     std::error_code ec;
-    const auto real = fs::canonical(join(root, "/sys/bus/pci/devices/" + addr), ec);
+    const auto real = fs::canonical(under_root(root, "/sys/bus/pci/devices/" + addr), ec);
     if (ec) continue;
     d.sys_path = strip_root(root, real.string());
     d.vendor = hex(read_text(root, d.sys_path + "/vendor"));
@@ -94,7 +94,7 @@ std::vector<PciDevice> pci_devices(const std::string& root) {
       d.bridges.push_back(name);
       d.bridge_paths.push_back(p.string());
     }
-    const auto group = fs::canonical(join(root, d.sys_path + "/iommu_group"), ec);
+    const auto group = fs::canonical(under_root(root, d.sys_path + "/iommu_group"), ec);
     if (!ec) {
       d.iommu_group = group.filename().string();
       d.iommu_group_type =

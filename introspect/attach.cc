@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/contract.h"
 #include "base/safe_file.h"
 #include "base/steady_clock.h"
@@ -36,7 +37,6 @@ std::string env_entry(const char* name, const std::string& value) {
   return std::string(name) + "=" + value;
 }
 
-double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::string step_name(const SlurmStep& s) { return s.job + (s.step.empty() ? "" : "." + s.step); }
 
@@ -81,7 +81,7 @@ void kill_trees(const AttachOptions& o, std::ostream& out) {
   }
   if (left.empty()) return;
   out << fmt::format("ddprun attach: {} process{} still there after {:.1f} s: SIGKILL\n",
-                     left.size(), left.size() == 1 ? "" : "es", secs(o.kill_grace))
+                     left.size(), left.size() == 1 ? "" : "es", base::in_seconds(o.kill_grace))
       << std::flush;
   for (pid_t p : left) ::kill(p, SIGKILL);
 }
@@ -134,7 +134,7 @@ bool report_hang(const AttachOptions& o, const AttachWatch& watch, const AttachW
                                  e.pid ? who(e.global_rank, e.pid) : "the job", e.detail);
   nlohmann::json watched = nlohmann::json::array();
   for (const auto& [pid, r] : watch.ranks()) {
-    const double since = secs(now - watch.last_progress(r));
+    const double since = base::in_seconds(now - watch.last_progress(r));
     text += fmt::format("  {} {}: state {}, last progress {:.1f} s ago\n", who(r.rank, pid),
                         r.comm, r.state, since);
     watched.push_back({{"rank", r.rank}, {"pid", pid}, {"comm", r.comm},
@@ -157,7 +157,7 @@ bool report_hang(const AttachOptions& o, const AttachWatch& watch, const AttachW
   report.extra = {{"source", "attach"},
                   {"attach_kind", hang.attach_kind},
                   {"watched", watched},
-                  {"report_after_due_ms", secs(Clock::now() - e.due) * 1000}};
+                  {"report_after_due_ms", base::in_seconds(Clock::now() - e.due) * 1000}};
   try {
     report.write(*dir);  // whole files or none, never through a symlink (SafeDir)
     return true;
@@ -223,8 +223,8 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
   if (o.pgid > 0) what += (what.empty() ? "" : ", ") + fmt::format("group {}", o.pgid);
   if (o.slurm_step) what += (what.empty() ? "" : ", ") + ("Slurm step " + step_name(*o.slurm_step));
   out << fmt::format("ddprun attach: watching {} (silence {:.1f} s{}{})\n", what,
-                     secs(o.silence_timeout),
-                     stuck_limit.count() > 0 ? fmt::format(", state T/D {:.1f} s", secs(stuck_limit)) : "",
+                     base::in_seconds(o.silence_timeout),
+                     stuck_limit.count() > 0 ? fmt::format(", state T/D {:.1f} s", base::in_seconds(stuck_limit)) : "",
                      o.watch_files.empty() ? "" : fmt::format(", {} file(s)", o.watch_files.size()))
       << std::flush;
   bool hung = false, unwritten = false;
@@ -259,7 +259,7 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
         out << r.output
             << fmt::format("ddprun attach: --on-hang command {}\n",
                            !r.started     ? "could not start: " + r.error
-                           : r.timed_out ? fmt::format("killed after {:.0f} s", secs(o.command_timeout))
+                           : r.timed_out ? fmt::format("killed after {:.0f} s", base::in_seconds(o.command_timeout))
                                          : fmt::format("exited {}", r.exit_code))
             << std::flush;
       }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/clock.h"
 #include "base/proc_stat.h"
 #include "introspect/proc_usage.h"
 #include "introspect/slurm_step.h"
@@ -13,7 +14,6 @@ namespace ddprun::introspect {
 
 namespace {
 
-double secs(base::Duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The agent's detectors with attach's limits: progress is CPU or I/O
 // (on_output), beats count only from a rank's first one.
@@ -162,14 +162,14 @@ void AttachWatch::on_dog_hang(const watchdog::HangEvent& event, bool from_file) 
     const auto i = static_cast<std::size_t>(e.local_rank);
     h.attach_kind = "watch_file";
     e.detail = fmt::format("{} has not changed for {:.1f} s", files_.at(i).path,
-                           secs(e.detected - files_dog_.workers().at(i).last_output));
+                           base::in_seconds(e.detected - files_dog_.workers().at(i).last_output));
     e.local_rank = -1;
   } else if (e.kind == watchdog::HangKind::kSilence) {
     // The Watchdog's "output" is attach's CPU and I/O progress.
     h.attach_kind = "no_progress";
     if (const auto it = ranks_.find(e.pid); it != ranks_.end())
       e.detail = fmt::format("no CPU time and no I/O for {:.1f} s (state {})",
-                             secs(e.detected - last_progress(it->second)), it->second.state);
+                             base::in_seconds(e.detected - last_progress(it->second)), it->second.state);
   } else {
     h.attach_kind = watchdog::to_string(e.kind);
   }

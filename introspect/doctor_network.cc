@@ -1,6 +1,7 @@
 // doctor's network checks: interface variables, the rendezvous port, clocks.
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -33,12 +34,6 @@ std::vector<std::string> split_commas(const std::string& s) {
   while (std::getline(in, item, ','))
     if (!item.empty()) out.push_back(item);
   return out;
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
 }
 
 // NCCL_SOCKET_IFNAME: "^a,b" excludes, "=a,b" names exactly, "a,b" are
@@ -79,15 +74,15 @@ Finding ifname_finding(const DoctorOptions& o, const std::string& var, bool nccl
   if (it == o.env.end() || it->second.empty()) {
     f.level = Level::kInfo;
     f.finding = fmt::format("{} unset: {} picks an interface itself (interfaces: {})", var,
-                            nccl ? "NCCL" : "Gloo", join(with_states(o, ifaces)));
+                            nccl ? "NCCL" : "Gloo", fmt::join(with_states(o, ifaces), ", "));
     return f;
   }
   const auto hits = matching(it->second, nccl, ifaces);
   if (hits.empty()) {
     f.level = Level::kFail;
     f.finding = fmt::format("{}={} matches no interface (have: {}): {} cannot connect", var,
-                            it->second, join(with_states(o, ifaces)), nccl ? "NCCL init" : "gloo");
-    f.fix = fmt::format("set {} to one of: {}", var, join(ifaces));
+                            it->second, fmt::join(with_states(o, ifaces), ", "), nccl ? "NCCL init" : "gloo");
+    f.fix = fmt::format("set {} to one of: {}", var, fmt::join(ifaces, ", "));
     return f;
   }
   std::vector<std::string> down;
@@ -95,7 +90,7 @@ Finding ifname_finding(const DoctorOptions& o, const std::string& var, bool nccl
     if (read_text(o.root, "/sys/class/net/" + h + "/operstate").value_or("up") == "down")
       down.push_back(h);
   }
-  f.finding = fmt::format("{}={} selects {}", var, it->second, join(with_states(o, hits)));
+  f.finding = fmt::format("{}={} selects {}", var, it->second, fmt::join(with_states(o, hits), ", "));
   if (down.size() == hits.size()) {
     f.level = Level::kFail;
     f.finding += " (down)";

@@ -1,6 +1,7 @@
 // doctor's PCI checks: IOMMU mode, ACS redirect on bridges above the GPUs,
 // the GPUs themselves and nvidia-smi's topology matrix.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <set>
@@ -31,12 +32,6 @@ std::string env_or(const DoctorOptions& o, const std::string& key) {
   return it == o.env.end() ? "" : it->second;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 Finding iommu_finding(const DoctorOptions& o, const std::vector<PciDevice>& gpus) {
   const std::string cmdline = read_text(o.root, "/proc/cmdline").value_or("");
   const bool passthrough = has_word(cmdline, "iommu=pt") || has_word(cmdline, "iommu.passthrough=1");
@@ -65,7 +60,7 @@ Finding iommu_finding(const DoctorOptions& o, const std::vector<PciDevice>& gpus
   f.level = gpus.size() > 1 && !p2p_off ? Level::kFail : Level::kWarn;
   f.finding = fmt::format("the IOMMU translates GPU DMA for {}: peer-to-peer copies between "
                           "GPUs go through it and can hang NCCL or freeze the machine{}",
-                          join(translated), p2p_off ? " (NCCL_P2P_DISABLE=1 is set)" : "");
+                          fmt::join(translated, ", "), p2p_off ? " (NCCL_P2P_DISABLE=1 is set)" : "");
   f.fix = "boot with iommu=pt (intel_iommu=on iommu=pt, or amd_iommu=on iommu=pt), or run "
           "with NCCL_P2P_DISABLE=1 (slower: copies go through host memory)";
   return f;
@@ -97,13 +92,13 @@ Finding acs_finding(const DoctorOptions& o, const std::vector<PciDevice>& gpus) 
     f.level = gpus.size() > 1 && !p2p_off ? Level::kFail : Level::kWarn;
     f.finding = fmt::format("PCIe ACS redirects peer-to-peer requests on bridge {}: GPU-to-GPU "
                             "copies detour through the root complex and can stall NCCL{}",
-                            join(redirecting), p2p_off ? " (NCCL_P2P_DISABLE=1 is set)" : "");
+                            fmt::join(redirecting, ", "), p2p_off ? " (NCCL_P2P_DISABLE=1 is set)" : "");
     f.fix = "disable ACS on those bridges (BIOS: PCIe ACS off; or as root: setpci -s <bridge> "
             "ECAP_ACS+6.w=0000), or run with NCCL_P2P_DISABLE=1";
   } else if (!unreadable.empty()) {
     f.level = Level::kInfo;
     f.finding = fmt::format("cannot read ACS of bridge {} (PCI extended config space needs root)",
-                            join(unreadable));
+                            fmt::join(unreadable, ", "));
     f.fix = "as root: lspci -vvv | grep ACSCtl (SrcValid+ ReqRedir+ CmpltRedir+ breaks P2P)";
   } else {
     f.finding = "no ACS redirect on the bridges above the GPUs";
@@ -120,7 +115,7 @@ Finding gpu_finding(const DoctorOptions& o, const std::vector<PciDevice>& gpus) 
   }
   std::vector<std::string> names;
   for (const auto& g : gpus) names.push_back(g.address);
-  f.finding = fmt::format("{} GPU{}: {}", gpus.size(), gpus.size() == 1 ? "" : "s", join(names));
+  f.finding = fmt::format("{} GPU{}: {}", gpus.size(), gpus.size() == 1 ? "" : "s", fmt::join(names, ", "));
   if (o.nvidia_smi.empty() || gpus.size() < 2) return f;
   const base::RunResult r = base::run_bounded(base::ChildSpec{{o.nvidia_smi, "topo", "-m"}, {}, -1, false}, o.tool_timeout);
   if (!r.started) {

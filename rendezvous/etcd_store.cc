@@ -63,7 +63,6 @@ int64_t num(const json& j, const char* field) {
   return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
 }
 
-std::string quoted(const std::string& key) { return "'" + key.substr(0, 128) + "'"; }
 
 // The end of the key range holding every key that starts with `prefix`.
 std::string prefix_end(std::string prefix) {
@@ -125,7 +124,7 @@ struct EtcdStore::Impl {
 
   // nullopt when absent; else (value, mod_revision).
   std::optional<std::pair<Bytes, int64_t>> range(const std::string& key) {
-    json r = post("/v3/kv/range", {{"key", b64(key)}}, "range(" + quoted(key) + ")");
+    json r = post("/v3/kv/range", {{"key", b64(key)}}, "range(" + quoted_key(key) + ")");
     if (!r.contains("kvs") || r["kvs"].empty()) return std::nullopt;
     const json& kv = r["kvs"][0];
     return std::make_pair(unb64(kv.value("value", "")), num(kv, "mod_revision"));
@@ -145,7 +144,7 @@ struct EtcdStore::Impl {
                                 {"value", b64(expected)}};
     json r = txn(json::array({cmp}), json::array({put_op(key, desired)}),
                  json::array({{{"request_range", {{"key", b64(key)}}}}}),
-                 "compare_set(" + quoted(key) + ")");
+                 "compare_set(" + quoted_key(key) + ")");
     if (r.value("succeeded", false)) return {true, desired};
     Bytes now;
     if (r.contains("responses") && !r["responses"].empty()) {
@@ -192,7 +191,7 @@ struct EtcdStore::Impl {
         compare.push_back(cur ? compare_mod(counter, cur->second) : compare_absent(counter));
         ops.push_back(put_op(counter, to_bytes(std::to_string(v + 1))));
       }
-      if (txn(compare, ops, json::array(), "settle_closed(" + quoted(rec_key) + ")").value("succeeded", false))
+      if (txn(compare, ops, json::array(), "settle_closed(" + quoted_key(rec_key) + ")").value("succeeded", false))
         return;
       // Lost a race: the record is gone (someone applied it), the first key
       // exists (the round already ended: drop the record), or the counter
@@ -222,7 +221,7 @@ EtcdStore::~EtcdStore() {
 }
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
-  impl_->post("/v3/kv/put", {{"key", b64(key)}, {"value", b64(value)}}, "set(" + quoted(key) + ")");
+  impl_->post("/v3/kv/put", {{"key", b64(key)}, {"value", b64(value)}}, "set(" + quoted_key(key) + ")");
 }
 
 void EtcdStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
@@ -235,7 +234,7 @@ void EtcdStore::multi_set(const std::vector<std::string>& keys, const std::vecto
     json ops = json::array();
     for (size_t i = begin; i < end; ++i) ops.push_back(put_op(keys[i], values[i]));
     impl_->txn(json::array(), ops, json::array(),
-               "multi_set(" + quoted(keys[begin]) + " and " + std::to_string(end - begin - 1) + " more)");
+               "multi_set(" + quoted_key(keys[begin]) + " and " + std::to_string(end - begin - 1) + " more)");
   }
 }
 
@@ -244,7 +243,7 @@ Bytes EtcdStore::get(const std::string& key, Duration timeout) {
   for (;;) {
     if (auto v = impl_->range(key)) return v->first;
     if (Clock::now() >= deadline)
-      throw TimeoutError("etcd: get(" + quoted(key) + ") timed out after " +
+      throw TimeoutError("etcd: get(" + quoted_key(key) + ") timed out after " +
                          std::to_string(timeout.count()) + " ms");
     std::this_thread::sleep_for(std::min<Duration>(
         impl_->gateway.options().poll_interval,
@@ -260,7 +259,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
       try {
         v = std::stoll(to_string(cur->first));
       } catch (const std::exception&) {
-        throw StoreError("etcd: add: value at " + quoted(key) + " is not an integer");
+        throw StoreError("etcd: add: value at " + quoted_key(key) + " is not an integer");
       }
     }
     // A marker key unique to this attempt is put in the same transaction.
@@ -273,7 +272,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     Bytes next = to_bytes(std::to_string(v + delta));
     json cmp = cur ? compare_mod(key, cur->second) : compare_absent(key);
     json r = impl_->txn(json::array({cmp}), json::array({put_op(key, next), put_op(marker, {})}),
-                        json::array(), "add(" + quoted(key) + ")");
+                        json::array(), "add(" + quoted_key(key) + ")");
     const bool applied = r.value("succeeded", false) || impl_->range(marker);
     if (!applied) continue;
     remove(marker);
@@ -300,13 +299,13 @@ bool EtcdStore::check(const std::vector<std::string>& keys) {
 }
 
 bool EtcdStore::remove(const std::string& key) {
-  json r = impl_->post("/v3/kv/deleterange", {{"key", b64(key)}}, "remove(" + quoted(key) + ")");
+  json r = impl_->post("/v3/kv/deleterange", {{"key", b64(key)}}, "remove(" + quoted_key(key) + ")");
   return num(r, "deleted") > 0;
 }
 
 int64_t EtcdStore::remove_prefix(const std::string& prefix) {
   json r = impl_->post("/v3/kv/deleterange", {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}},
-                       "remove_prefix(" + quoted(prefix) + ")");
+                       "remove_prefix(" + quoted_key(prefix) + ")");
   return num(r, "deleted");
 }
 
@@ -349,7 +348,7 @@ bool EtcdStore::set_on_close(const std::vector<std::string>& keys, const std::ve
   const std::string record = folder(keys[0]) + "on_close/" + std::to_string(id);
   im.txn(json::array(),
          json::array({put_op(record, to_bytes(rec.dump())), put_op(record + "/alive", to_bytes("1"), id)}),
-         json::array(), "set_on_close(" + quoted(keys[0]) + ")");
+         json::array(), "set_on_close(" + quoted_key(keys[0]) + ")");
   im.lease = id;
   im.record = record;
   im.next_refresh = Clock::now() + im.lease_ttl / 3;
@@ -359,7 +358,7 @@ bool EtcdStore::set_on_close(const std::vector<std::string>& keys, const std::ve
 bool EtcdStore::settle_closed(const std::string& dir) {
   const std::string prefix = dir + "on_close/";
   json r = impl_->post("/v3/kv/range", {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}},
-                       "settle_closed(" + quoted(dir) + ")");
+                       "settle_closed(" + quoted_key(dir) + ")");
   if (!r.contains("kvs")) return true;
   // record key -> (mod_revision, value); and the records still alive.
   std::map<std::string, std::pair<int64_t, std::string>> records;

@@ -25,6 +25,12 @@ class TimeoutError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A key as error messages show it: quoted, and cut at 128 bytes (a key can
+// be as long as a value).
+inline std::string quoted_key(const std::string& key) {
+  return "'" + key.substr(0, 128) + (key.size() > 128 ? "...'" : "'");
+}
+
 // Thrown for every other failure (connection, protocol, refused token); the
 // message names the peer address and the operation.
 class StoreError : public std::runtime_error {

@@ -5,6 +5,8 @@
 #include <type_traits>
 #include <unordered_set>
 
+#include "rendezvous/store.h"
+
 namespace ddprun::rendezvous {
 
 using wire::Bytes;
@@ -41,10 +43,6 @@ void write_value(Bytes& out, const Bytes& v) {
   Writer w(out);
   w.u8(static_cast<uint8_t>(Status::kOk));
   w.str(v);
-}
-
-std::string quoted(const std::string& key) {
-  return "'" + key.substr(0, 128) + (key.size() > 128 ? "...'" : "'");
 }
 
 // glibc malloc: a chunk is the request plus an 8-byte header, rounded up to
@@ -278,7 +276,7 @@ bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
       auto it = data_.find(q.keys[0]);
       Bytes v = it == data_.end() ? Bytes{} : it->second;
       if (v.size() + q.values[0].size() > wire::kMaxValueSize) {
-        write_error(out, "append: value at " + quoted(q.keys[0]) + " would exceed " +
+        write_error(out, "append: value at " + quoted_key(q.keys[0]) + " would exceed " +
                              std::to_string(wire::kMaxValueSize) + " bytes");
         return true;
       }
@@ -296,13 +294,13 @@ bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
         const char* e = b + it->second.size();
         auto [p, ec] = std::from_chars(b, e, current);
         if (ec != std::errc() || p != e) {
-          write_error(out, "add: value at " + quoted(q.keys[0]) + " is not an integer");
+          write_error(out, "add: value at " + quoted_key(q.keys[0]) + " is not an integer");
           return true;
         }
       }
       int64_t next;
       if (__builtin_add_overflow(current, q.delta, &next)) {
-        write_error(out, "add: integer overflow at " + quoted(q.keys[0]));
+        write_error(out, "add: integer overflow at " + quoted_key(q.keys[0]));
         return true;
       }
       std::string text = std::to_string(next);

@@ -12,7 +12,7 @@ if [[ ${1:-} == --build-only ]]; then
   shift
 fi
 bash scripts/setup.sh
-DDPRUN_TARGETS="ddprun train" bash scripts/build.sh build
+DDPRUN_UNITY=ON DDPRUN_TARGETS="ddprun train" bash scripts/build.sh build
 ((build_only)) && exit 0
 # One OpenMP thread per rank, said here so ddprun need not say it first.
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} exec build/bin/ddprun --nproc-per-node=2 build/bin/train "$@"
