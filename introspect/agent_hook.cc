@@ -343,7 +343,8 @@ nlohmann::json IntrospectHook::status() const {
                         {"cpu_percent", w.cpu_percent}, {"rss_bytes", w.rss_bytes},
                         {"straggler", w.straggler},     {"step", nullptr},
                         {"beat_age_s", nullptr},        {"steps_per_s", nullptr},
-                        {"cpu_seconds", static_cast<double>(w.last_ticks) / hz}};
+                        {"cpu_seconds", w.sampled ? nlohmann::json(static_cast<double>(w.last_ticks) / hz)
+                                                  : nlohmann::json()}};
     if (const auto* b = beat_status(w.info.rank); b && b->beats > 0) {
       if (b->step >= 0) r["step"] = b->step;
       r["beat_age_s"] = std::chrono::duration<double>(now - b->last_beat).count();

@@ -59,7 +59,8 @@ struct MonitorOptions {
   // Steps per second in status are over this window.
   std::chrono::milliseconds rate_window{10000};
   // How often a "progress" event (every rank's step) goes to events.jsonl,
-  // when some step moved; 0: never. --progress-interval.
+  // when some step moved; 0: never. --progress-interval. Checked at each
+  // sample, so at most once per sample_interval.
   std::chrono::milliseconds progress_interval{10000};
 };
 

@@ -16,7 +16,7 @@
 //                         "beat_age_s" (null without beats), "steps_per_s"
 //                         (null without two samples), "cpu_percent",
 //                         "rss_bytes", "cpu_seconds" (the process's CPU time
-//                         so far), "straggler"}],
+//                         so far; null before the first sample), "straggler"}],
 //            "nodes" (the round's node count), "hangs", "hang_culprits"
 //            ({"<rank>": hangs blamed on it}), "last_culprit" (null before
 //            a hang), "recoveries", "recovery_fallbacks" (job_counters.h),

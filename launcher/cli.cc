@@ -196,6 +196,11 @@ void check_ranges(const RawFlags& f, const agent::Options& o) {
     throw UsageError("--straggler-fraction must be >= 0 and < 1");
   if (o.straggler_window_s < 2) throw UsageError("--straggler-window must be >= 2 (seconds)");
   if (o.max_no_progress_restarts < 0) throw UsageError("--max-no-progress-restarts must be >= 0");
+  check_seconds("--progress-interval", o.progress_interval_s, 0);
+  if (o.progress_interval_s > 0 && o.progress_interval_s < 0.1)
+    throw UsageError("--progress-interval must be 0 (off) or >= 0.1 (seconds)");
+  if (o.metrics_port < -1 || o.metrics_port > 65535)
+    throw UsageError("--metrics-port=" + std::to_string(o.metrics_port) + ": not a TCP port");
   if (f.master_port != -1 && (f.master_port < 0 || f.master_port > 65535))
     throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
 }
