@@ -4,8 +4,10 @@ the watchdog blames it (--heartbeat-timeout), the group restarts and
 attempt 1 runs to the end. The DOM Chromium rendered must name rank 1 as
 the culprit, count 1 restart and hold one timeline per rank; its
 screenshot is saved as <artifacts>/report.png (docs/observability.png is
-one). Bad input: a folder without events.jsonl is one line naming it,
-exit status 1.
+one). While attempt 1 still runs, the job's metrics count the hang, the
+restart and the culprit, and a report of the running job says "running".
+Bad input: a folder without events.jsonl is one line naming it, exit
+status 1.
 
 Run by ctest: report_chromium_test.py <ddprun> <artifacts folder>. Exit 77
 (skipped) without chromium (scripts/setup-test.sh). ~15 s: the job waits
@@ -18,10 +20,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Job, ensure_dir  # noqa: E402
+from common import Job, ensure_dir, poll  # noqa: E402
 
 DEADLINE_S = 180
 
@@ -58,6 +61,41 @@ def check_dom(dom):
     return problems
 
 
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def check_running(job, tmp, ddprun):
+    """While attempt 1 runs: the metrics count the hang, its culprit and
+    the restart, and the report of the running job says so. [] when right."""
+    m = job.wait_line(r"metrics at (http://\S+)", DEADLINE_S)
+    if not m:
+        return ["ddprun never said where its metrics are"]
+    url = m.group(1)
+    text = poll(lambda: (lambda t: t if t and "\nddprun_restarts_total 1\n" in t else None)(
+        fetch(url)), DEADLINE_S)
+    if not text:
+        return [f"the metrics never counted the restart:\n{fetch(url)}"]
+    problems = [f"metrics: no line {want!r}" for want in
+                ["\nddprun_hangs_total 1\n", '\nddprun_hang_culprit_total{rank="1"} 1\n',
+                 '\nddprun_hang_culprit_total{rank="0"} 0\n', "\nddprun_last_hang_culprit_rank 1\n",
+                 "\nddprun_attempt 1\n"] if want not in text]
+    runs = glob.glob(os.path.join(tmp, "logs", "*", "events.jsonl"))
+    page = os.path.join(tmp, "running.html")
+    made = subprocess.run([ddprun, "report", os.path.dirname(runs[0]) if runs else tmp, "-o", page],
+                          capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        return problems + [f"report of the running job: status {made.returncode}: {made.stderr}"]
+    with open(page) as f:
+        if 'id="status">running<' not in f.read():
+            problems.append("the running job's report does not say running")
+    return problems
+
+
 def main():
     ddprun, artifacts = sys.argv[1], ensure_dir(sys.argv[2])
     browser = chromium()
@@ -67,10 +105,18 @@ def main():
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers",
                           "hang_then_finish.py")
     with tempfile.TemporaryDirectory(prefix="ddprun-report-") as tmp:
+        go_on = os.path.join(tmp, "go-on")
         job = Job([ddprun, "--nproc-per-node=2", "--max-restarts=1", "--heartbeat-timeout=3",
-                   "--progress-interval=1", f"--log-dir={tmp}/logs",
-                   "/usr/bin/python3", worker, "--steps", "60"])
+                   "--progress-interval=1", f"--log-dir={tmp}/logs", "--metrics-port=0",
+                   "/usr/bin/python3", worker, "--steps", "60", "--until", go_on])
+        try:
+            problems = check_running(job, tmp, ddprun)
+        finally:
+            open(go_on, "w").close()
         status = job.finish(DEADLINE_S)
+        if problems:
+            print("FAILED: while attempt 1 ran:\n" + "\n".join(problems))
+            return 1
         if status != 0:
             print(f"FAILED: the job ended with status {status} (expected a hang, a restart, then 0):\n"
                   + job.stderr())

@@ -1,7 +1,8 @@
 """A worker for the report test: in the first attempt rank 1 beats a few
 steps and then sleeps without beating (a hang; the watchdog blames it),
 while rank 0 keeps beating; every later attempt runs --steps steps on each
-rank and exits 0. Plain python3, no torch."""
+rank, then, with --until, beats on slowly until that file exists (the test
+looks at the running job first), and exits 0. Plain python3, no torch."""
 import argparse
 import os
 import time
@@ -13,6 +14,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--step-seconds", type=float, default=0.05)
+    p.add_argument("--until", default=None)
     a = p.parse_args()
     rank = int(os.environ["RANK"])
     first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
@@ -22,6 +24,10 @@ def main():
             while True:
                 time.sleep(3600)  # asleep outside any collective: the culprit
         time.sleep(a.step_seconds)
+    step = a.steps
+    while a.until and not os.path.exists(a.until):
+        ddprun_heartbeat.beat(step)
+        time.sleep(0.2)
     print("done", rank, flush=True)
 
 
