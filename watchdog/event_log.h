@@ -2,7 +2,8 @@
 // directory) so a user or a dashboard can follow a job after the fact.
 //
 // Each line: {"event": "start|rendezvous|worker_exit|hang_detected|restart|done|
-//   log_write_failed",
+//   log_write_failed|..." (and the monitor's straggler, straggler_recovered
+//   and progress, every rank's step: introspect/agent_hook.h),
 //   "time": ISO 8601 UTC wall clock, "monotonic_s": steady clock seconds,
 //   "attempt": N, "ranks": [global ranks], "reason": "...", ...extra fields}
 // Lines are queued to a writer thread (base/queued_writer.h), which appends
