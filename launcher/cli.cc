@@ -28,7 +28,7 @@ namespace {
 
 using agent::StdSpec;
 
-// The subcommands introspect/cli.h dispatches to (each has its own --help).
+// The subcommands introspect/cli.h and observe/report_cli.h run (each has its own --help).
 // Shown under the usage line, before the flags: the first thing --help says.
 constexpr const char* kSubcommands = R"(
 Subcommands (ddprun SUBCOMMAND --help for their flags):
@@ -36,6 +36,7 @@ Subcommands (ddprun SUBCOMMAND --help for their flags):
   ddprun stacks RUN        every rank's Python and native stacks, without stopping the job
   ddprun attach PID        watch a job ddprun did not start (torchrun, srun) and report its hang
   ddprun doctor            check this machine for the causes of multi-GPU freezes
+  ddprun report RUN_DIR    one HTML page of a run: timelines per rank, step times, hangs, restarts
 )";
 
 constexpr const char* kFooter = R"(Everything after the program is passed to it untouched.
