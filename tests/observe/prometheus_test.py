@@ -1,7 +1,8 @@
 """A real Prometheus (Debian's prometheus) scrapes a running 2-rank job's
 --metrics-port every second; the series are read back through its HTTP API
 (one ddprun_worker_step series per rank, the job's counters, the agent's
-own CPU), and `promtool check metrics` lints the exposition.
+own CPU), and `promtool check metrics` lints the exposition. A second job
+asking for the same port ends with status 1 before its worker starts.
 
 Run by ctest: prometheus_test.py <ddprun> <artifacts folder>. Exit 77
 (skipped) without prometheus or promtool (scripts/setup-test.sh). The
@@ -90,6 +91,19 @@ def check_series(prom_port):
     return problems
 
 
+def check_port_in_use(ddprun, tmp, port):
+    """A second job asking for the same port ends with status 1 before any
+    worker starts, naming the port; None when it does."""
+    marker = os.path.join(tmp, "second-job-started")
+    second = subprocess.run([ddprun, f"--metrics-port={port}", f"--log-dir={tmp}/logs2",
+                             "/usr/bin/python3", "-c", f"open({marker!r}, 'w')"],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if second.returncode != 1 or f"port {port}" not in second.stderr or os.path.exists(marker):
+        return (f"a second job on the same port: status {second.returncode}, worker started: "
+                f"{os.path.exists(marker)}, stderr:\n{second.stderr}")
+    return None
+
+
 def main():
     ddprun, artifacts = sys.argv[1], ensure_dir(sys.argv[2])
     if not shutil.which("prometheus") or not shutil.which("promtool"):
@@ -122,6 +136,10 @@ def main():
             if lint.returncode != 0 or lint.stdout.strip() or lint.stderr.strip():
                 print(f"FAILED: promtool check metrics (status {lint.returncode}):\n"
                       f"{lint.stdout}{lint.stderr}")
+                return 1
+            problem = check_port_in_use(ddprun, tmp, port)
+            if problem:
+                print("FAILED: " + problem)
                 return 1
             prom, prom_port = start_prometheus(tmp, f"127.0.0.1:{port}")
             problems = []
