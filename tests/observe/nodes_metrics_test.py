@@ -4,7 +4,7 @@ global ranks (the two nodes' series never collide and cover ranks 0-3),
 says ddprun_nodes 2, and names its node in ddprun_job_info.
 
 Run by ctest: nodes_metrics_test.py <ddprun>. Stdlib only; the workers are
-Debian's /usr/bin/python3. ~5 s, mostly the rendezvous.
+Debian's /usr/bin/python3. ~1 s.
 """
 import os
 import re
