@@ -146,6 +146,15 @@ struct Options {
   // (introspect/step_rates.h); 0 disables. Not interpreted by the agent.
   double straggler_fraction = 0.3;
   double straggler_window_s = 60.0;
+  // --progress-interval: seconds between "progress" events (every rank's
+  // heartbeat step) in events.jsonl, the history `ddprun report` draws;
+  // 0 disables. Not interpreted by the agent.
+  double progress_interval_s = 10.0;
+  // --metrics-port / --metrics-addr: serve the job's Prometheus metrics
+  // (observe/metrics_server.h) on this TCP port, -1: off, 0: a free port
+  // (logged). Bound to `metrics_addr`, loopback unless given.
+  int metrics_port = -1;
+  std::string metrics_addr = "127.0.0.1";
   // --restart-backoff: seconds before the second restart (the first is
   // immediate), doubling with each further restart (capped at 30 s).
   double restart_backoff_s = 0.1;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -82,6 +83,8 @@ MonitorOptions monitor_options_from(const agent::Options& o) {
   m.run_id = o.run_id;
   m.straggler.fraction = o.straggler_fraction;
   m.straggler.window = std::chrono::milliseconds(static_cast<int64_t>(o.straggler_window_s * 1000));
+  m.progress_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(o.progress_interval_s * 1000));
   // --stack-capture names the tool for hang reports; stacks on request follow it.
   if (o.stack_capture == "eu-stack") m.stacks.gdb.clear();
   if (o.stack_capture == "gdb") m.stacks.eu_stack.clear();
@@ -174,6 +177,16 @@ void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::A
   board_.reset();
   const auto& round = attempt.round;
   node_ = round.group_world_size > 1 ? round.group_rank : -1;
+  nodes_ = std::max(1, round.group_world_size);
+  progress_steps_.clear();
+  last_progress_ = {};
+  // The watchdog opened the event log as this attempt began (its hook runs
+  // first); counting from it keeps status and events.jsonl in step.
+  if (auto* ev = events_ ? events_() : nullptr) {
+    ev->set_tap([this, alive = alive_](const nlohmann::json& event) {
+      if (*alive) counters_.count(event);
+    });
+  }
   if (round.group_world_size > 1 && round.open_agents_store && server_) {
     // Another node's `ddprun stacks`: capture here, answer through the store.
     auto on_request = [this, alive = alive_](nlohmann::json request) {
@@ -200,6 +213,7 @@ void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::A
 }
 
 void IntrospectHook::worker_exited(const agent::WorkerEnd& end) {
+  write_progress(true);  // the steps as the attempt began to end
   for (auto& w : workers_) {
     if (w.info.local_rank != end.worker.local_rank) continue;
     w.exited = true;
@@ -264,7 +278,30 @@ void IntrospectHook::sample() {
     if (beat && beat->beats > 0 && beat->step >= 0) rates_.sample(w.info.rank, now, beat->step);
   }
   check_stragglers();
+  write_progress(false);
   if (board_) board_->publish(status());
+}
+
+void IntrospectHook::write_progress(bool due) {
+  auto* ev = events_ ? events_() : nullptr;
+  if (!ev || options_.progress_interval.count() <= 0) return;
+  const auto now = Clock::now();
+  if (!due && now - last_progress_ < options_.progress_interval) return;
+  std::vector<int> ranks;
+  nlohmann::json steps = nlohmann::json::array();
+  bool moved = false;
+  for (const auto& w : workers_) {
+    const auto* beat = beat_status(w.info.rank);
+    if (!beat || beat->beats == 0 || beat->step < 0) continue;
+    ranks.push_back(w.info.rank);
+    steps.push_back(beat->step);
+    auto [it, added] = progress_steps_.try_emplace(w.info.rank, beat->step);
+    moved = moved || added || it->second != beat->step;
+    it->second = beat->step;
+  }
+  if (!moved) return;
+  last_progress_ = now;
+  ev->write("progress", attempt_, ranks, "", {{"steps", steps}});
 }
 
 void IntrospectHook::check_stragglers() {
@@ -299,12 +336,15 @@ void IntrospectHook::check_stragglers() {
 nlohmann::json IntrospectHook::status() const {
   nlohmann::json rows = nlohmann::json::array();
   const auto now = Clock::now();
+  const double hz = static_cast<double>(clock_ticks_per_second());
   for (const auto& w : workers_) {
     nlohmann::json r = {{"rank", w.info.rank},          {"local_rank", w.info.local_rank},
                         {"pid", w.info.pid},            {"state", w.state},
                         {"cpu_percent", w.cpu_percent}, {"rss_bytes", w.rss_bytes},
                         {"straggler", w.straggler},     {"step", nullptr},
-                        {"beat_age_s", nullptr},        {"steps_per_s", nullptr}};
+                        {"beat_age_s", nullptr},        {"steps_per_s", nullptr},
+                        {"cpu_seconds", w.sampled ? nlohmann::json(static_cast<double>(w.last_ticks) / hz)
+                                                  : nlohmann::json()}};
     if (const auto* b = beat_status(w.info.rank); b && b->beats > 0) {
       if (b->step >= 0) r["step"] = b->step;
       r["beat_age_s"] = std::chrono::duration<double>(now - b->last_beat).count();
@@ -322,6 +362,8 @@ nlohmann::json IntrospectHook::status() const {
             {"window_s", std::chrono::duration<double>(options_.straggler.window).count()}}},
           {"workers", rows}};
   if (node_ >= 0) r["node"] = node_;
+  r["nodes"] = nodes_;
+  counters_.add_to(r);
   if (const watchdog::Watchdog* dog = beats_ ? beats_() : nullptr) {
     if (dog->learning()) {
       nlohmann::json ts = nlohmann::json::array();
@@ -341,6 +383,7 @@ nlohmann::json IntrospectHook::status() const {
     } else if (dog->options().heartbeat_timeout.count() > 0) {
       r["hang_timeout"] = fmt::format("{:g} s, fixed (--heartbeat-timeout or --hang-timeout)",
                                       dog->options().heartbeat_timeout.count() / 1000.0);
+      r["hang_timeout_s"] = dog->options().heartbeat_timeout.count() / 1000.0;
     } else {
       r["hang_timeout"] = "off";
     }

@@ -11,7 +11,9 @@
 // Once a second while an attempt runs it samples each worker's /proc (state,
 // CPU %, RSS) and its last heartbeat step (from the watchdog), keeps step
 // rates and reports stragglers (step_rates.h) on the console and in the
-// event log. In a multi-node round it also publishes that status in the
+// event log, and every progress_interval a "progress" event with each
+// rank's step (the history `ddprun report` draws). It counts hangs, their
+// culprits and recoveries from the event log (job_counters.h). In a multi-node round it also publishes that status in the
 // job's store and answers a status request with every node's (node_board.h). A stacks request runs the capture on a thread (eu-stack or gdb
 // may take seconds) and replies from the loop when it is done.
 //
@@ -34,6 +36,7 @@
 #include "agent/options.h"
 #include "base/off_loop_task.h"
 #include "introspect/control_server.h"
+#include "introspect/job_counters.h"
 #include "introspect/node_board.h"
 #include "introspect/registry.h"
 #include "introspect/step_rates.h"
@@ -55,6 +58,10 @@ struct MonitorOptions {
   std::chrono::milliseconds sample_interval{1000};
   // Steps per second in status are over this window.
   std::chrono::milliseconds rate_window{10000};
+  // How often a "progress" event (every rank's step) goes to events.jsonl,
+  // when some step moved; 0: never. --progress-interval. Checked at each
+  // sample, so at most once per sample_interval.
+  std::chrono::milliseconds progress_interval{10000};
 };
 
 // The monitor's settings from the launcher's options (run id, straggler
@@ -90,7 +97,7 @@ class IntrospectHook : public agent::AgentHooks {
     std::string state = "starting";
     double cpu_percent = 0;
     uint64_t rss_bytes = 0;
-    uint64_t last_ticks = 0;
+    uint64_t last_ticks = 0;  // cumulative CPU time at the last sample
     Clock::time_point last_sample{};
     bool sampled = false;
     bool exited = false;
@@ -103,6 +110,8 @@ class IntrospectHook : public agent::AgentHooks {
   void schedule_sample();
   void sample();
   void check_stragglers();
+  // A "progress" event when a step moved since the last one and `due`.
+  void write_progress(bool due);
   void handle(const nlohmann::json& request, ControlServer::Reply reply);
   void stacks(int rank, ControlServer::Reply reply);
   void status_reply(bool all_nodes, ControlServer::Reply reply);
@@ -128,6 +137,10 @@ class IntrospectHook : public agent::AgentHooks {
   bool sampling_ = false;
   int attempt_ = 0;
   int restarts_ = 0;
+  int nodes_ = 1;  // the round's group world size
+  JobCounters counters_;
+  Clock::time_point last_progress_{};
+  std::map<int, int64_t> progress_steps_;  // rank -> step in the last progress event
   std::vector<Worker> workers_;
   StepRates rates_;
   base::OffLoopTask capture_;  // `ddprun stacks`' capture (agent_hook_stacks.cc)

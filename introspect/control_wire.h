@@ -15,7 +15,13 @@
 //            "workers": [{"rank", "local_rank", "pid", "state", "step",
 //                         "beat_age_s" (null without beats), "steps_per_s"
 //                         (null without two samples), "cpu_percent",
-//                         "rss_bytes", "straggler"}],
+//                         "rss_bytes", "cpu_seconds" (the process's CPU time
+//                         so far; null before the first sample), "straggler"}],
+//            "nodes" (the round's node count), "hangs", "hang_culprits"
+//            ({"<rank>": hangs blamed on it}), "last_culprit" (null before
+//            a hang), "recoveries", "recovery_fallbacks" (job_counters.h),
+//            "hang_timeouts" (learned) or "hang_timeout" (words) and
+//            "hang_timeout_s" (fixed),
 //            in a multi-node round also "peers": [the other nodes' status
 //            replies as they published them in the job's store, each with
 //            "node" (group rank), "published_unix", "age_s"], and

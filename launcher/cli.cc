@@ -28,7 +28,7 @@ namespace {
 
 using agent::StdSpec;
 
-// The subcommands introspect/cli.h dispatches to (each has its own --help).
+// The subcommands introspect/cli.h and observe/report_cli.h run (each has its own --help).
 // Shown under the usage line, before the flags: the first thing --help says.
 constexpr const char* kSubcommands = R"(
 Subcommands (ddprun SUBCOMMAND --help for their flags):
@@ -36,6 +36,7 @@ Subcommands (ddprun SUBCOMMAND --help for their flags):
   ddprun stacks RUN        every rank's Python and native stacks, without stopping the job
   ddprun attach PID        watch a job ddprun did not start (torchrun, srun) and report its hang
   ddprun doctor            check this machine for the causes of multi-GPU freezes
+  ddprun report RUN_DIR    one HTML page of a run: timelines per rank, step times, hangs, restarts
 )";
 
 constexpr const char* kFooter = R"(Everything after the program is passed to it untouched.
@@ -196,6 +197,11 @@ void check_ranges(const RawFlags& f, const agent::Options& o) {
     throw UsageError("--straggler-fraction must be >= 0 and < 1");
   if (o.straggler_window_s < 2) throw UsageError("--straggler-window must be >= 2 (seconds)");
   if (o.max_no_progress_restarts < 0) throw UsageError("--max-no-progress-restarts must be >= 0");
+  check_seconds("--progress-interval", o.progress_interval_s, 0);
+  if (o.progress_interval_s > 0 && o.progress_interval_s < 0.1)
+    throw UsageError("--progress-interval must be 0 (off) or >= 0.1 (seconds)");
+  if (o.metrics_port < -1 || o.metrics_port > 65535)
+    throw UsageError("--metrics-port=" + std::to_string(o.metrics_port) + ": not a TCP port");
   if (f.master_port != -1 && (f.master_port < 0 || f.master_port > 65535))
     throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
 }

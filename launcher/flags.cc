@@ -144,6 +144,9 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "straggler (console, events.jsonl, ddprun status); 0 off [0.3]");
   opt("--straggler-window,--straggler_window", o.straggler_window_s, "PET_STRAGGLER_WINDOW", H,
       "Seconds over which step rates are compared [60]");
+  opt("--progress-interval,--progress_interval", o.progress_interval_s, "PET_PROGRESS_INTERVAL", H,
+      "Seconds between \"progress\" events (each rank's step) in events.jsonl, what "
+      "`ddprun report` draws; at most one a second; 0 off [10]");
   opt("--restart-backoff,--restart_backoff", o.restart_backoff_s, "PET_RESTART_BACKOFF", T,
       "Seconds before the second restart (the first is immediate), doubling per restart up to 30 [0.1]");
   opt("--max-no-progress-restarts,--max_no_progress_restarts", o.max_no_progress_restarts,
@@ -154,6 +157,11 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "Worker exit codes that end the job without a restart, e.g. 2,64 [none]");
 
   const char* O = "Output";
+  opt("--metrics-port,--metrics_port", o.metrics_port, "PET_METRICS_PORT", O,
+      "Serve the job's Prometheus metrics at http://ADDR:PORT/metrics; 0 picks a free port "
+      "(logged) [off]");
+  opt("--metrics-addr,--metrics_addr", o.metrics_addr, "PET_METRICS_ADDR", O,
+      "Address the metrics are served on (0.0.0.0: every interface) [127.0.0.1]");
   opt("--log-dir,--log_dir", o.log_dir, "PET_LOG_DIR", O,
       "Write <dir>/<run-id>/attempt_<n>/<local_rank>/{stdout,stderr}.log");
   opt("-r,--redirects", f.redirects, "PET_REDIRECTS", O,

@@ -2,7 +2,9 @@
 // everything else lives in the ddprun_agent and ddprun_launcher libraries.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "agent/agent.h"
 #include "agent/elastic_rendezvous.h"
@@ -12,6 +14,9 @@
 #include "introspect/cli.h"
 #include "introspect/stacks.h"
 #include "launcher/cli.h"
+#include "observe/exposition.h"
+#include "observe/metrics_server.h"
+#include "observe/report_cli.h"
 #include "watchdog/agent_hook.h"
 
 int main(int argc, char** argv) {
@@ -28,6 +33,10 @@ int main(int argc, char** argv) {
   // of that name runs as ./status.
   if (argc > 1 && ddprun::introspect::is_subcommand(argv[1])) {
     return ddprun::introspect::run_subcommand(argc - 1, argv + 1);
+  }
+  // `ddprun report RUN_DIR` (observe/report_cli.h); a program named report runs as ./report.
+  if (argc > 1 && std::string(argv[1]) == "report") {
+    return ddprun::observe::report_main(argc - 1, argv + 1);
   }
   ddprun::launcher::ParseResult parsed;
   try {
@@ -52,6 +61,10 @@ int main(int argc, char** argv) {
       ddprun::watchdog::restart_options_from(options));
   auto* job_policy = policy.get();
   const auto hook_options = ddprun::watchdog::hook_options_from(options);
+  ddprun::observe::MetricsServerOptions metrics_options;
+  metrics_options.address = options.metrics_addr;
+  metrics_options.port = static_cast<uint16_t>(std::max(0, options.metrics_port));
+  const bool serve_metrics = options.metrics_port >= 0;
   // Multi-node: the elastic rendezvous over our store (agent/elastic_rendezvous.h).
   std::unique_ptr<ddprun::agent::RendezvousHandler> rendezvous;
   ddprun::agent::ElasticRendezvous* elastic = nullptr;
@@ -79,5 +92,23 @@ int main(int argc, char** argv) {
       agent.io(), monitor_options, [&watchdog] { return watchdog.watchdog(); },
       [&watchdog] { return watchdog.events(); });
   agent.add_hooks(&introspect);
+  // --metrics-port: the status snapshot as Prometheus text, served on the
+  // agent's loop (observe/metrics_server.h). Asked for, so a port in use
+  // ends the launch before any worker starts rather than leaving the
+  // dashboards blank.
+  std::unique_ptr<ddprun::observe::MetricsServer> metrics;
+  if (serve_metrics) {
+    try {
+      metrics = std::make_unique<ddprun::observe::MetricsServer>(
+          agent.io(), metrics_options, [&introspect] {
+            return ddprun::observe::render_exposition(introspect.status(),
+                                                      ddprun::observe::sample_this_process());
+          });
+    } catch (const std::exception& e) {
+      spdlog::error("--metrics-port: {}", e.what());
+      return 1;
+    }
+    spdlog::info("metrics at {}", metrics->url());
+  }
   return agent.run();
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The include graph against the layers README.md draws:
 
-    base < rendezvous < agent < watchdog < introspect < launcher, trainer
+    base < rendezvous < agent < watchdog < introspect < observe < launcher, trainer
 
 A component's files may include its own headers and those of the layers
 below it, never one above (or beside: launcher and trainer do not include
@@ -29,7 +29,8 @@ ALLOWED = {
     "agent": {"base", "rendezvous", "agent"},
     "watchdog": {"base", "rendezvous", "agent", "watchdog"},
     "introspect": {"base", "rendezvous", "agent", "watchdog", "introspect"},
-    "launcher": {"base", "rendezvous", "agent", "watchdog", "introspect", "launcher"},
+    "observe": {"base", "rendezvous", "agent", "watchdog", "introspect", "observe"},
+    "launcher": {"base", "rendezvous", "agent", "watchdog", "introspect", "observe", "launcher"},
     "trainer": {"base", "rendezvous", "watchdog", "trainer"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')

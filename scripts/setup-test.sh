@@ -3,7 +3,8 @@
 # Debian's torch (the torch 1.13 tests), clang/libFuzzer (the store's
 # fuzzers), gdb and elfutils (stacks), Slurm, munge and etcd (multi-node),
 # iproute2 (network namespaces), man-db and zsh (the .deb test), tmux (a
-# terminal emulator for agent.progress_bars), the wheel's build tools in
+# terminal emulator for agent.progress_bars), prometheus (with promtool:
+# observe.prometheus) and chromium (headless: observe.report_chromium), the wheel's build tools in
 # .venv-wheel (scripts/build-wheel.sh) and the wheel's dependency, py-spy,
 # in .wheelhouse ($DDPRUN_WHEELHOUSE), from which install.wheel installs
 # the wheel offline.
@@ -16,6 +17,7 @@ packages=(
   clang libclang-rt-14-dev
   iproute2 gdb elfutils procps man-db zsh tmux
   slurmctld slurmd slurm-client munge util-linux etcd-server etcd-client openssl
+  prometheus chromium
 )
 bash scripts/install-packages.sh "${packages[@]}"
 bash scripts/build-wheel.sh --tools

@@ -68,6 +68,7 @@ EventLog::EventLog(EventLog&& other) noexcept
     : path_(std::move(other.path_)),
       echo_(other.echo_),
       said_failed_(other.said_failed_),
+      tap_(std::move(other.tap_)),
       writer_(std::move(other.writer_)),
       file_(std::move(other.file_)) {}
 
@@ -88,6 +89,7 @@ void EventLog::write(const std::string& event, int attempt, const std::vector<in
   if (extra.is_object()) j.update(extra);
   std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (echo_) spdlog::info("event: {}", line.substr(0, line.size() - 1));
+  if (tap_) tap_(j);
   if (const int err = file_.error()) {
     if (!said_failed_) spdlog::warn("event log {}: write failed: {}", path_, base::errno_text(err));
     said_failed_ = true;

@@ -2,7 +2,8 @@
 // directory) so a user or a dashboard can follow a job after the fact.
 //
 // Each line: {"event": "start|rendezvous|worker_exit|hang_detected|restart|done|
-//   log_write_failed",
+//   log_write_failed|..." (and the monitor's straggler, straggler_recovered
+//   and progress, every rank's step: introspect/agent_hook.h),
 //   "time": ISO 8601 UTC wall clock, "monotonic_s": steady clock seconds,
 //   "attempt": N, "ranks": [global ranks], "reason": "...", ...extra fields}
 // Lines are queued to a writer thread (base/queued_writer.h), which appends
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +51,12 @@ class EventLog {
              const std::string& reason, const nlohmann::json& extra = nlohmann::json::object());
 
   const std::string& path() const { return path_; }
+  // Sees every event as it is written (the file may fail; the tap still
+  // sees it): the job's counters (hangs, culprits) for `ddprun status` and
+  // the metrics exporter, without a second channel beside the log. Called
+  // on the writing (loop) thread; it must not block. Empty: none.
+  using Tap = std::function<void(const nlohmann::json& event)>;
+  void set_tap(Tap tap) { tap_ = std::move(tap); }
   // Also log every line on ddprun's stderr (--event-log-handler=console).
   void echo_to_console(bool on) { echo_ = on; }
   // Waits up to `deadline` until the lines written so far are in the file.
@@ -58,6 +66,7 @@ class EventLog {
   std::string path_;
   bool echo_ = false;
   bool said_failed_ = false;
+  Tap tap_;
   std::shared_ptr<base::QueuedWriter> writer_;
   base::QueuedFile file_;
 };

@@ -5,7 +5,7 @@ _ddprun() {
   # The subcommand, when the first word after ddprun is one.
   case ${COMP_WORDS[1]-} in status|stacks|attach|doctor) ((COMP_CWORD > 1)) && sub=("${COMP_WORDS[1]}") ;; esac
   if ((COMP_CWORD == 1)) && [[ $cur != -* ]]; then
-    COMPREPLY=($(compgen -W "status stacks attach doctor" -- "$cur") $(compgen -f -- "$cur"))
+    COMPREPLY=($(compgen -W "status stacks attach doctor report" -- "$cur") $(compgen -f -- "$cur"))
     return
   fi
   if [[ $cur == -* ]]; then

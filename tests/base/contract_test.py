@@ -4,7 +4,7 @@ Checks, each failing with the names and places at fault:
   1. every name in base/contract.h appears in docs/CONTRACTS.md, inside
      backquotes, and every variable-like name backquoted there
      (`UPPER_CASE`) is in the header;
-  2. C++ outside the header (agent, base, introspect, launcher, rendezvous,
+  2. C++ outside the header (agent, base, introspect, launcher, observe, rendezvous,
      trainer, watchdog) spells no header name as a string literal: "NAME",
      "/name" or "NAME=value" (the constants are used instead; a sentence
      that mentions a name is not a use of it), and every "DDPRUN_..."
@@ -25,7 +25,8 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../common"))
 from check_report import report  # noqa: E402
 
-COMPONENTS = ["agent", "base", "introspect", "launcher", "rendezvous", "trainer", "watchdog"]
+COMPONENTS = ["agent", "base", "introspect", "launcher", "observe", "rendezvous", "trainer",
+              "watchdog"]
 PYTHON_HELPERS = ["watchdog/python/ddprun_heartbeat.py", "watchdog/python/ddprun_recovery.py",
                   "introspect/python/sitecustomize.py"]
 HEADER = "base/contract.h"

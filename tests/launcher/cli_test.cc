@@ -352,3 +352,15 @@ TEST_CASE("a bad duration exits 2 with one line naming it (real process)") {
     CHECK(r.err.find("<= 1000000") != std::string::npos);
   }
 }
+
+TEST_CASE("--metrics-port takes -1 to 65535 (off by default), --progress-interval 0 or >= 0.1 s") {
+  CHECK(parse({"x"}).metrics_port == -1);
+  CHECK(parse({"x"}).metrics_addr == "127.0.0.1");
+  CHECK(parse({"--metrics-port=0", "--metrics-addr=::1", "x"}).metrics_port == 0);
+  CHECK(error_of({"--metrics-port=65536", "x"}) == "--metrics-port=65536: not a TCP port");
+  CHECK(error_of({"--metrics-port=-2", "x"}) == "--metrics-port=-2: not a TCP port");
+  CHECK(parse({"--progress-interval=0", "x"}).progress_interval_s == 0);
+  CHECK(error_of({"--progress-interval=0.05", "x"}) ==
+        "--progress-interval must be 0 (off) or >= 0.1 (seconds)");
+  CHECK(error_of({"--progress-interval=inf", "x"}).find("--progress-interval=inf") == 0);
+}

@@ -29,7 +29,8 @@ std::vector<std::string> event_names(const std::string& run_dir) {
   std::ifstream in(run_dir + "/events.jsonl");
   for (std::string line; std::getline(in, line);) {
     auto e = json::parse(line);
-    if (e["event"] != "worker_exit") names.push_back(e["event"]);
+    // progress: the monitor's step samples (introspect/agent_hook.h), at its own pace.
+    if (e["event"] != "worker_exit" && e["event"] != "progress") names.push_back(e["event"]);
   }
   return names;
 }
