@@ -36,6 +36,22 @@ enum class RestartScope {
   kRank,   // only that rank is replaced; the survivors re-form with it
 };
 
+// --on-hang: what a detected freeze does after the stacks and the report.
+enum class OnHang {
+  kRestart,  // restart the group (counts against --max-restarts)
+  kExit,     // end the job with status 124
+  kReport,   // only warn, keep the job running
+};
+
+// --stack-capture: how a hung native worker's stacks are captured.
+enum class StackCapture {
+  kAuto,     // eu-stack, else gdb, else /proc
+  kEuStack,  // eu-stack, else /proc
+  kGdb,      // gdb, else /proc
+  kProc,     // the kernel's view from /proc only
+  kNone,     // no capture, and no live stack signal to Python workers
+};
+
 struct Options {
   // --- Workers -------------------------------------------------------------
   // Workers on this node (--nproc-per-node after auto/cpu/gpu resolution).
@@ -125,11 +141,10 @@ struct Options {
   double hang_timeout_s = -1.0;
   // --hang-timeout-floor: no learned timeout is shorter, seconds.
   double hang_timeout_floor_s = 60.0;
-  // --on-hang: what a detected freeze does after the stacks and the report:
-  // "restart" the group (counts against --max-restarts), "exit" the job
-  // with status 124, "report" only (warn, keep running); empty: restart
-  // when --max-restarts > 0, else exit.
-  std::string on_hang;
+  // --on-hang: what a detected freeze does after the stacks and the report;
+  // not given: restart when --max-restarts > 0, else exit (the launcher
+  // decides).
+  OnHang on_hang = OnHang::kExit;
   // --heartbeat-grace: seconds for each worker's FIRST beat (start-up,
   // compilation); 0 means max(--heartbeat-timeout, 60).
   double heartbeat_grace_s = 0.0;
@@ -138,9 +153,8 @@ struct Options {
   // the silence timeout; 0 disables.
   double stuck_timeout_s = -1.0;
   // --stack-capture: how a hung native worker's stacks are captured before
-  // the teardown: auto (eu-stack, else gdb, else /proc), eu-stack, gdb,
-  // proc, none. Python workers with faulthandler print their own.
-  std::string stack_capture = "auto";
+  // the teardown. Python workers with faulthandler print their own.
+  StackCapture stack_capture = StackCapture::kAuto;
   // --straggler-fraction / --straggler-window: a rank whose heartbeat step
   // rate over the window is this fraction below the median is reported
   // (introspect/step_rates.h); 0 disables. Not interpreted by the agent.

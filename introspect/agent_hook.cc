@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "agent/exit_status.h"
+#include "base/duration.h"
 #include "base/contract.h"
 #include "base/safe_file.h"
 #include "introspect/control_wire.h"
@@ -81,11 +82,12 @@ MonitorOptions monitor_options_from(const agent::Options& o) {
   MonitorOptions m;
   m.run_id = o.run_id;
   m.straggler.fraction = o.straggler_fraction;
-  m.straggler.window = std::chrono::milliseconds(static_cast<int64_t>(o.straggler_window_s * 1000));
+  m.straggler.window = base::millis_from_seconds(o.straggler_window_s);
   // --stack-capture names the tool for hang reports; stacks on request follow it.
-  if (o.stack_capture == "eu-stack") m.stacks.gdb.clear();
-  if (o.stack_capture == "gdb") m.stacks.eu_stack.clear();
-  if (o.stack_capture == "proc" || o.stack_capture == "none") {
+  using agent::StackCapture;
+  if (o.stack_capture == StackCapture::kEuStack) m.stacks.gdb.clear();
+  if (o.stack_capture == StackCapture::kGdb) m.stacks.eu_stack.clear();
+  if (o.stack_capture == StackCapture::kProc || o.stack_capture == StackCapture::kNone) {
     m.stacks.eu_stack.clear();
     m.stacks.gdb.clear();
   }

@@ -213,7 +213,24 @@ void interpret_hang(const RawFlags& f, agent::Options& o) {
   }
   if (!(o.hang_timeout_floor_s > 0) || o.hang_timeout_floor_s > 1e7)
     throw UsageError("--hang-timeout-floor must be > 0 (seconds)");
-  o.on_hang = f.on_hang;
+  // CLI11 checked the words (IsMember); not given: restart where a restart
+  // is left.
+  using agent::OnHang;
+  if (f.on_hang == "restart") {
+    o.on_hang = OnHang::kRestart;
+  } else if (f.on_hang == "exit") {
+    o.on_hang = OnHang::kExit;
+  } else if (f.on_hang == "report") {
+    o.on_hang = OnHang::kReport;
+  } else {
+    o.on_hang = o.max_restarts > 0 ? OnHang::kRestart : OnHang::kExit;
+  }
+  using agent::StackCapture;
+  o.stack_capture = f.stack_capture == "eu-stack" ? StackCapture::kEuStack
+                    : f.stack_capture == "gdb"    ? StackCapture::kGdb
+                    : f.stack_capture == "proc"   ? StackCapture::kProc
+                    : f.stack_capture == "none"   ? StackCapture::kNone
+                                                  : StackCapture::kAuto;
 }
 
 // --rdzv-conf (its token kept apart), --master-port, and what a multi-node

@@ -133,7 +133,7 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   opt("--stuck-timeout,--stuck_timeout", o.stuck_timeout_s, "PET_STUCK_TIMEOUT", H,
       "Seconds a worker may stay stopped (T) or in uninterruptible sleep (D); 0 off "
       "[--heartbeat-timeout, else --silence-timeout]");
-  opt("--stack-capture,--stack_capture", o.stack_capture, "PET_STACK_CAPTURE", H,
+  opt("--stack-capture,--stack_capture", f.stack_capture, "PET_STACK_CAPTURE", H,
       "How a hung native worker's stacks are captured: auto (eu-stack, else gdb, else /proc), "
       "eu-stack, gdb, proc or none (none also sends Python workers no signal for a live "
       "stack dump) [auto]")

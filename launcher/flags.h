@@ -27,9 +27,11 @@ struct RawFlags {
   std::string tee = "0";
   std::string stdin_rank = "0";
   std::string local_ranks_filter;
-  // --hang-timeout: "auto" or seconds; --on-hang: "", restart, exit, report.
+  // --hang-timeout: "auto" or seconds; --on-hang: "", restart, exit, report;
+  // --stack-capture: auto, eu-stack, gdb, proc, none.
   std::string hang_timeout = "auto";
   std::string on_hang;
+  std::string stack_capture = "auto";
   // --restart-scope: group or rank.
   std::string restart_scope = "group";
   CommandSpec program;  // -m, --no-python, --run-path
