@@ -5,6 +5,7 @@
 // else. Every field has torchrun's default where torchrun has the flag.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -132,26 +133,26 @@ struct Options {
   double term_timeout_s = 30.0;
   // --heartbeat-timeout / --silence-timeout: hang detection (watchdog/);
   // 0 disables. Not interpreted by the agent itself.
-  double heartbeat_timeout_s = 0.0;
-  double silence_timeout_s = 0.0;
-  // --hang-timeout: negative (auto, the default) learns each timeout from
-  // the job's own beats and sections (watchdog/timeout_learner.h); S > 0 is
+  std::chrono::milliseconds heartbeat_timeout{0};
+  std::chrono::milliseconds silence_timeout{0};
+  // --hang-timeout: unset (auto, the default) learns each timeout from the
+  // job's own beats and sections (watchdog/timeout_learner.h); above 0 is
   // one fixed timeout (as --heartbeat-timeout, which wins when both are
   // set); 0 turns freeze detection off.
-  double hang_timeout_s = -1.0;
-  // --hang-timeout-floor: no learned timeout is shorter, seconds.
-  double hang_timeout_floor_s = 60.0;
+  std::optional<std::chrono::milliseconds> hang_timeout;
+  // --hang-timeout-floor: no learned timeout is shorter.
+  std::chrono::milliseconds hang_timeout_floor{60000};
   // --on-hang: what a detected freeze does after the stacks and the report;
   // not given: restart when --max-restarts > 0, else exit (the launcher
   // decides).
   OnHang on_hang = OnHang::kExit;
-  // --heartbeat-grace: seconds for each worker's FIRST beat (start-up,
-  // compilation); 0 means max(--heartbeat-timeout, 60).
-  double heartbeat_grace_s = 0.0;
-  // --stuck-timeout: seconds a worker may stay stopped (T) or in
-  // uninterruptible sleep (D); negative means the heartbeat timeout, else
-  // the silence timeout; 0 disables.
-  double stuck_timeout_s = -1.0;
+  // --heartbeat-grace: each worker's FIRST beat (start-up, compilation); 0
+  // means max(--heartbeat-timeout, 60 s).
+  std::chrono::milliseconds heartbeat_grace{0};
+  // --stuck-timeout: how long a worker may stay stopped (T) or in
+  // uninterruptible sleep (D); unset means the heartbeat timeout, else the
+  // silence timeout; 0 disables.
+  std::optional<std::chrono::milliseconds> stuck_timeout;
   // --stack-capture: how a hung native worker's stacks are captured before
   // the teardown. Python workers with faulthandler print their own.
   StackCapture stack_capture = StackCapture::kAuto;
@@ -159,10 +160,10 @@ struct Options {
   // rate over the window is this fraction below the median is reported
   // (introspect/step_rates.h); 0 disables. Not interpreted by the agent.
   double straggler_fraction = 0.3;
-  double straggler_window_s = 60.0;
-  // --restart-backoff: seconds before the second restart (the first is
+  std::chrono::milliseconds straggler_window{60000};
+  // --restart-backoff: the wait before the second restart (the first is
   // immediate), doubling with each further restart (capped at 30 s).
-  double restart_backoff_s = 0.1;
+  std::chrono::milliseconds restart_backoff{100};
   // --max-no-progress-restarts: stop after this many attempts in a row whose
   // highest heartbeat step did not advance; 0 disables.
   int max_no_progress_restarts = 0;

@@ -11,7 +11,6 @@
 #include <filesystem>
 
 #include "agent/exit_status.h"
-#include "base/duration.h"
 #include "base/contract.h"
 #include "base/safe_file.h"
 #include "introspect/control_wire.h"
@@ -82,7 +81,7 @@ MonitorOptions monitor_options_from(const agent::Options& o) {
   MonitorOptions m;
   m.run_id = o.run_id;
   m.straggler.fraction = o.straggler_fraction;
-  m.straggler.window = base::millis_from_seconds(o.straggler_window_s);
+  m.straggler.window = o.straggler_window;
   // --stack-capture names the tool for hang reports; stacks on request follow it.
   using agent::StackCapture;
   if (o.stack_capture == StackCapture::kEuStack) m.stacks.gdb.clear();

@@ -32,6 +32,15 @@ struct RawFlags {
   std::string hang_timeout = "auto";
   std::string on_hang;
   std::string stack_capture = "auto";
+  // Durations in seconds as given; agent::Options holds them as
+  // milliseconds (base::millis_from_seconds). -1: --stuck-timeout not given.
+  double heartbeat_timeout_s = 0.0;
+  double silence_timeout_s = 0.0;
+  double hang_timeout_floor_s = 60.0;
+  double heartbeat_grace_s = 0.0;
+  double stuck_timeout_s = -1.0;
+  double straggler_window_s = 60.0;
+  double restart_backoff_s = 0.1;
   // --restart-scope: group or rank.
   std::string restart_scope = "group";
   CommandSpec program;  // -m, --no-python, --run-path

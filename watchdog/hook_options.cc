@@ -3,14 +3,11 @@
 #include <algorithm>
 
 #include "base/contract.h"
-#include "base/duration.h"
 #include "base/procfs.h"
 
 namespace ddprun::watchdog {
 
 namespace {
-
-using base::millis_from_seconds;
 
 std::string base_env_value(const agent::Options& o, const std::string& key) {
   for (const auto& kv : o.base_env) {
@@ -39,20 +36,20 @@ const char* to_string(OnHang action) {
 
 HookOptions hook_options_from(const agent::Options& o) {
   HookOptions h;
-  h.detect.heartbeat_timeout = millis_from_seconds(o.heartbeat_timeout_s);
+  h.detect.heartbeat_timeout = o.heartbeat_timeout;
   // --heartbeat-timeout wins; else --hang-timeout=S is the same fixed
-  // timeout, auto (negative) learns, 0 is off.
-  if (h.detect.heartbeat_timeout.count() == 0 && o.hang_timeout_s > 0)
-    h.detect.heartbeat_timeout = millis_from_seconds(o.hang_timeout_s);
-  h.learn = h.detect.heartbeat_timeout.count() == 0 && o.hang_timeout_s < 0;
-  h.learner.floor = std::max(Millis(1), millis_from_seconds(o.hang_timeout_floor_s));
+  // timeout, auto (unset) learns, 0 is off.
+  if (h.detect.heartbeat_timeout.count() == 0 && o.hang_timeout && o.hang_timeout->count() > 0)
+    h.detect.heartbeat_timeout = *o.hang_timeout;
+  h.learn = h.detect.heartbeat_timeout.count() == 0 && !o.hang_timeout;
+  h.learner.floor = std::max(Millis(1), o.hang_timeout_floor);
   // --heartbeat-grace is the setup's timeout in learned mode too (spawn to
   // the first beat; its end only says detection is off, never kills).
-  if (o.heartbeat_grace_s > 0) h.learner.initial_setup = millis_from_seconds(o.heartbeat_grace_s);
+  if (o.heartbeat_grace.count() > 0) h.learner.initial_setup = o.heartbeat_grace;
   h.on_hang = o.on_hang;
-  h.detect.heartbeat_grace = millis_from_seconds(o.heartbeat_grace_s);
-  h.detect.silence_timeout = millis_from_seconds(o.silence_timeout_s);
-  if (o.stuck_timeout_s >= 0) h.detect.stuck_timeout = millis_from_seconds(o.stuck_timeout_s);
+  h.detect.heartbeat_grace = o.heartbeat_grace;
+  h.detect.silence_timeout = o.silence_timeout;
+  h.detect.stuck_timeout = o.stuck_timeout;
   // A named tool only, /proc only, or no capture at all.
   switch (o.stack_capture) {
     case agent::StackCapture::kAuto: break;
@@ -81,7 +78,7 @@ HookOptions hook_options_from(const agent::Options& o) {
 RestartRulesOptions restart_options_from(const agent::Options& o) {
   RestartRulesOptions r;
   r.max_restarts = o.max_restarts;
-  r.backoff_initial = millis_from_seconds(o.restart_backoff_s);
+  r.backoff_initial = o.restart_backoff;
   r.max_no_progress_restarts = o.max_no_progress_restarts;
   r.no_restart_exit_codes = o.no_restart_exit_codes;
   return r;

@@ -1,6 +1,6 @@
-// The watchdog hook's options (agent_hook.h), typed once from the agent's
-// options: enums for the choices, std::chrono::milliseconds for every
-// duration, converted from the command line's seconds in one place.
+// The watchdog hook's options (agent_hook.h), from the agent's options,
+// which the launcher parsed once into enums and std::chrono::milliseconds
+// (base::millis_from_seconds: one conversion, one rounding).
 #pragma once
 
 #include <chrono>

@@ -248,7 +248,7 @@ TEST_CASE("--flag= with an empty value means the default and never takes the nex
   o = parse({"--term-timeout=", "--master-port=", "--stuck-timeout=", "--standalone=", "x"});
   CHECK(o.term_timeout_s == 30.0);
   CHECK_FALSE(o.master_port.has_value());
-  CHECK(o.stuck_timeout_s == -1);
+  CHECK_FALSE(o.stuck_timeout.has_value());
   CHECK_FALSE(o.standalone);
   CHECK(o.command == std::vector<std::string>{"x"});
   // The space form with an empty argument is the same.
