@@ -71,8 +71,8 @@ struct StackCaptureOptions {
   std::string python_tools_dir;
   // Each tool is killed when it has not finished within this time.
   std::chrono::milliseconds tool_timeout{10000};
-  // Let gdb read debug info and unwind tables. Off (--readnever) is ~3x
-  // faster but cannot unwind through libc, so the default is on.
+  // Let gdb read debug info and unwind tables. Off (--readnever) is faster
+  // but cannot unwind through libc, so the default is on.
   bool debug_info = true;
 };
 
