@@ -95,7 +95,7 @@ StdSpec parse_std(const std::string& flag, const std::string& v) {
 
 std::string random_run_id() {
   // getrandom, not std::random_device: its cpuid probe costs ~20 us in a VM
-  // at every start (issue 24).
+  // at every start.
   const std::string h = base::random_hex(16);
   return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
          "-" + h.substr(20);

@@ -32,7 +32,7 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
     // in scripts. Runs before CLI11 converts the text to the field's type.
     // The default is kept as a value and made text only when an empty value
     // comes: an ostringstream for each of ~40 options was on every launch's
-    // path (issue 24).
+    // path.
     option->transform(
         [def = var](std::string value) { return value.empty() ? default_text(def) : value; }, "",
         "empty_means_default");
