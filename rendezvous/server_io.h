@@ -18,10 +18,25 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <sys/socket.h>
 
 namespace ddprun::rendezvous {
+
+// A connection's buffer policy, both servers': buffers up to this capacity
+// are part of a connection's fixed cost (bounded by the connection limits);
+// larger ones are charged to the server's max_buffered_bytes and freed as
+// soon as they are empty, so an idle connection that once carried a big
+// frame does not keep holding it.
+constexpr size_t kKeepCapacity = 1024;
+inline void release_if_empty(std::vector<uint8_t>& b) {
+  if (b.empty() && b.capacity() > kKeepCapacity) std::vector<uint8_t>().swap(b);
+}
+// What a buffer is charged to max_buffered_bytes.
+inline size_t buffer_charge(const std::vector<uint8_t>& b) {
+  return b.capacity() > kKeepCapacity ? b.capacity() : 0;
+}
 
 // At most this many connections taken from the kernel's queue a turn.
 constexpr size_t kAcceptsPerTurn = 256;
@@ -112,7 +127,7 @@ void read_some_into(Conn& c, size_t allowed) {
   using tcp = asio::ip::tcp;
   boost::system::error_code ec;
   // Made at the first read, not with the server: its 64 KiB are page
-  // faults a launch need not take before its workers (issue 24).
+  // faults a launch need not take before its workers.
   if (c.srv->scratch.size() < allowed) c.srv->scratch.resize(allowed);
   const uint8_t* data = c.srv->scratch.data();
   size_t n = c.ahead.n;

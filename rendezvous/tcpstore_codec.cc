@@ -216,4 +216,60 @@ void put_string(Bytes& out, const uint8_t* p, size_t n) {
   out.insert(out.end(), p, p + n);
 }
 
+Bytes encode_request(Dialect d, const Request& r) {
+  const uint8_t code = opcode(d, r.op);
+  if (code == 0xff) return {};
+  Bytes out{code};
+  auto keys = [&] {
+    put_u64(out, r.keys.size());
+    for (const auto& k : r.keys) put_string(out, k);
+  };
+  switch (r.op) {
+    case Op::kValidate:
+    case Op::kPing:
+      put_u32(out, r.u32);
+      break;
+    case Op::kSet:
+    case Op::kAppend:
+    case Op::kQueuePush:
+      put_string(out, r.keys.at(0));
+      put_string(out, r.values.at(0));
+      break;
+    case Op::kCompareSet:
+      put_string(out, r.keys.at(0));
+      put_string(out, r.values.at(0));
+      put_string(out, r.values.at(1));
+      break;
+    case Op::kGet:
+    case Op::kDeleteKey:
+    case Op::kQueuePop:
+    case Op::kQueueLen:
+    case Op::kWatchKey:
+      put_string(out, r.keys.at(0));
+      break;
+    case Op::kAdd:
+    case Op::kBarrier:
+      put_string(out, r.keys.at(0));
+      put_i64(out, r.number);
+      break;
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+      keys();
+      break;
+    case Op::kMultiSet:
+      put_u64(out, r.keys.size());
+      for (size_t i = 0; i < r.keys.size(); ++i) {
+        put_string(out, r.keys[i]);
+        put_string(out, r.values.at(i));
+      }
+      break;
+    case Op::kGetNumKeys:
+    case Op::kCancelWait:
+    case Op::kListKeys:
+      break;
+  }
+  return out;
+}
+
 }  // namespace ddprun::rendezvous::tcpstore
