@@ -16,14 +16,6 @@ namespace {
 // client that pipelines requests for big replies it does not read gets one
 // built, not a queue of them (each costs the loop a copy of the value).
 constexpr size_t kMaxOutBuffered = 64 * 1024;
-// Reads go through one buffer of this size, shared by every connection;
-// a connection reads at most one chunk a turn of the event loop.
-constexpr size_t kReadChunk = 64 * 1024;
-// A connection answers at most this many requests a turn, then yields to
-// the others: a pipelined flood of tiny requests (64 KiB holds thousands)
-// delays everyone else by one small batch, not by the whole chunk.
-constexpr size_t kRequestsPerTurn = 64;
-// Connections accepted a turn (the rest of a connect flood waits a turn).
 // Behind a blocked request a connection buffers at most this much; the rest
 // stays in the kernel (TCP pushes back on the client).
 constexpr size_t kMaxBufferedBehindWait = kReadChunk;
@@ -94,16 +86,7 @@ void Conn::process() {
   size_t handled = 0;
   while (!pending && !closing && !closed && !shared && out.size() < kMaxOutBuffered) {
     if (handled == kRequestsPerTurn) {
-      // Yield; the rest is parsed behind the other connections' handlers.
-      if (!resume_posted) {
-        resume_posted = true;
-        asio::post(sock.get_executor(), [self = shared_from_this()] {
-          self->resume_posted = false;
-          if (self->closed) return;
-          self->process();
-          self->read_more();
-        });
-      }
+      resume_next_turn(*this);
       break;
     }
     const uint8_t* front = in.data() + in_pos;
@@ -153,27 +136,15 @@ void Conn::process() {
     in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(in_pos));
     in_pos = 0;
   }
-  update_frame_timer();
+  run_frame_timer(*this, !pending && !closing && in_pos < in.size(), "partial frame");
   account();
   flush();
 }
 
-void Conn::update_frame_timer() {
-  bool partial = !pending && !closing && in_pos < in.size();
-  if (!partial) {
-    if (frame_timer_armed) frame_timer.cancel();
-    frame_timer_armed = false;
-    return;
-  }
-  if (frame_timer_armed) return;  // the clock runs from the first partial byte
-  frame_timer_armed = true;
-  frame_timer.expires_after(srv->options.partial_frame_timeout);
-  frame_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-    if (ec || self->closed || !self->frame_timer_armed) return;
-    self->srv->log.warn("store: closing " + self->peer + ": partial frame not completed within " +
-                        std::to_string(self->srv->options.partial_frame_timeout.count()) + " ms");
-    self->close();
-  });
+void Conn::fail(const std::string& why) {
+  if (closed) return;
+  srv->log.warn("store: closing " + peer + ": " + why);
+  close();
 }
 
 void Conn::authenticate(const wire::Request& q) {
@@ -282,20 +253,10 @@ void Conn::flush() {
   // Try a direct write first: the common reply fits the socket buffer and
   // needs no trip through the reactor.
   greeting_held = false;  // `out` starts with it
-  boost::system::error_code ec;
-  size_t n = sock.write_some(asio::buffer(out), ec);
-  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return close();
-  if (n == out.size()) {
-    out.clear();
-    release_if_empty(out);
-    account();
+  if (write_directly(*this)) {
     if (closing) close();
     return;
   }
-  sending.assign(out.begin() + static_cast<std::ptrdiff_t>(n), out.end());
-  out.clear();
-  release_if_empty(out);
-  account();
   if (closed) return;
   write_async(asio::buffer(sending));
 }

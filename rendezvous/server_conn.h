@@ -86,7 +86,8 @@ struct Conn : std::enable_shared_from_this<Conn> {
   // Sends `rest` (in `sending` or `shared`) in the background.
   void write_async(boost::asio::const_buffer rest);
   void close();
-  void update_frame_timer();
+  // Logs why, then closes.
+  void fail(const std::string& why);
   // Answers the blocked request: `answer`, or a timeout when null.
   void finish_wait(const Table::Answer& answer);
   // Charges this connection's buffers to the server-wide limit.

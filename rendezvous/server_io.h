@@ -38,6 +38,14 @@ inline size_t buffer_charge(const std::vector<uint8_t>& b) {
   return b.capacity() > kKeepCapacity ? b.capacity() : 0;
 }
 
+// Reads go through one buffer of this size, shared by every connection;
+// a connection reads at most one chunk a turn of the event loop.
+constexpr size_t kReadChunk = 64 * 1024;
+// A connection answers at most this many requests a turn, then yields to
+// the others: a pipelined flood of tiny requests (64 KiB holds thousands)
+// delays everyone else by one small batch, not by the whole chunk.
+constexpr size_t kRequestsPerTurn = 64;
+
 // At most this many connections taken from the kernel's queue a turn.
 constexpr size_t kAcceptsPerTurn = 256;
 
@@ -91,6 +99,69 @@ void shut_down_server(Impl& impl) {
   auto conns = std::move(impl.conns);
   impl.conns.clear();
   for (auto& c : conns) c->close();
+}
+
+// Yields `c`'s turn after kRequestsPerTurn: what it has read and not
+// parsed yet is parsed behind the other connections' ready handlers, then
+// it reads again. `Conn` (shared_from_this) has: sock, bool resume_posted
+// (read_more() does not read while it is set), closed, process(),
+// read_more().
+template <typename Conn>
+void resume_next_turn(Conn& c) {
+  if (c.resume_posted) return;
+  c.resume_posted = true;
+  boost::asio::post(c.sock.get_executor(), [self = c.shared_from_this()] {
+    self->resume_posted = false;
+    if (self->closed) return;
+    self->process();
+    self->read_more();
+  });
+}
+
+// Runs `c`'s slow-loris clock while `partial` (from the first partial byte
+// on: later bytes do not restart it) and stops it otherwise; past the
+// server's partial_frame_timeout the connection fails with "<what> not
+// completed within N ms". `Conn` (shared_from_this) has: frame_timer,
+// bool frame_timer_armed, closed, srv->options.partial_frame_timeout and
+// fail(why).
+template <typename Conn>
+void run_frame_timer(Conn& c, bool partial, const char* what) {
+  if (!partial || c.closed) {
+    if (c.frame_timer_armed) c.frame_timer.cancel();
+    c.frame_timer_armed = false;
+    return;
+  }
+  if (c.frame_timer_armed) return;
+  c.frame_timer_armed = true;
+  c.frame_timer.expires_after(c.srv->options.partial_frame_timeout);
+  c.frame_timer.async_wait([self = c.shared_from_this(), what](boost::system::error_code ec) {
+    if (ec || self->closed || !self->frame_timer_armed) return;
+    self->fail(std::string(what) + " not completed within " +
+               std::to_string(self->srv->options.partial_frame_timeout.count()) + " ms");
+  });
+}
+
+// Writes c.out without waiting, as much as the socket takes: the common
+// reply fits its buffer and needs no trip through the reactor. True when
+// all of it went; false with the rest moved to c.sending for the caller to
+// send in the background, or with the connection closed (a write error,
+// or account() over the buffer limit). `Conn` has: sock, out, sending,
+// account(), close().
+template <typename Conn>
+bool write_directly(Conn& c) {
+  namespace asio = boost::asio;
+  boost::system::error_code ec;
+  const size_t n = c.sock.write_some(asio::buffer(c.out), ec);
+  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+    c.close();
+    return false;
+  }
+  const bool all = n == c.out.size();
+  if (!all) c.sending.assign(c.out.begin() + static_cast<std::ptrdiff_t>(n), c.out.end());
+  c.out.clear();
+  release_if_empty(c.out);
+  c.account();
+  return all;
 }
 
 // Drops `n` bytes already copied out with MSG_PEEK from the front of the

@@ -22,11 +22,6 @@ using asio::ip::tcp;
 using tcpstore::Bytes;
 
 namespace {
-// Reads go through one buffer of this size shared by every connection; a
-// connection reads at most one chunk a turn of the loop.
-constexpr size_t kReadChunk = 64 * 1024;
-// A connection answers at most this many queries a turn, then yields.
-constexpr size_t kQueriesPerTurn = 64;
 // Parsing pauses while this much output waits for a client that does not
 // read its replies.
 constexpr size_t kMaxOutBuffered = 1 << 20;
@@ -68,7 +63,6 @@ struct TConn : std::enable_shared_from_this<TConn> {
   bool handle(tcpstore::Request& q);
   void flush();
   void account();
-  void update_frame_timer();
   void fail(const std::string& why);
   void close();
 
@@ -124,15 +118,8 @@ void TConn::process() {
       dialect = tcpstore::detect_dialect(front, avail);
       if (dialect == tcpstore::Dialect::kUnknown) break;
     }
-    if (handled == kQueriesPerTurn) {
-      // Yield; the rest is parsed behind the other connections' handlers.
-      resume_posted = true;
-      asio::post(sock.get_executor(), [self = shared_from_this()] {
-        self->resume_posted = false;
-        if (self->closed) return;
-        self->process();
-        self->read_more();
-      });
+    if (handled == kRequestsPerTurn) {
+      resume_next_turn(*this);
       break;
     }
     auto r = tcpstore::parse_request(dialect, front, avail);
@@ -150,7 +137,7 @@ void TConn::process() {
   if (closed) return;
   in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(pos));
   release_if_empty(in);
-  update_frame_timer();
+  run_frame_timer(*this, !in.empty(), "partial query");
   account();
   flush();
 }
@@ -162,22 +149,6 @@ bool TConn::handle(tcpstore::Request& q) {
     return false;
   }
   return !closed;  // a reply flushed on the way (a barrier's own) may have failed
-}
-
-void TConn::update_frame_timer() {
-  if (in.empty() || closed) {
-    if (frame_timer_armed) frame_timer.cancel();
-    frame_timer_armed = false;
-    return;
-  }
-  if (frame_timer_armed) return;  // the clock runs from the first partial byte
-  frame_timer_armed = true;
-  frame_timer.expires_after(srv->options.partial_frame_timeout);
-  frame_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-    if (ec || self->closed || !self->frame_timer_armed) return;
-    self->fail("partial query not completed within " +
-               std::to_string(self->srv->options.partial_frame_timeout.count()) + " ms");
-  });
 }
 
 void TConn::account() {
@@ -192,20 +163,7 @@ void TConn::account() {
 
 void TConn::flush() {
   if (writing || closed || out.empty()) return;
-  // A direct write first: the common reply fits the socket buffer.
-  boost::system::error_code ec;
-  size_t n = sock.write_some(asio::buffer(out), ec);
-  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return close();
-  if (n == out.size()) {
-    out.clear();
-    release_if_empty(out);
-    return account();
-  }
-  sending.assign(out.begin() + static_cast<std::ptrdiff_t>(n), out.end());
-  out.clear();
-  release_if_empty(out);
-  account();
-  if (closed) return;
+  if (write_directly(*this) || closed) return;
   writing = true;
   write_timer.expires_after(srv->options.partial_frame_timeout);
   write_timer.async_wait([self = shared_from_this()](boost::system::error_code e) {
