@@ -153,15 +153,6 @@ class Attempt : public AttemptControl, private RecoveryHost, private StandbySpaw
   // One of the two: `standby` 0 for a rank's worker, `local_rank` -1 for a
   // standby.
   Worker spawn_worker(int local_rank, int standby, bool replacement);
-  // Creates <log_dir>/<leaf>/ and names the worker's error file.
-  std::string make_worker_dir(WorkerInfo& w, const std::string& leaf);
-  // The worker's folder and the log files its streams go to; `shown`: the
-  // kStd* bits of the streams that go to the console.
-  struct WorkerLogs {
-    int shown = 0;
-    base::ScopedFd out, err;
-  };
-  WorkerLogs open_logs(WorkerInfo& w, const std::string& leaf, bool replacement);
   // Typed input reaches the worker through the stdin forwarder.
   void forward_input(Worker& worker, WorkerStreams& streams);
   EnvMap worker_env(const WorkerInfo& w, int recovery_fd, int standby) const;

@@ -10,6 +10,7 @@
 #include "agent/line_splitter.h"
 #include "agent/spawn.h"
 #include "agent/stdin_hint.h"
+#include "agent/worker_logs.h"
 #include "agent/worker_streams.h"
 #include "base/contract.h"
 #include "base/safe_file.h"
@@ -24,53 +25,15 @@ constexpr const char* kStandbyRole = "standby";
 
 }  // namespace
 
-Attempt::WorkerLogs Attempt::open_logs(WorkerInfo& w, const std::string& leaf,
-                                      bool replacement) {
-  const std::string dir = make_worker_dir(w, leaf);
-  // torchrun's rules: a redirected stream goes to its file only, a teed
-  // one to its file and the console (tee wins); --log-dir files every one.
-  // A standby has the rules every local rank has (-r 3), not a listed
-  // rank's, and is not shown under --local-ranks-filter.
-  int redirected = options_.redirects.for_rank(w.local_rank);
-  int teed = options_.tee.for_rank(w.local_rank);
-  int filed = setup_.log_every_stream ? kStdAll : (redirected | teed);
-  WorkerLogs logs;
-  logs.shown = kStdAll & ~(redirected & ~teed);
-  if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(w.local_rank))
-    logs.shown = kStdNone;
-  // Not opened (a walk from /) when no stream is filed.
-  if (filed != kStdNone) {
-    try {
-      // By the folder's descriptor, never through a symlink (base/safe_file.h).
-      const base::SafeDir folder = base::SafeDir::open(dir);
-      // A replacement goes on in the slot's files: what the replaced
-      // process wrote last (its traceback) stays above.
-      auto open_log = [&](const char* name) {
-        return replacement ? folder.open_append(name) : folder.open_truncate(name);
-      };
-      if (filed & kStdOut) {
-        w.stdout_log = dir + "/" + base::kFileStdoutLog;
-        logs.out = open_log(base::kFileStdoutLog);
-      }
-      if (filed & kStdErr) {
-        w.stderr_log = dir + "/" + base::kFileStderrLog;
-        logs.err = open_log(base::kFileStderrLog);
-      }
-    } catch (const base::FileError& e) {
-      throw SpawnError(std::string("cannot open log file: ") + e.what(), e.error());
-    }
-  }
-  return logs;
-}
-
 Attempt::Worker Attempt::spawn_worker(int lr, int standby, bool replacement) {
   WorkerInfo w;
   w.local_rank = standby ? -1 : lr;
   w.rank = standby ? -1 : setup_.round.rank_base + lr;
   w.is_python = options_.is_python;
-  WorkerLogs logs = open_logs(
-      w, standby ? std::string(base::kFileStandbyDirPrefix) + std::to_string(standby)
-                 : std::to_string(lr),
+  WorkerLogs logs = open_worker_logs(
+      options_, LogPlace{setup_.run_dir, setup_.attempt_index, setup_.log_every_stream}, w,
+      standby ? std::string(base::kFileStandbyDirPrefix) + std::to_string(standby)
+              : std::to_string(lr),
       replacement);
 
   // Rank scope: the channel's worker end is inherited under its own number
@@ -165,22 +128,6 @@ void Attempt::forward_input(Worker& worker, WorkerStreams& streams) {
   setup_.stdin_forwarder->add_target(w.rank, w.pid, std::move(streams.input),
                                      streams.input_is_pty, options_.stdin_rank == w.rank,
                                      std::move(set_interactive));
-}
-
-std::string Attempt::make_worker_dir(WorkerInfo& w, const std::string& slot_dir) {
-  const std::string leaf = std::string(base::kFileAttemptDirPrefix) +
-                           std::to_string(setup_.attempt_index) + "/" + slot_dir;
-  const std::string dir = setup_.run_dir + "/" + leaf;
-  w.error_file = dir + "/" + base::kFileErrorJson;
-  try {
-    // Below the run folder nothing is followed: attempt_<n>/<rank> are
-    // created or opened by descriptor from it.
-    base::SafeDir folder = base::SafeDir::open(setup_.run_dir).subdir(leaf, true);
-    folder.remove(base::kFileErrorJson);  // a stale file would be blamed on this attempt
-  } catch (const base::FileError& e) {
-    throw SpawnError(std::string("cannot create log directory: ") + e.what(), e.error());
-  }
-  return dir;
 }
 
 EnvMap Attempt::worker_env(const WorkerInfo& w, int recovery_fd, int standby) const {
