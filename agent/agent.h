@@ -141,7 +141,7 @@ class Agent {
   // Runtime bases still to clear of dead agents' folders (runtime_dir.h).
   std::vector<std::string> stale_bases_;
   // Said once the first workers run (prepare_job sets it): no console
-  // line, so no console thread, before them (issue 24).
+  // line, so no console thread, before them.
   bool tell_omp_default_ = false;
 };
 

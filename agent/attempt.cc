@@ -267,6 +267,11 @@ void Attempt::continue_workers() {
       if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGCONT);
 }
 
+void Attempt::continue_running_workers() {
+  for (auto& w : workers_)
+    if (w.alive) launcher_.signal_group(w.info.pid, SIGCONT);
+}
+
 void Attempt::resize_terminals() {
   if (!ptys_) return;
   for (auto& w : workers_) {

@@ -105,6 +105,7 @@ class Attempt : public AttemptControl, private RecoveryHost, private StandbySpaw
   // SIGKILL. A second call kills at once.
   void interrupt(int sig);
   void fail_attempt(const FailRequest& request) override;
+  void continue_running_workers() override;
   // Job control: Ctrl-Z stops every worker group (SIGSTOP, certain even
   // for a worker that handles SIGTSTP); fg/bg continue them.
   void stop_workers();

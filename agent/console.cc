@@ -95,7 +95,7 @@ Console::Console(boost::asio::io_context& io, int fd, bool terminal)
 
 void Console::wake_writer() {
   // The thread starts with the first bytes: a launch that writes nothing
-  // before its workers run starts none on their path (issue 24).
+  // before its workers run starts none on their path.
   std::call_once(writer_started_, [this] { writer_ = std::thread(writer_main, q_, fd_); });
   q_->wake.notify_one();
 }

@@ -52,8 +52,7 @@ struct Start {
 // `mu` lets one child at a time have it. Not mapped and unmapped for each
 // child: with the agent's other threads about, the munmap (and the guard's
 // mprotect) sent a TLB shoot-down to their CPUs, an interrupt that leaves a
-// virtual machine (issue 24: a launch of two workers 0.15-0.2 ms shorter on
-// the 2-core VM, 80 interleaved launches, twice).
+// virtual machine (docs/BENCHMARKS.md, "one child stack").
 struct ChildStack {
   std::mutex mu;
   void* mapping = MAP_FAILED;  // the guard page, then kChildStack

@@ -12,8 +12,8 @@
 // (CLONE_VM|CLONE_VFORK, posix_spawn's way; glibc's posix_spawn with a
 // cgroup does the same): no page tables are copied for a process that
 // throws them away at exec, and no page of the agent is copied on write
-// meanwhile (issue 24: a fork of the agent was 0.2-1 ms of each worker's
-// start). Off x86-64 and under ASan (whose runtime would see code run on a
+// meanwhile (a fork copies the agent's page tables on each worker's start).
+// Off x86-64 and under ASan (whose runtime would see code run on a
 // stack it did not make) the child gets a copy (clone3 without CLONE_VM);
 // where clone3 is refused, and always under TSan (whose runtime must see
 // every fork), it is a fork() outside the cgroup (`*placed` false).

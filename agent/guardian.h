@@ -24,8 +24,7 @@
 //
 // Forked before the first worker, although its fork is on the launch's
 // path (0.2-0.3 ms: the agent's page tables are copied, and the agent's
-// next writes to its pages fault, copy-on-write; issue 24 measured forking
-// it after the workers and did not keep that): a worker runs its own code from its
+// next writes to its pages fault, copy-on-write): a worker runs its own code from its
 // exec on, and may fork at once (a C program, a shell script), so a kill -9
 // of the agent between the workers' start and the guardian's would leave
 // those grandchildren running. The workers' parent-death signal ends only

@@ -48,6 +48,10 @@ class AttemptControl {
   virtual ~AttemptControl() = default;
   // Ignored when the attempt is already ending; the first failure wins.
   virtual void fail_attempt(const FailRequest& request) = 0;
+  // SIGCONT to the process group of each worker still running (not reaped
+  // yet, so its pid still names its group): a stopped worker then acts on
+  // a pre-signal or the teardown at once instead of at SIGKILL.
+  virtual void continue_running_workers() = 0;
   virtual boost::asio::io_context& io() = 0;
 };
 

@@ -86,8 +86,8 @@ struct Cgroup2Mount {
   std::string root;
 };
 std::optional<Cgroup2Mount> find_cgroup2_mount(std::string_view mountinfo);
-// The same answer without reading mountinfo (~60-100 us of the kernel's
-// time on a launch's path, issue 24), where it is certain: this process is
+// The same answer without reading mountinfo (the kernel formats every mount
+// for it, on a launch's path), where it is certain: this process is
 // in the initial cgroup namespace (so /proc/self/cgroup's paths start at the
 // hierarchy's root) and /sys/fs/cgroup or /sys/fs/cgroup/unified is a
 // cgroup2 file system showing that root (inode 1: the root cgroup's id), so

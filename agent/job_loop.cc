@@ -176,7 +176,7 @@ Agent::NextStep Agent::after_attempt(const AttemptResult& result, bool spawned, 
 
 void Agent::remove_leftovers_of_dead_agents() {
   // Housekeeping nobody waits for: after the first workers are started, not
-  // before them (issue 24). Our own folder and cgroup are locked and alive.
+  // before them. Our own folder and cgroup are locked and alive.
   if (stale_bases_.empty()) return;
   const auto made_at = runtime_ ? runtime_->made_at() : std::nullopt;
   for (const auto& base : stale_bases_) remove_stale_runtime_dirs(base, made_at);

@@ -5,6 +5,7 @@
 // else. Every field has torchrun's default where torchrun has the flag.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -34,6 +35,22 @@ struct StdSpec {
 enum class RestartScope {
   kGroup,  // every rank stops; the group restarts from its checkpoint
   kRank,   // only that rank is replaced; the survivors re-form with it
+};
+
+// --on-hang: what a detected freeze does after the stacks and the report.
+enum class OnHang {
+  kRestart,  // restart the group (counts against --max-restarts)
+  kExit,     // end the job with status 124
+  kReport,   // only warn, keep the job running
+};
+
+// --stack-capture: how a hung native worker's stacks are captured.
+enum class StackCapture {
+  kAuto,     // eu-stack, else gdb, else /proc
+  kEuStack,  // eu-stack, else /proc
+  kGdb,      // gdb, else /proc
+  kProc,     // the kernel's view from /proc only
+  kNone,     // no capture, and no live stack signal to Python workers
 };
 
 struct Options {
@@ -116,48 +133,46 @@ struct Options {
   double term_timeout_s = 30.0;
   // --heartbeat-timeout / --silence-timeout: hang detection (watchdog/);
   // 0 disables. Not interpreted by the agent itself.
-  double heartbeat_timeout_s = 0.0;
-  double silence_timeout_s = 0.0;
-  // --hang-timeout: negative (auto, the default) learns each timeout from
-  // the job's own beats and sections (watchdog/timeout_learner.h); S > 0 is
+  std::chrono::milliseconds heartbeat_timeout{0};
+  std::chrono::milliseconds silence_timeout{0};
+  // --hang-timeout: unset (auto, the default) learns each timeout from the
+  // job's own beats and sections (watchdog/timeout_learner.h); above 0 is
   // one fixed timeout (as --heartbeat-timeout, which wins when both are
   // set); 0 turns freeze detection off.
-  double hang_timeout_s = -1.0;
-  // --hang-timeout-floor: no learned timeout is shorter, seconds.
-  double hang_timeout_floor_s = 60.0;
-  // --on-hang: what a detected freeze does after the stacks and the report:
-  // "restart" the group (counts against --max-restarts), "exit" the job
-  // with status 124, "report" only (warn, keep running); empty: restart
-  // when --max-restarts > 0, else exit.
-  std::string on_hang;
-  // --heartbeat-grace: seconds for each worker's FIRST beat (start-up,
-  // compilation); 0 means max(--heartbeat-timeout, 60).
-  double heartbeat_grace_s = 0.0;
-  // --stuck-timeout: seconds a worker may stay stopped (T) or in
-  // uninterruptible sleep (D); negative means the heartbeat timeout, else
-  // the silence timeout; 0 disables.
-  double stuck_timeout_s = -1.0;
+  std::optional<std::chrono::milliseconds> hang_timeout;
+  // --hang-timeout-floor: no learned timeout is shorter.
+  std::chrono::milliseconds hang_timeout_floor{60000};
+  // --on-hang: what a detected freeze does after the stacks and the report;
+  // not given: restart when --max-restarts > 0, else exit (the launcher
+  // decides).
+  OnHang on_hang = OnHang::kExit;
+  // --heartbeat-grace: each worker's FIRST beat (start-up, compilation); 0
+  // means max(--heartbeat-timeout, 60 s).
+  std::chrono::milliseconds heartbeat_grace{0};
+  // --stuck-timeout: how long a worker may stay stopped (T) or in
+  // uninterruptible sleep (D); unset means the heartbeat timeout, else the
+  // silence timeout; 0 disables.
+  std::optional<std::chrono::milliseconds> stuck_timeout;
   // --stack-capture: how a hung native worker's stacks are captured before
-  // the teardown: auto (eu-stack, else gdb, else /proc), eu-stack, gdb,
-  // proc, none. Python workers with faulthandler print their own.
-  std::string stack_capture = "auto";
+  // the teardown. Python workers with faulthandler print their own.
+  StackCapture stack_capture = StackCapture::kAuto;
   // --straggler-fraction / --straggler-window: a rank whose heartbeat step
   // rate over the window is this fraction below the median is reported
   // (introspect/step_rates.h); 0 disables. Not interpreted by the agent.
   double straggler_fraction = 0.3;
-  double straggler_window_s = 60.0;
-  // --progress-interval: seconds between "progress" events (every rank's
+  std::chrono::milliseconds straggler_window{60000};
+  // --progress-interval: the time between "progress" events (every rank's
   // heartbeat step) in events.jsonl, the history `ddprun report` draws;
   // 0 disables. Not interpreted by the agent.
-  double progress_interval_s = 10.0;
+  std::chrono::milliseconds progress_interval{10000};
   // --metrics-port / --metrics-addr: serve the job's Prometheus metrics
   // (observe/metrics_server.h) on this TCP port, -1: off, 0: a free port
   // (logged). Bound to `metrics_addr`, loopback unless given.
   int metrics_port = -1;
   std::string metrics_addr = "127.0.0.1";
-  // --restart-backoff: seconds before the second restart (the first is
+  // --restart-backoff: the wait before the second restart (the first is
   // immediate), doubling with each further restart (capped at 30 s).
-  double restart_backoff_s = 0.1;
+  std::chrono::milliseconds restart_backoff{100};
   // --max-no-progress-restarts: stop after this many attempts in a row whose
   // highest heartbeat step did not advance; 0 disables.
   int max_no_progress_restarts = 0;

@@ -71,9 +71,8 @@ std::vector<std::string> runtime_bases(const EnvMap& env) {
   add_base(out, env, base::kEnvXdgRuntimeDir);
   add_base(out, env, base::kEnvTmpDir);
   // Before /tmp, a memory file system: the folder and the run's folders
-  // below it are made on every launch, and a mkdir on a disk's /tmp takes
-  // 30-50 us on a quiet machine and up to milliseconds while others write
-  // to that disk (its journal), against ~5 us on a tmpfs (issue 24). Only
+  // below it are made on every launch, and a mkdir on a disk's /tmp waits
+  // for that disk's journal while others write to it; a tmpfs never. Only
   // when it is one; SafeDir checks it as it checks /tmp.
   struct statfs fs;
   if (::statfs(kShmBase, &fs) == 0 && fs.f_type == TMPFS_MAGIC &&

@@ -68,8 +68,8 @@ std::vector<std::string> temp_bases(const EnvMap& env);
 // when this user's last sweep of `base` began later (its mark's mtime): a
 // folder left by an agent that died before the caller's was made existed
 // when that sweep listed `base`, so it is gone or being removed. Each scan
-// is O(folders): N agents started together each scanning all N was
-// O(N^2) opens and flocks on one machine (issue 24), now about one scan.
+// is O(folders): N agents started together each scanning all N would be
+// O(N^2) opens and flocks on one machine; this is about one scan.
 // The mark is taken as the sweep begins (created 0600, ignored unless a
 // regular file of this user's).
 int remove_stale_runtime_dirs(const std::string& base,

@@ -80,7 +80,7 @@ pid_t spawn_process(const SpawnRequest& request);
 
 // spawn_process in two steps, so that several workers are started before
 // the agent waits for the first one's exec and their start-ups overlap
-// (issue 24: serially, each worker waited for the previous exec).
+// (serially, each worker would wait for the previous one's exec).
 // start_process starts the child and returns once it has exec'd where the
 // child shares the agent's memory until then (fork_into_cgroup.h), at once
 // after a fork (throws SpawnError when no process could be made);

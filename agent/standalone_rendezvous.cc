@@ -31,7 +31,7 @@ StandaloneRendezvous::StandaloneRendezvous(const Options& options) : run_id_(opt
 RoundInfo StandaloneRendezvous::next_round(int restart_count) {
   // The last attempt's workers are gone: the new ones start from an empty
   // TCPStore (store_host.h). The first round's store was just made: no
-  // round trip to the store thread before the first workers (issue 24).
+  // round trip to the store thread before the first workers.
   if (rounds_++ > 0) store_->clear_tcpstore();
   RoundInfo r = round_;
   // Store keys (DDPRUN_STORE_PREFIX), only alike to the attempt folder's

@@ -1,17 +1,19 @@
 #include "base/off_loop_task.h"
 
-#include <condition_variable>
-#include <mutex>
 #include <stdexcept>
+
+#include "base/mutex.h"
 
 namespace ddprun::base {
 
 struct OffLoopTask::State {
   Token token;
-  std::mutex mu;
-  std::condition_variable ended;
-  bool returned = false;  // the work returned (and `done` was posted or not)
-  bool dropped = false;   // cancel() or abandon(): no `done`, no post after
+  Mutex mu;
+  CondVar ended;
+  // The work returned (and `done` was posted or not).
+  bool returned GUARDED_BY(mu) = false;
+  // cancel() or abandon(): no `done`, no post after.
+  bool dropped GUARDED_BY(mu) = false;
 };
 
 OffLoopTask::~OffLoopTask() {
@@ -27,14 +29,14 @@ void OffLoopTask::start(std::function<void(const Token&)> work, Post post,
   thread_ = std::thread([st = state_, work = std::move(work), post = std::move(post),
                          done = std::move(done)]() mutable {
     work(st->token);
-    std::lock_guard<std::mutex> lk(st->mu);
+    MutexLock lk(st->mu);
     // Under the mutex: abandon() cannot slip in between this check and the
     // post, after which the loop `post` reaches may be gone.
     if (!st->dropped && post && done)
       post([st, done = std::move(done)] {
         bool dropped;
         {
-          std::lock_guard<std::mutex> lk(st->mu);
+          MutexLock lk(st->mu);
           dropped = st->dropped;
         }
         if (!dropped) done();  // cancelled after the post: not run
@@ -47,15 +49,17 @@ void OffLoopTask::start(std::function<void(const Token&)> work, Post post,
 void OffLoopTask::cancel() {
   if (!state_) return;
   state_->token.cancelled_ = true;
-  std::lock_guard<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   state_->dropped = true;
 }
 
 bool OffLoopTask::join_until(std::chrono::steady_clock::time_point deadline) {
   if (!active()) return true;
   {
-    std::unique_lock<std::mutex> lk(state_->mu);
-    if (!state_->ended.wait_until(lk, deadline, [&] { return state_->returned; })) return false;
+    MutexLock lk(state_->mu);
+    while (!state_->returned) {
+      if (!state_->ended.wait_until(state_->mu, deadline) && !state_->returned) return false;
+    }
   }
   thread_.join();  // it has returned: only its last instructions are left
   return true;
@@ -64,7 +68,7 @@ bool OffLoopTask::join_until(std::chrono::steady_clock::time_point deadline) {
 void OffLoopTask::abandon() {
   if (!active()) return;
   {
-    std::lock_guard<std::mutex> lk(state_->mu);
+    MutexLock lk(state_->mu);
     state_->dropped = true;
   }
   thread_.detach();  // it holds its own share of the state

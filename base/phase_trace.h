@@ -1,5 +1,5 @@
-// Phase marks for benchmarks of a job's formation (bench/agents_scale.py,
-// issue 24): with $DDPRUN_PHASE_TRACE naming a file (read by the launcher
+// Phase marks for benchmarks of a job's formation (bench/agents_scale.py):
+// with $DDPRUN_PHASE_TRACE naming a file (read by the launcher
 // only, passed in agent::Options::phase_trace), the agent appends one line a
 // phase it reaches, "<pid> <CLOCK_MONOTONIC ns> <phase>[ <detail>]", in one
 // O_APPEND write, so the lines of many agents sharing one file never mix.

@@ -132,7 +132,7 @@ class QueuedWriter {
   static void thread_main(std::shared_ptr<queued_writer_detail::State> state);
   // Starts the thread on the first add() or run(): an agent whose workers
   // log to no file never makes it, and one that does makes it after its
-  // first workers are started, not before them (issue 24).
+  // first workers are started, not before them.
   void start_thread();
   Options options_;
   std::shared_ptr<queued_writer_detail::State> state_;

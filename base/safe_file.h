@@ -126,8 +126,8 @@ class SafeDir {
 // names its owner. Nothing planted is ever followed or removed.
 SafeDir open_private_dir(const SafeDir& parent, const std::string& name, std::string* note);
 
-// Writes `bytes` to `path` atomically through SafeDir (issue 20's
-// write_file_atomically): the folder is opened with SafeDir::open.
+// Writes `bytes` to `path` atomically through SafeDir: the folder is opened
+// with SafeDir::open.
 void write_file_atomically(const std::string& path, std::string_view bytes, bool durable);
 
 // The first control character (below 0x20, or 0x7f) in `text`, or -1.

@@ -14,7 +14,7 @@ void ServiceThread::start(std::function<void()> body, std::function<void()> inte
 
 void ServiceThread::hand_over(const std::function<void()>& change) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     change();
   }
   wake_.notify_all();
@@ -22,8 +22,10 @@ void ServiceThread::hand_over(const std::function<void()>& change) {
 
 bool ServiceThread::wait_until(TimePoint deadline, const std::function<bool()>& ready,
                                const std::function<void()>& take) {
-  std::unique_lock<std::mutex> lock(mu_);
-  wake_.wait_until(lock, deadline, [&] { return stopping_ || ready(); });
+  MutexLock lock(mu_);
+  while (!stopping_ && !ready()) {
+    if (!wake_.wait_until(mu_, deadline)) break;  // the poll's deadline: take() runs all the same
+  }
   if (stopping_) return false;
   take();
   return true;
@@ -31,7 +33,7 @@ bool ServiceThread::wait_until(TimePoint deadline, const std::function<bool()>& 
 
 void ServiceThread::stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();

@@ -23,10 +23,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "base/mutex.h"
 
 namespace ddprun::base {
 
@@ -43,20 +43,20 @@ class ServiceThread {
   // the body is blocked in return; stop() calls it after setting the flag.
   void start(std::function<void()> body, std::function<void()> interrupt = {});
   // Runs `change` under the service's mutex, then wakes the body.
-  void hand_over(const std::function<void()>& change);
+  void hand_over(const std::function<void()>& change) EXCLUDES(mu_);
   // In the body: sleeps until `ready()` (checked under the mutex), stop(),
   // or `deadline`; then, unless stopping, runs `take` under the mutex and
   // returns true. False once stop() was called (`take` does not run).
   bool wait_until(TimePoint deadline, const std::function<bool()>& ready,
-                  const std::function<void()>& take);
+                  const std::function<void()>& take) EXCLUDES(mu_);
   // Ends the body at its next wait (interrupting a blocked call) and joins.
   // Idempotent; a no-op when never started.
-  void stop();
+  void stop() EXCLUDES(mu_);
 
  private:
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar wake_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::function<void()> interrupt_;
   std::thread thread_;
 };

@@ -3,7 +3,7 @@
 // them ("...07.123Z" in hang reports, "...07.123456Z" in events.jsonl).
 //
 // Not gmtime_r/strftime: glibc reads /etc/localtime (tzset) on their first
-// call, which was on the path to the first worker (issue 24), for a UTC time
+// call, which is on the path to the first worker, for a UTC time
 // that needs no zone.
 #pragma once
 

@@ -82,13 +82,13 @@ MonitorOptions monitor_options_from(const agent::Options& o) {
   MonitorOptions m;
   m.run_id = o.run_id;
   m.straggler.fraction = o.straggler_fraction;
-  m.straggler.window = std::chrono::milliseconds(static_cast<int64_t>(o.straggler_window_s * 1000));
-  m.progress_interval =
-      std::chrono::milliseconds(static_cast<int64_t>(o.progress_interval_s * 1000));
+  m.straggler.window = o.straggler_window;
+  m.progress_interval = o.progress_interval;
   // --stack-capture names the tool for hang reports; stacks on request follow it.
-  if (o.stack_capture == "eu-stack") m.stacks.gdb.clear();
-  if (o.stack_capture == "gdb") m.stacks.eu_stack.clear();
-  if (o.stack_capture == "proc" || o.stack_capture == "none") {
+  using agent::StackCapture;
+  if (o.stack_capture == StackCapture::kEuStack) m.stacks.gdb.clear();
+  if (o.stack_capture == StackCapture::kGdb) m.stacks.eu_stack.clear();
+  if (o.stack_capture == StackCapture::kProc || o.stack_capture == StackCapture::kNone) {
     m.stacks.eu_stack.clear();
     m.stacks.gdb.clear();
   }

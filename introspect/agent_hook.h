@@ -5,7 +5,7 @@
 // private runtime folder (agent/runtime_dir.h; its own mkdtemp'd 0700
 // folder when the agent has none) and its folder for the workers' Python
 // stack dumps; workers get DDPRUN_PYSTACK_SIGNAL/DIR (stacks.h). Once the
-// first workers are started (off the path to them: issue 24) it opens the
+// first workers are started (off the path to them) it opens the
 // control socket (control_wire.h) there and registers the agent in the
 // per-user registry (registry.h); both go at destruction.
 // Once a second while an attempt runs it samples each worker's /proc (state,

@@ -110,8 +110,8 @@ void add_stacks(watchdog::HangReport& r, const std::vector<ProcessStacks>& stack
   }
 }
 
-const char* action_name(OnHang a) {
-  return a == OnHang::kKill ? "kill" : a == OnHang::kCommand ? "command" : "nothing";
+const char* action_name(AttachOnHang a) {
+  return a == AttachOnHang::kKill ? "kill" : a == AttachOnHang::kCommand ? "command" : "nothing";
 }
 
 // The report of one hang: stacks (the hung rank's first), the culprit rule,
@@ -241,11 +241,11 @@ int run_attach(const AttachOptions& o, std::ostream& out) {
       hung = true;
       const bool written = report_hang(o, watch, hang, report_dir ? &*report_dir : nullptr, out);
       if (!written) unwritten = true;
-      if (o.on_hang == OnHang::kKill) {
+      if (o.on_hang == AttachOnHang::kKill) {
         kill_trees(o, out);
         return result();
       }
-      if (o.on_hang == OnHang::kCommand) {
+      if (o.on_hang == AttachOnHang::kCommand) {
         const std::string report_path =
             report_dir && written ? o.report_dir + "/" + base::kFileHangReportJson : "";
         const auto r = base::run_bounded(

@@ -47,7 +47,10 @@
 
 namespace ddprun::introspect {
 
-enum class OnHang { kNothing, kKill, kCommand };
+// `ddprun attach --on-hang`: what attach does after a hang's report. Not
+// the agent's OnHang (agent/options.h): attach cannot restart a job it did
+// not start.
+enum class AttachOnHang { kNothing, kKill, kCommand };
 
 struct AttachOptions {
   // Roots of the watched trees (at least one of pids, pgid, slurm_step).
@@ -69,7 +72,7 @@ struct AttachOptions {
   std::chrono::milliseconds heartbeat_timeout{60000};
   // How often /proc is sampled (detection comes at most this late).
   std::chrono::milliseconds poll_interval{200};
-  OnHang on_hang = OnHang::kNothing;
+  AttachOnHang on_hang = AttachOnHang::kNothing;
   std::string command;  // for kCommand
   std::chrono::milliseconds command_timeout{60000};
   // SIGTERM-to-SIGKILL grace of kKill.

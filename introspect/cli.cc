@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "base/contract.h"
+#include "base/duration.h"
 #include "introspect/attach.h"
 #include "introspect/client.h"
 #include "introspect/doctor.h"
@@ -119,16 +120,14 @@ std::vector<AgentEntry> find_agents(const std::string& cmd, const Target& t) {
   return agents;
 }
 
-std::chrono::milliseconds millis(double s) {
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-}
+using base::millis_from_seconds;
 
 // Asks every agent; prints each failure; false when none answered.
 bool ask_all(const std::string& cmd, const std::vector<AgentEntry>& agents,
              const nlohmann::json& request, double timeout_s, std::vector<nlohmann::json>& out) {
   for (const auto& a : agents) {
     try {
-      auto reply = ask_agent(a.socket, request, millis(timeout_s));
+      auto reply = ask_agent(a.socket, request, millis_from_seconds(timeout_s));
       if (reply.contains("error")) {
         std::fprintf(stderr, "ddprun %s: agent %d on %s: %s\n", cmd.c_str(), a.pid,
                      a.host.c_str(), reply["error"].get<std::string>().c_str());
@@ -181,7 +180,7 @@ int status_main(int argc, char** argv) {
       std::cout << status_table(replies) << (watch && !tty ? "\n" : "") << std::flush;
     }
     if (!watch) return 0;
-    std::this_thread::sleep_for(millis(interval));  // the refresh period itself
+    std::this_thread::sleep_for(millis_from_seconds(interval));  // the refresh period itself
   }
 }
 
@@ -303,14 +302,15 @@ int attach_main(int argc, char** argv) {
     }
   }
   for (int p : pids) o.pids.push_back(p);
-  o.silence_timeout = millis(silence);
-  o.heartbeat_timeout = millis(heartbeat_timeout);
-  if (stuck >= 0) o.stuck_timeout = millis(stuck);
-  o.poll_interval = millis(poll);
-  o.kill_grace = millis(grace);
-  o.command_timeout = millis(command_timeout);
-  o.on_hang = on_hang == "kill" ? OnHang::kKill : on_hang == "command" ? OnHang::kCommand
-                                                                      : OnHang::kNothing;
+  o.silence_timeout = millis_from_seconds(silence);
+  o.heartbeat_timeout = millis_from_seconds(heartbeat_timeout);
+  if (stuck >= 0) o.stuck_timeout = millis_from_seconds(stuck);
+  o.poll_interval = millis_from_seconds(poll);
+  o.kill_grace = millis_from_seconds(grace);
+  o.command_timeout = millis_from_seconds(command_timeout);
+  o.on_hang = on_hang == "kill"      ? AttachOnHang::kKill
+              : on_hang == "command" ? AttachOnHang::kCommand
+                                     : AttachOnHang::kNothing;
   if (stack_capture == "eu-stack") o.stacks.native.gdb.clear();
   if (stack_capture == "gdb") o.stacks.native.eu_stack.clear();
   if (stack_capture == "proc") o.stacks.native.eu_stack.clear(), o.stacks.native.gdb.clear();

@@ -12,6 +12,7 @@
 #include "agent/exit_status.h"
 #include "agent/rendezvous_store.h"
 #include "base/contract.h"
+#include "base/duration.h"
 #include "base/safe_file.h"
 #include "base/version.h"
 #include "rendezvous/rendezvous.h"
@@ -94,7 +95,7 @@ StdSpec parse_std(const std::string& flag, const std::string& v) {
 
 std::string random_run_id() {
   // getrandom, not std::random_device: its cpuid probe costs ~20 us in a VM
-  // at every start (issue 24).
+  // at every start.
   const std::string h = base::random_hex(16);
   return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
          "-" + h.substr(20);
@@ -176,29 +177,29 @@ void check_seconds(const char* flag, double v, double min) {
   throw UsageError(s.str());
 }
 
-// Numbers CLI11 wrote straight into `o`, checked for their ranges.
+// Numbers CLI11 wrote (into `o`, or as seconds into `f`), checked for their ranges.
 void check_ranges(const RawFlags& f, const agent::Options& o) {
   if (o.node_rank < 0) throw UsageError("--node-rank must be >= 0");
   if (o.max_restarts < 0) throw UsageError("--max-restarts must be >= 0");
   check_seconds("--monitor-interval", o.monitor_interval_s, 0);
   check_seconds("--term-timeout", o.term_timeout_s, 0);
-  check_seconds("--heartbeat-timeout", o.heartbeat_timeout_s, 0);
-  check_seconds("--silence-timeout", o.silence_timeout_s, 0);
-  check_seconds("--heartbeat-grace", o.heartbeat_grace_s, 0);
+  check_seconds("--heartbeat-timeout", f.heartbeat_timeout_s, 0);
+  check_seconds("--silence-timeout", f.silence_timeout_s, 0);
+  check_seconds("--heartbeat-grace", f.heartbeat_grace_s, 0);
   // -1 is the "not given" default (then the heartbeat or silence timeout).
-  if (o.stuck_timeout_s != -1) check_seconds("--stuck-timeout", o.stuck_timeout_s, 0);
-  check_seconds("--restart-backoff", o.restart_backoff_s, 0);
+  if (f.stuck_timeout_s != -1) check_seconds("--stuck-timeout", f.stuck_timeout_s, 0);
+  check_seconds("--restart-backoff", f.restart_backoff_s, 0);
   check_seconds("--recovery-timeout", o.recovery_timeout_s, 0.001);
   if (o.standby_workers < 0 || o.standby_workers > 64)
     throw UsageError("--standby-workers=" + std::to_string(o.standby_workers) +
                      ": expected 0 to 64");
-  check_seconds("--straggler-window", o.straggler_window_s, 2);
+  check_seconds("--straggler-window", f.straggler_window_s, 2);
   if (o.straggler_fraction < 0 || o.straggler_fraction >= 1)
     throw UsageError("--straggler-fraction must be >= 0 and < 1");
-  if (o.straggler_window_s < 2) throw UsageError("--straggler-window must be >= 2 (seconds)");
+  if (f.straggler_window_s < 2) throw UsageError("--straggler-window must be >= 2 (seconds)");
   if (o.max_no_progress_restarts < 0) throw UsageError("--max-no-progress-restarts must be >= 0");
-  check_seconds("--progress-interval", o.progress_interval_s, 0);
-  if (o.progress_interval_s > 0 && o.progress_interval_s < 0.1)
+  check_seconds("--progress-interval", f.progress_interval_s, 0);
+  if (f.progress_interval_s > 0 && f.progress_interval_s < 0.1)
     throw UsageError("--progress-interval must be 0 (off) or >= 0.1 (seconds)");
   if (o.metrics_port < -1 || o.metrics_port > 65535)
     throw UsageError("--metrics-port=" + std::to_string(o.metrics_port) + ": not a TCP port");
@@ -206,20 +207,47 @@ void check_ranges(const RawFlags& f, const agent::Options& o) {
     throw UsageError("--master-port=" + std::to_string(f.master_port) + ": not a TCP port");
 }
 
-// --hang-timeout=auto|S, --hang-timeout-floor, --on-hang.
+// --hang-timeout=auto|S, --hang-timeout-floor, --on-hang, --stack-capture, and the
+// watchdog's durations, each turned into its type once.
 void interpret_hang(const RawFlags& f, agent::Options& o) {
   if (f.hang_timeout == "auto") {
-    o.hang_timeout_s = -1;
+    o.hang_timeout.reset();
   } else {
     char* end = nullptr;
     const double v = std::strtod(f.hang_timeout.c_str(), &end);
     if (f.hang_timeout.empty() || *end != '\0' || !(v >= 0) || v > 1e7)
       throw UsageError("--hang-timeout=" + f.hang_timeout + ": expected auto or seconds >= 0");
-    o.hang_timeout_s = v;
+    o.hang_timeout = base::millis_from_seconds(v);
   }
-  if (!(o.hang_timeout_floor_s > 0) || o.hang_timeout_floor_s > 1e7)
+  if (!(f.hang_timeout_floor_s > 0) || f.hang_timeout_floor_s > 1e7)
     throw UsageError("--hang-timeout-floor must be > 0 (seconds)");
-  o.on_hang = f.on_hang;
+  // The one conversion of the watchdog's seconds (checked by check_ranges).
+  o.hang_timeout_floor = base::millis_from_seconds(f.hang_timeout_floor_s);
+  o.heartbeat_timeout = base::millis_from_seconds(f.heartbeat_timeout_s);
+  o.silence_timeout = base::millis_from_seconds(f.silence_timeout_s);
+  o.heartbeat_grace = base::millis_from_seconds(f.heartbeat_grace_s);
+  if (f.stuck_timeout_s != -1) o.stuck_timeout = base::millis_from_seconds(f.stuck_timeout_s);
+  o.straggler_window = base::millis_from_seconds(f.straggler_window_s);
+  o.restart_backoff = base::millis_from_seconds(f.restart_backoff_s);
+  o.progress_interval = base::millis_from_seconds(f.progress_interval_s);
+  // CLI11 checked the words (IsMember); not given: restart where a restart
+  // is left.
+  using agent::OnHang;
+  if (f.on_hang == "restart") {
+    o.on_hang = OnHang::kRestart;
+  } else if (f.on_hang == "exit") {
+    o.on_hang = OnHang::kExit;
+  } else if (f.on_hang == "report") {
+    o.on_hang = OnHang::kReport;
+  } else {
+    o.on_hang = o.max_restarts > 0 ? OnHang::kRestart : OnHang::kExit;
+  }
+  using agent::StackCapture;
+  o.stack_capture = f.stack_capture == "eu-stack" ? StackCapture::kEuStack
+                    : f.stack_capture == "gdb"    ? StackCapture::kGdb
+                    : f.stack_capture == "proc"   ? StackCapture::kProc
+                    : f.stack_capture == "none"   ? StackCapture::kNone
+                                                  : StackCapture::kAuto;
 }
 
 // --rdzv-conf (its token kept apart), --master-port, and what a multi-node

@@ -32,7 +32,7 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
     // in scripts. Runs before CLI11 converts the text to the field's type.
     // The default is kept as a value and made text only when an empty value
     // comes: an ostringstream for each of ~40 options was on every launch's
-    // path (issue 24).
+    // path.
     option->transform(
         [def = var](std::string value) { return value.empty() ? default_text(def) : value; }, "",
         "empty_means_default");
@@ -114,7 +114,7 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
   opt("--hang-timeout,--hang_timeout", f.hang_timeout, "PET_HANG_TIMEOUT", H,
       "Freeze detection: auto learns each timeout from the job's own steps and sections "
       "(max(floor, 5 x the longest seen)); S: one fixed timeout in seconds; 0 off [auto]");
-  opt("--hang-timeout-floor,--hang_timeout_floor", o.hang_timeout_floor_s,
+  opt("--hang-timeout-floor,--hang_timeout_floor", f.hang_timeout_floor_s,
       "PET_HANG_TIMEOUT_FLOOR", H,
       "Seconds no learned timeout goes below: longer than a GC pause, a data loader's epoch "
       "restart or a page-cache stall of a healthy job [60]");
@@ -122,18 +122,18 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "After the stacks and the hang report: restart the group, exit (status 124) or report "
       "only (keep running) [restart with --max-restarts > 0, else exit]")
       ->check(CLI::IsMember({"", "restart", "exit", "report"}));
-  opt("--heartbeat-timeout,--heartbeat_timeout", o.heartbeat_timeout_s, "PET_HEARTBEAT_TIMEOUT", H,
+  opt("--heartbeat-timeout,--heartbeat_timeout", f.heartbeat_timeout_s, "PET_HEARTBEAT_TIMEOUT", H,
       "Seconds without a heartbeat before a worker counts as hung; 0 off [0]");
-  opt("--silence-timeout,--silence_timeout", o.silence_timeout_s, "PET_SILENCE_TIMEOUT", H,
+  opt("--silence-timeout,--silence_timeout", f.silence_timeout_s, "PET_SILENCE_TIMEOUT", H,
       "Seconds without output before a worker counts as hung, counted from its first output "
       "(until then --heartbeat-grace applies); 0 off [0]");
-  opt("--heartbeat-grace,--heartbeat_grace", o.heartbeat_grace_s, "PET_HEARTBEAT_GRACE", H,
+  opt("--heartbeat-grace,--heartbeat_grace", f.heartbeat_grace_s, "PET_HEARTBEAT_GRACE", H,
       "Seconds for each worker's first heartbeat and, with --silence-timeout, its first output "
       "(start-up, imports, compilation) [60, never less than the timeout it precedes]");
-  opt("--stuck-timeout,--stuck_timeout", o.stuck_timeout_s, "PET_STUCK_TIMEOUT", H,
+  opt("--stuck-timeout,--stuck_timeout", f.stuck_timeout_s, "PET_STUCK_TIMEOUT", H,
       "Seconds a worker may stay stopped (T) or in uninterruptible sleep (D); 0 off "
       "[--heartbeat-timeout, else --silence-timeout]");
-  opt("--stack-capture,--stack_capture", o.stack_capture, "PET_STACK_CAPTURE", H,
+  opt("--stack-capture,--stack_capture", f.stack_capture, "PET_STACK_CAPTURE", H,
       "How a hung native worker's stacks are captured: auto (eu-stack, else gdb, else /proc), "
       "eu-stack, gdb, proc or none (none also sends Python workers no signal for a live "
       "stack dump) [auto]")
@@ -142,12 +142,12 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "PET_STRAGGLER_FRACTION", H,
       "A rank whose heartbeat step rate is this much below the median is reported as a "
       "straggler (console, events.jsonl, ddprun status); 0 off [0.3]");
-  opt("--straggler-window,--straggler_window", o.straggler_window_s, "PET_STRAGGLER_WINDOW", H,
+  opt("--straggler-window,--straggler_window", f.straggler_window_s, "PET_STRAGGLER_WINDOW", H,
       "Seconds over which step rates are compared [60]");
-  opt("--progress-interval,--progress_interval", o.progress_interval_s, "PET_PROGRESS_INTERVAL", H,
+  opt("--progress-interval,--progress_interval", f.progress_interval_s, "PET_PROGRESS_INTERVAL", H,
       "Seconds between \"progress\" events (each rank's step) in events.jsonl, what "
       "`ddprun report` draws; at most one a second; 0 off [10]");
-  opt("--restart-backoff,--restart_backoff", o.restart_backoff_s, "PET_RESTART_BACKOFF", T,
+  opt("--restart-backoff,--restart_backoff", f.restart_backoff_s, "PET_RESTART_BACKOFF", T,
       "Seconds before the second restart (the first is immediate), doubling per restart up to 30 [0.1]");
   opt("--max-no-progress-restarts,--max_no_progress_restarts", o.max_no_progress_restarts,
       "PET_MAX_NO_PROGRESS_RESTARTS", T,

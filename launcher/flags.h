@@ -27,9 +27,21 @@ struct RawFlags {
   std::string tee = "0";
   std::string stdin_rank = "0";
   std::string local_ranks_filter;
-  // --hang-timeout: "auto" or seconds; --on-hang: "", restart, exit, report.
+  // --hang-timeout: "auto" or seconds; --on-hang: "", restart, exit, report;
+  // --stack-capture: auto, eu-stack, gdb, proc, none.
   std::string hang_timeout = "auto";
   std::string on_hang;
+  std::string stack_capture = "auto";
+  // Durations in seconds as given; agent::Options holds them as
+  // milliseconds (base::millis_from_seconds). -1: --stuck-timeout not given.
+  double heartbeat_timeout_s = 0.0;
+  double silence_timeout_s = 0.0;
+  double hang_timeout_floor_s = 60.0;
+  double heartbeat_grace_s = 0.0;
+  double stuck_timeout_s = -1.0;
+  double straggler_window_s = 60.0;
+  double restart_backoff_s = 0.1;
+  double progress_interval_s = 10.0;
   // --restart-scope: group or rank.
   std::string restart_scope = "group";
   CommandSpec program;  // -m, --no-python, --run-path

@@ -14,9 +14,9 @@
 #include <sys/socket.h>
 
 #include <atomic>
-#include <mutex>
 #include <set>
 
+#include "base/mutex.h"
 #include "rendezvous/store.h"
 
 namespace ddprun::rendezvous {
@@ -31,7 +31,7 @@ class Canceller {
  public:
   // Shuts down every registered socket; later calls fail with CancelledError.
   void cancel() {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     cancelled_ = true;
     for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
   }
@@ -40,19 +40,21 @@ class Canceller {
   // A socket a blocked call may wait on; shut down at once when already
   // cancelled. Remove it before closing it (the number may be reused).
   void add(int fd) {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     fds_.insert(fd);
     if (cancelled_) ::shutdown(fd, SHUT_RDWR);
   }
   void remove(int fd) {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     fds_.erase(fd);
   }
 
  private:
-  std::mutex mu_;
+  base::Mutex mu_;
+  // Set under mu_, so add() either sees it or has its fd in fds_ before
+  // cancel() walks them; read without it by cancelled().
   std::atomic<bool> cancelled_{false};
-  std::set<int> fds_;  // guarded by mu_
+  std::set<int> fds_ GUARDED_BY(mu_);
 };
 
 }  // namespace ddprun::rendezvous

@@ -41,15 +41,6 @@ class RefusedBeforeGreeting : public ConnectionLost {
   using ConnectionLost::ConnectionLost;
 };
 
-std::string quoted(const std::string& key) { return "'" + key + "'"; }
-
-int ms_left(std::chrono::steady_clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  deadline - std::chrono::steady_clock::now())
-                  .count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left + 1, 1 << 30));
-}
-
 bool is_blocking(Op op) { return op == Op::kGet || op == Op::kWait || op == Op::kMultiGet; }
 
 uint64_t clamp_ms(Duration d) {
@@ -57,6 +48,11 @@ uint64_t clamp_ms(Duration d) {
 }
 
 }  // namespace
+
+int Client::ms_left(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left + 1, 1 << 30));
+}
 
 Client::Client(ClientOptions options)
     : options_(std::move(options)),
@@ -99,130 +95,6 @@ void Client::throw_if_cancelled(const std::string& what) const {
 [[noreturn]] void Client::timeout(const std::string& what, Duration after) {
   throw TimeoutError("store at " + address_ + ": " + what + " timed out after " +
                      std::to_string(after.count()) + " ms");
-}
-
-void Client::connect(Clock::time_point cap) {
-  const auto start = Clock::now();
-  const auto deadline = std::min(start + options_.connect_timeout, cap);
-  std::string last_error = "no attempt";
-  auto backoff = std::chrono::milliseconds(10);
-  // Each attempt (connect, greeting, authentication) has a window of its
-  // own, growing from kFirstAttemptWindow, so a lost SYN, greeting or auth
-  // reply costs one window and another try, not the whole connect_timeout.
-  Duration window = kFirstAttemptWindow;
-  for (;;) {
-    disconnect();
-    throw_if_cancelled("connect");
-    auto attempt_deadline = std::min(deadline, Clock::now() + window);
-    if (open_connection(attempt_deadline, last_error)) {
-      // Without a token the greeting is read with the first reply: the
-      // first request goes out at once instead of a round trip later
-      // (issue 24). With one, the client must see the store's proof
-      // before it sends anything (authenticate()).
-      if (options_.token.empty()) {
-        greeted_ = false;
-        return;
-      }
-      if (handshake(attempt_deadline, deadline, last_error)) {
-        greeted_ = true;
-        return;
-      }
-    }
-    throw_if_cancelled("connect");
-    if (Clock::now() + backoff >= deadline) {
-      throw StoreError(
-          "cannot connect to store at " + address_ + " within " +
-          std::to_string(std::chrono::duration_cast<Duration>(deadline - start).count()) +
-          " ms: " + last_error);
-    }
-    std::this_thread::sleep_for(backoff);  // the server may still be starting
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
-    window = std::min(window * 2, kMaxAttemptWindow);
-  }
-}
-
-bool Client::open_connection(Clock::time_point deadline, std::string& last_error) {
-  // A numeric address needs no resolver: getaddrinfo reads /etc/gai.conf
-  // and /etc/hosts on every call (three opens a connect), which a barrier
-  // of thousands of clients pays thousands of times.
-  sockaddr_storage numeric{};
-  addrinfo ai{};
-  ai.ai_socktype = SOCK_STREAM;
-  ai.ai_addr = reinterpret_cast<sockaddr*>(&numeric);
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&numeric);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&numeric);
-  if (inet_pton(AF_INET, options_.host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = ai.ai_family = AF_INET;
-    v4->sin_port = htons(options_.port);
-    ai.ai_addrlen = sizeof(sockaddr_in);
-  } else if (inet_pton(AF_INET6, options_.host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = ai.ai_family = AF_INET6;
-    v6->sin6_port = htons(options_.port);
-    ai.ai_addrlen = sizeof(sockaddr_in6);
-  }
-  if (ai.ai_family != 0) {
-    fd_ = connect_to(ai, deadline, last_error);
-    armed_ms_ = 0;
-    return fd_ >= 0;
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &res);
-  if (rc != 0) {
-    last_error = std::string("cannot resolve host: ") + gai_strerror(rc);
-    return false;
-  }
-  for (addrinfo* ai = res; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
-    int fd = connect_to(*ai, deadline, last_error);
-    if (fd < 0) continue;
-    fd_ = fd;
-    armed_ms_ = 0;
-  }
-  freeaddrinfo(res);
-  return fd_ >= 0;
-}
-
-int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::string& last_error) {
-  int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    last_error = base::describe_error("socket", "", errno);
-    return -1;
-  }
-  // Registered before connecting: a cancel wakes the poll below.
-  if (options_.canceller) options_.canceller->add(fd);
-  int err = 0;
-  if (::connect(fd, ai.ai_addr, ai.ai_addrlen) != 0) {
-    err = errno;
-    if (err == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int n = ::poll(&p, 1, ms_left(deadline));
-      socklen_t len = sizeof(err);
-      // Writable without POLLERR/POLLHUP is a connection; only a failed
-      // one needs SO_ERROR for its reason.
-      if (n == 1 && (p.revents & (POLLERR | POLLHUP)) != 0)
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      else if (n == 1) err = 0;
-      else err = n == 0 ? ETIMEDOUT : errno;
-    }
-  }
-  if (err != 0) {
-    last_error = base::describe_error("connect", "", err);
-    close_fd(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the clock:
-  // a call costs one send and one recv instead of poll + recv.
-  // The socket was made with O_NONBLOCK as its only status flag.
-  if (fcntl(fd, F_SETFL, 0) != 0) {
-    last_error = base::describe_error("fcntl", "", errno);
-    close_fd(fd);
-    return -1;
-  }
-  return fd;
 }
 
 bool Client::handshake(Clock::time_point deadline, Clock::time_point overall,
@@ -414,7 +286,7 @@ void Client::back_off_after_refusal(const std::string& why, Clock::time_point de
 
 void Client::read_acks(Clock::time_point deadline, std::string& error) {
   while (!unacked_.empty()) {
-    const std::string what = "set(" + quoted(unacked_.front().key) + ")";
+    const std::string what = "set(" + quoted_key(unacked_.front().key) + ")";
     Bytes payload = read_reply(deadline, what);
     wire::Reply reply = wire::parse_reply(Op::kSet, payload.data(), payload.size());
     if (reply.status != wire::Status::kOk && error.empty()) {
@@ -433,7 +305,7 @@ void Client::reconnect(Clock::time_point deadline) {
   connect(deadline);
   // Sets whose acknowledgement was lost are repeated: harmless, and the
   // caller was told they succeeded.
-  for (const auto& u : unacked_) send_all(u.frame, deadline, "set(" + quoted(u.key) + ")");
+  for (const auto& u : unacked_) send_all(u.frame, deadline, "set(" + quoted_key(u.key) + ")");
 }
 
 [[noreturn]] void Client::no_answer(const std::string& what, Duration waited) {
@@ -521,7 +393,7 @@ void Client::set(const std::string& key, const Bytes& value) {
   // the ack is read with the next call's reply (or by the destructor), and
   // a failed set is reported by that call. Limits are checked here so the
   // server never has to close the connection over a set.
-  const std::string what = "set(" + quoted(key) + ")";
+  const std::string what = "set(" + quoted_key(key) + ")";
   if (key.size() > wire::kMaxKeySize) {
     throw StoreError("store at " + address_ + ": " + what.substr(0, 40) + "...: key longer than " +
                      std::to_string(wire::kMaxKeySize) + " bytes");
@@ -561,7 +433,7 @@ void Client::set(const std::string& key, const Bytes& value) {
 Bytes Client::get(const std::string& key, Duration t) {
   Request q = make(Op::kGet, {key});
   q.timeout_ms = clamp_ms(t);
-  std::string what = "get(" + quoted(key) + ")";
+  std::string what = "get(" + quoted_key(key) + ")";
   wire::Reply r = call(q, true, what);
   if (r.status == wire::Status::kTimeout) timeout(what, t);
   return std::move(r.value);
@@ -570,11 +442,11 @@ Bytes Client::get(const std::string& key, Duration t) {
 int64_t Client::add(const std::string& key, int64_t delta) {
   Request q = make(Op::kAdd, {key});
   q.delta = delta;
-  return call(q, false, "add(" + quoted(key) + ")").number;
+  return call(q, false, "add(" + quoted_key(key) + ")").number;
 }
 
 Bytes Client::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
-  std::string what = "compare_set(" + quoted(key) + ")";
+  std::string what = "compare_set(" + quoted_key(key) + ")";
   return call(make(Op::kCompareSet, {key}, {expected, desired}), false, what).value;
 }
 
@@ -590,13 +462,13 @@ bool Client::check(const std::vector<std::string>& keys) {
 }
 
 bool Client::remove(const std::string& key) {
-  return call(make(Op::kDelete, {key}), false, "remove(" + quoted(key) + ")").flag;
+  return call(make(Op::kDelete, {key}), false, "remove(" + quoted_key(key) + ")").flag;
 }
 
 int64_t Client::num_keys() { return call(make(Op::kNumKeys), true, "num_keys").number; }
 
 void Client::append(const std::string& key, const Bytes& value) {
-  call(make(Op::kAppend, {key}, {value}), false, "append(" + quoted(key) + ")");
+  call(make(Op::kAppend, {key}, {value}), false, "append(" + quoted_key(key) + ")");
 }
 
 std::vector<Bytes> Client::multi_get(const std::vector<std::string>& keys, Duration t) {

@@ -91,6 +91,8 @@ class Client : public Store {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // Milliseconds to `deadline` for poll(), rounded up (0 once passed).
+  static int ms_left(Clock::time_point deadline);
   // Connects and authenticates, retrying with back-off (the server may
   // still be starting) until options_.connect_timeout or `cap`, whichever
   // comes first: a reconnect inside a call ends by the call's deadline.

@@ -18,29 +18,30 @@ bool HashStore::present_locked(const std::vector<std::string>& keys) const {
   return true;
 }
 
-void HashStore::wait_locked(std::unique_lock<std::mutex>& lock,
-                            const std::vector<std::string>& keys, Duration timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!changed_.wait_until(lock, deadline, [&] { return present_locked(keys); })) {
-    throw TimeoutError("hash store: wait for " + describe_keys(keys) + " timed out after " +
-                       std::to_string(timeout.count()) + " ms");
+void HashStore::wait_locked(const std::vector<std::string>& keys, Duration timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!present_locked(keys)) {
+    if (!changed_.wait_until(mu_, deadline) && !present_locked(keys)) {
+      throw TimeoutError("hash store: wait for " + describe_keys(keys) + " timed out after " +
+                         std::to_string(timeout.count()) + " ms");
+    }
   }
 }
 
 void HashStore::set(const std::string& key, const Bytes& value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   data_[key] = value;
   changed_.notify_all();
 }
 
 Bytes HashStore::get(const std::string& key, Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  wait_locked(lock, {key}, timeout);
+  base::MutexLock lock(mu_);
+  wait_locked({key}, timeout);
   return data_.at(key);
 }
 
 int64_t HashStore::add(const std::string& key, int64_t delta) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   int64_t v = 0;
   auto it = data_.find(key);
   if (it != data_.end()) {
@@ -59,7 +60,7 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
 }
 
 Bytes HashStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   auto it = data_.find(key);
   if ((it == data_.end() && expected.empty()) || (it != data_.end() && it->second == expected)) {
     data_[key] = desired;
@@ -70,35 +71,35 @@ Bytes HashStore::compare_set(const std::string& key, const Bytes& expected, cons
 }
 
 void HashStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  wait_locked(lock, keys, timeout);
+  base::MutexLock lock(mu_);
+  wait_locked(keys, timeout);
 }
 
 bool HashStore::check(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   return present_locked(keys);
 }
 
 bool HashStore::remove(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   return data_.erase(key) > 0;
 }
 
 int64_t HashStore::num_keys() {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   return static_cast<int64_t>(data_.size());
 }
 
 void HashStore::append(const std::string& key, const Bytes& value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   auto& v = data_[key];
   v.insert(v.end(), value.begin(), value.end());
   changed_.notify_all();
 }
 
 std::vector<Bytes> HashStore::multi_get(const std::vector<std::string>& keys, Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  wait_locked(lock, keys, timeout);
+  base::MutexLock lock(mu_);
+  wait_locked(keys, timeout);
   std::vector<Bytes> out;
   for (const auto& k : keys) out.push_back(data_.at(k));
   return out;
@@ -106,7 +107,7 @@ std::vector<Bytes> HashStore::multi_get(const std::vector<std::string>& keys, Du
 
 void HashStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   if (keys.size() != values.size()) throw StoreError("hash store: multi_set: keys/values differ in size");
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   for (size_t i = 0; i < keys.size(); ++i) data_[keys[i]] = values[i];
   changed_.notify_all();
 }

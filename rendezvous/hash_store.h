@@ -3,10 +3,9 @@
 // the threads blocked in get()/wait() on that key.
 #pragma once
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 
+#include "base/mutex.h"
 #include "rendezvous/store.h"
 
 namespace ddprun::rendezvous {
@@ -26,14 +25,13 @@ class HashStore : public Store {
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
 
  private:
-  // Waits (lock held) until every key exists; TimeoutError names them.
-  void wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
-                   Duration timeout);
-  bool present_locked(const std::vector<std::string>& keys) const;
+  // Waits until every key exists; TimeoutError names them.
+  void wait_locked(const std::vector<std::string>& keys, Duration timeout) REQUIRES(mu_);
+  bool present_locked(const std::vector<std::string>& keys) const REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, Bytes> data_;  // GUARDED_BY(mu_)
+  base::Mutex mu_;
+  base::CondVar changed_;  // notified on every write
+  std::map<std::string, Bytes> data_ GUARDED_BY(mu_);
 };
 
 // "'a', 'b', ... (n keys)": how errors name a list of keys.

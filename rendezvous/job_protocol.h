@@ -77,6 +77,22 @@ class JobKeys {
   std::string round(int64_t round) const { return base_ + "r" + std::to_string(round) + "/"; }
   std::string round(int64_t r, const std::string& key) const { return round(r) + key; }
   std::string restarts() const { return job("restarts"); }
+  std::string current() const { return job("current"); }
+  std::string last_closed() const { return job("last_closed"); }
+  // The counter of nodes that gave up a join, and the n-th one's mark.
+  std::string gave_up() const { return job("gave_up"); }
+  std::string gave_up(int64_t n) const { return job("gave_up/" + std::to_string(n)); }
+  std::string joined(int64_t r) const { return round(r, "joined"); }
+  // The record of the node that took join slot `slot` (1-based).
+  std::string node_slot(int64_t r, int64_t slot) const {
+    return round(r, "node/" + std::to_string(slot));
+  }
+  std::string closer(int64_t r) const { return round(r, "closer"); }
+  std::string heartbeat(int64_t r, const std::string& node) const {
+    return round(r, "hb/" + node);
+  }
+  std::string dead_closed(int64_t r) const { return round(r, "dead_closed"); }
+  std::string dead_seen(int64_t r) const { return round(r, "dead_seen"); }
   std::string closed(int64_t r) const { return round(r, "closed"); }
   std::string assignment(int64_t r, int64_t closer, const std::string& node) const {
     return round(r, "a" + std::to_string(closer) + "/" + node);

@@ -50,7 +50,7 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
   store_->set_reply_window(options_.keep_alive_interval * options_.keep_alive_max_attempt);
   try {
     on_close_armed_ = store_->set_on_close(
-        {keys_.end(round_.round), keys_.dead(round_.round, options_.node_id), prefix_ + "dead_closed"},
+        {keys_.end(round_.round), keys_.dead(round_.round, options_.node_id), keys_.dead_closed(round_.round)},
         {encode_round_end(death), to_bytes("1"), to_bytes(options_.node_id)}, keys_.restarts());
   } catch (const StoreError& e) {
     spdlog::debug("rendezvous '{}': no death notice on close: {}", options_.run_id, e.what());
@@ -76,7 +76,7 @@ KeepAlive::~KeepAlive() {
 }
 
 void KeepAlive::run() {
-  const std::string my_hb = keys_.round(round_.round, "hb/" + options_.node_id);
+  const std::string my_hb = keys_.heartbeat(round_.round, options_.node_id);
   const Duration dead_after = options_.keep_alive_interval * options_.keep_alive_max_attempt;
   // The peers the closer assigned this node (its successors in group-rank
   // order, kWatchedPeers of them): every node is watched by that many.
@@ -84,7 +84,7 @@ void KeepAlive::run() {
   std::vector<const NodeInfo*> peers;
   std::vector<int> peer_rank;
   for (const auto& p : round_.watched) {
-    peer_keys.push_back(keys_.round(round_.round, "hb/" + p.node.node_id));
+    peer_keys.push_back(keys_.heartbeat(round_.round, p.node.node_id));
     peers.push_back(&p.node);
     peer_rank.push_back(p.group_rank);
   }
@@ -118,7 +118,7 @@ void KeepAlive::run() {
             // Marked dead first (it is, whoever ends the round): the next
             // round then closes as soon as the live members are back.
             store_->set(keys_.dead(round_.round, peers[i]->node_id), to_bytes("1"));
-            store_->append(prefix_ + "dead_seen", to_bytes(peers[i]->node_id + "\n"));
+            store_->append(keys_.dead_seen(round_.round), to_bytes(peers[i]->node_id + "\n"));
             if (publish_end(*store_, keys_, round_.round, dead_end)) {
               spdlog::warn("rendezvous '{}': {}", options_.run_id, dead_end.reason);
               end_written_ = true;

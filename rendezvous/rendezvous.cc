@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <random>
 #include <set>
 #include <sstream>
@@ -98,79 +97,7 @@ std::string default_node_id() {
   return s.str();
 }
 
-// A duration key: finite, at least `min` (strictly more when `positive`)
-// and at most kMaxConfSeconds, so that no deadline computed from it
-// overflows or passes at once.
-Duration seconds(const std::string& key, const std::string& value, bool positive) {
-  double v = std::nan("");
-  try {
-    size_t used = 0;
-    v = std::stod(value, &used);
-    if (used != value.size()) v = std::nan("");
-  } catch (const std::exception&) {
-  }
-  bool ok = std::isfinite(v) && (positive ? v > 0 : v >= 0) && v <= kMaxConfSeconds;
-  if (!ok) {
-    throw RendezvousError("--rdzv-conf " + key + "=" + value + ": expected seconds, a number " +
-                          (positive ? "> 0" : ">= 0") + " and <= " +
-                          std::to_string(static_cast<int64_t>(kMaxConfSeconds)));
-  }
-  // At least 1 ms when positive: 0.0001 s must not become a zero deadline.
-  int64_t ms = static_cast<int64_t>(v * 1000);
-  return Duration(positive ? std::max<int64_t>(ms, 1) : ms);
-}
 }  // namespace
-
-void apply_rdzv_conf(const std::map<std::string, std::string>& conf, RendezvousOptions& o) {
-  for (const auto& [key, value] : conf) {
-    if (key == "join_timeout") o.join_timeout = seconds(key, value, true);
-    else if (key == "last_call_timeout") o.last_call_timeout = seconds(key, value, false);
-    else if (key == "close_timeout") o.close_timeout = seconds(key, value, false);
-    else if (key == "keep_alive_interval") o.keep_alive_interval = seconds(key, value, true);
-    else if (key == "keep_alive_max_attempt") {
-      try {
-        size_t used = 0;
-        int v = std::stoi(value, &used);
-        if (used != value.size() || v < 1 || v > 1000000) throw std::invalid_argument("");
-        o.keep_alive_max_attempt = v;
-      } catch (const std::exception&) {
-        throw RendezvousError("--rdzv-conf keep_alive_max_attempt=" + value +
-                              ": expected an integer >= 1 and <= 1000000");
-      }
-    } else if (key == "is_host") {
-      if (value == "1" || value == "true" || value == "True") o.is_host = true;
-      else if (value == "0" || value == "false" || value == "False") o.is_host = false;
-      else throw RendezvousError("--rdzv-conf is_host=" + value + ": expected true or false");
-    } else if (key == "store_type") {
-      // torch's c10d backend: tcp (its default) or file. ddprun's rendezvous
-      // always runs over its own TCP store.
-      if (value == "file")
-        throw RendezvousError("--rdzv-conf store_type=file: ddprun's rendezvous runs over its "
-                              "own TCP store at --rdzv-endpoint; use store_type=tcp (the default)");
-      if (value != "tcp" && value != "TCP")
-        throw RendezvousError("--rdzv-conf store_type=" + value + ": expected tcp");
-    } else if (key == "heartbeat_timeout") {
-      // torch's deadline for one keep-alive write; ddprun's keep-alive is
-      // one store request under the store's own deadline. Checked, no effect.
-      seconds(key, value, true);
-    } else if (key == "cas_backoff_max_seconds") {
-      // torch backs off after a lost compare-and-set of the rendezvous
-      // state; ddprun's store serialises joins itself, nothing loses a race.
-      seconds(key, value, false);
-    } else if (key == "token" || key == "read_timeout" || key == "timeout" ||
-               key == "use_agent_store" || key == "cacert" || key == "cert" || key == "key" ||
-               key == "user") {
-      // Read by the caller (the store connection; cacert, cert, key and
-      // user are etcd's), or accepted for torchrun compatibility.
-    } else {
-      throw RendezvousError("--rdzv-conf: unknown key '" + key +
-                            "' (known: join_timeout, last_call_timeout, close_timeout, "
-                            "keep_alive_interval, keep_alive_max_attempt, is_host, token, "
-                            "read_timeout, store_type, heartbeat_timeout, "
-                            "cas_backoff_max_seconds; for etcd: cacert, cert, key, user)");
-    }
-  }
-}
 
 Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options,
                        StoreFactory keep_alive_factory)
@@ -209,20 +136,14 @@ Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options,
 
 Rendezvous::~Rendezvous() = default;
 
-std::string Rendezvous::key(const std::string& k) const { return keys_.job(k); }
-
-std::string Rendezvous::round_key(int64_t round, const std::string& k) const {
-  return keys_.round(round, k);
-}
-
 std::string Rendezvous::join_error(int64_t round, const std::string& what) {
   std::string who;
   int64_t joined = 0;
   try {
-    joined = store_->add(round_key(round, "joined"), 0);
+    joined = store_->add(keys_.joined(round), 0);
     if (joined > kFormedMark) joined -= kFormedMark;
     for (int64_t i = 1; i <= joined && i <= 64; ++i) {
-      std::string k = round_key(round, "node/" + std::to_string(i));
+      std::string k = keys_.node_slot(round, i);
       if (!store_->check({k})) continue;
       auto n = decode_node(to_string(store_->get(k, Duration(0))));
       if (n) who += (who.empty() ? "" : ", ") + n->node_id + " at " + n->addr;
@@ -237,7 +158,7 @@ std::string Rendezvous::join_error(int64_t round, const std::string& what) {
 std::vector<NodeInfo> Rendezvous::previous_members() {
   int64_t last = 0;
   try {
-    last = to_i64(store_->get(key("last_closed"), Duration(0)));
+    last = to_i64(store_->get(keys_.last_closed(), Duration(0)));
   } catch (const TimeoutError&) {
     return {};  // no round formed yet
   }
@@ -256,7 +177,7 @@ const std::vector<NodeInfo>& Rendezvous::members_of(int64_t round, int64_t close
 
 void Rendezvous::close_round(int64_t round, int64_t n) {
   std::vector<std::string> keys;
-  for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(round, "node/" + std::to_string(i)));
+  for (int64_t i = 1; i <= n; ++i) keys.push_back(keys_.node_slot(round, i));
   std::vector<NodeInfo> nodes;
   try {
     // One request for the n records, not 2n (requests per node stay flat
@@ -281,7 +202,7 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
   for (size_t i = 0; i < assigned.size(); ++i) {
     keys.push_back(keys_.assignment(round, seq_, assigned[i].node_id));
     values.push_back(to_bytes(encode_assignment(each[i])));
-    keys.push_back(round_key(round, "hb/" + assigned[i].node_id));
+    keys.push_back(keys_.heartbeat(round, assigned[i].node_id));
     values.push_back(to_bytes("0"));
   }
   keys.push_back(keys_.members(round, seq_));
@@ -289,8 +210,8 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
   multi_set_bounded(*store_, keys, values);
   const Bytes value = encode_formed({static_cast<int64_t>(assigned.size()), seq_});
   if (store_->compare_set(keys_.closed(round), {}, value) == value) {
-    store_->add(round_key(round, "joined"), kFormedMark);
-    store_->set(key("last_closed"), to_bytes(std::to_string(round)));
+    store_->add(keys_.joined(round), kFormedMark);
+    store_->set(keys_.last_closed(), to_bytes(std::to_string(round)));
     spdlog::info("rendezvous '{}': round {} formed with {} nodes", options_.run_id, round,
                  assigned.size());
   }
@@ -320,7 +241,7 @@ Bytes Rendezvous::wait_last_call(int64_t round, const std::string& closed,
 
 bool Rendezvous::claims_close(int64_t round) {
   const Bytes me = to_bytes(options_.node_id);
-  return store_->compare_set(round_key(round, "closer"), {}, me) == me;  // ours, now or before
+  return store_->compare_set(keys_.closer(round), {}, me) == me;  // ours, now or before
 }
 
 void Rendezvous::close_once(int64_t round, int64_t n, Duration left_to_join) {
@@ -346,6 +267,84 @@ RoundResult Rendezvous::result_from(int64_t round, int64_t closer, Assignment a)
   return r;
 }
 
+int64_t Rendezvous::move_past(int64_t r, const NodeInfo& me, bool member) {
+  // Round r is running (or over): move on to r + 1 (compare_set returns
+  // the round current names after it, ours or a newer one). A node that is
+  // not one of its members asks the members to re-form (scale-up) when the
+  // group has room for it.
+  const int64_t next = to_i64(store_->compare_set(keys_.current(), to_bytes(std::to_string(r)),
+                                                  to_bytes(std::to_string(r + 1))));
+  if (member) return next;
+  const std::string closed = keys_.closed(r);
+  const Formed f = decode_formed(store_->get(closed, Duration(0)), closed);
+  if (f.size < options_.max_nodes) {
+    RoundEnd up;
+    up.kind = RoundEnd::kScaleUp;
+    up.exit_status = 0;
+    up.node = me.node_id;
+    up.reason = "scale-up: node " + me.node_id + " at " + me.addr + " waits to join";
+    publish_end(*store_, keys_, r, up);
+    awaited_ = std::make_pair(r, f.closer);  // they come to the next round for us
+  }
+  return next;
+}
+
+Bytes Rendezvous::await_close(int64_t r, int64_t slot, Clock::time_point deadline) {
+  const int64_t max = options_.max_nodes;
+  const std::string closed = keys_.closed(r);
+  Bytes formed;  // r<N>/closed's value, once read
+  try {
+    if (slot == max) {
+      close_once(r, slot, left(deadline));
+    } else {
+      // The nodes expected back are all the round needs: close as soon
+      // as every one of them has joined (by name, not by count: a late
+      // node's slot is no member's), and give a slow one more than the
+      // last call before leaving it out, so that none of them comes
+      // back as a late node with another group rank. One node (the
+      // close's claimer) reads who is expected and looks who came
+      // back (O(nodes) bytes, once); the others wait below for the
+      // round it closes. All of them reading was O(nodes^2) bytes.
+      // The claim is tried on joining, not once MIN have joined: after
+      // a death MIN are there only when the last survivor is, and the
+      // claims and the claimer's reads then came all at once, between
+      // that join and the close.
+      std::set<std::string> expected;
+      const bool claimer = may_expect() && claims_close(r);
+      if (claimer) expected = expected_members();
+      // Every node can close the round (the first to publish wins), so
+      // a node that dies during the last call cannot stall the others:
+      // wait for MIN nodes, then give the last call its window.
+      const std::string min_key = keys_.node_slot(r, options_.min_nodes);
+      store_->wait({min_key}, left(deadline));
+      const auto now = Clock::now();
+      const auto last_call_end = now + options_.last_call_timeout;
+      bool closed_early = false;
+      if (claimer && !expected.empty()) {
+        const auto patience = std::max(options_.last_call_timeout, options_.close_timeout);
+        if (wait_for_expected(r, expected, std::min(now + patience, deadline))) {
+          close_round(r, std::min(store_->add(keys_.joined(r), 0), max));
+          closed_early = true;
+        }
+        // else the last call decides; close_once finds the claim ours
+      }
+      if (!closed_early) {
+        try {
+          formed = wait_last_call(r, closed, std::min(last_call_end, deadline));
+        } catch (const TimeoutError&) {
+          close_once(r, std::min(store_->add(keys_.joined(r), 0), max), left(deadline));
+        }
+      }
+    }
+    if (formed.empty()) formed = store_->get(closed, left(deadline));
+  } catch (const TimeoutError&) {
+    throw RendezvousError(join_error(r, "within join_timeout " +
+                                            std::to_string(options_.join_timeout.count()) +
+                                            " ms"));
+  }
+  return formed;
+}
+
 RoundResult Rendezvous::next_round() {
   const auto deadline = Clock::now() + options_.join_timeout;
   const int64_t max = options_.max_nodes;
@@ -361,39 +360,20 @@ RoundResult Rendezvous::next_round() {
     // marking it, the round turns out to hold no assignment of ours.
     int64_t r = 0;
     if (current_) {
-      r = to_i64(store_->compare_set(key("current"), to_bytes(std::to_string(current_->round)),
+      r = to_i64(store_->compare_set(keys_.current(), to_bytes(std::to_string(current_->round)),
                                      to_bytes(std::to_string(current_->round + 1))));
     } else {
-      r = store_->add(key("current"), 0);
+      r = store_->add(keys_.current(), 0);
     }
     bool formed_already = false;  // round r is formed without us
     for (;;) {
-      const std::string closed = keys_.closed(r);
       const bool member = current_ && current_->round == r;
       if (formed_already || member) {
         formed_already = false;
-        // Round r is running (or over): move on to r + 1 (compare_set
-        // returns the round current names after it, ours or a newer one).
-        // A node that is not one of its members asks the members to
-        // re-form (scale-up) when the group has room for it.
-        const int64_t next = to_i64(store_->compare_set(key("current"), to_bytes(std::to_string(r)),
-                                                        to_bytes(std::to_string(r + 1))));
-        if (!member) {
-          const Formed f = decode_formed(store_->get(closed, Duration(0)), closed);
-          if (f.size < max) {
-            RoundEnd up;
-            up.kind = RoundEnd::kScaleUp;
-            up.exit_status = 0;
-            up.node = me.node_id;
-            up.reason = "scale-up: node " + me.node_id + " at " + me.addr + " waits to join";
-            publish_end(*store_, keys_, r, up);
-            awaited_ = std::make_pair(r, f.closer);  // they come to the next round for us
-          }
-        }
-        r = next;
+        r = move_past(r, me, member);
         continue;
       }
-      const int64_t slot = store_->add(round_key(r, "joined"), 1);
+      const int64_t slot = store_->add(keys_.joined(r), 1);
       if (slot > kFormedMark) {
         formed_already = true;
         continue;
@@ -403,61 +383,12 @@ RoundResult Rendezvous::next_round() {
       // counter in the store cost every node one more round trip).
       if (seq_ < 0) seq_ = me.seq = (r << 32) | slot;
       if (slot <= max) {
-        store_->set(round_key(r, "node/" + std::to_string(slot)), to_bytes(encode_node(me)));
+        store_->set(keys_.node_slot(r, slot), to_bytes(encode_node(me)));
       }
-      Bytes formed;  // r<N>/closed's value, once read
-      try {
-        if (slot == max) {
-          close_once(r, slot, left(deadline));
-        } else {
-          // The nodes expected back are all the round needs: close as soon
-          // as every one of them has joined (by name, not by count: a late
-          // node's slot is no member's), and give a slow one more than the
-          // last call before leaving it out, so that none of them comes
-          // back as a late node with another group rank. One node (the
-          // close's claimer) reads who is expected and looks who came
-          // back (O(nodes) bytes, once); the others wait below for the
-          // round it closes. All of them reading was O(nodes^2) bytes.
-          // The claim is tried on joining, not once MIN have joined: after
-          // a death MIN are there only when the last survivor is, and the
-          // claims and the claimer's reads then came all at once, between
-          // that join and the close.
-          std::set<std::string> expected;
-          const bool claimer = may_expect() && claims_close(r);
-          if (claimer) expected = expected_members();
-          // Every node can close the round (the first to publish wins), so
-          // a node that dies during the last call cannot stall the others:
-          // wait for MIN nodes, then give the last call its window.
-          const std::string min_key = round_key(r, "node/" + std::to_string(options_.min_nodes));
-          store_->wait({min_key}, left(deadline));
-          const auto now = Clock::now();
-          const auto last_call_end = now + options_.last_call_timeout;
-          bool closed_early = false;
-          if (claimer && !expected.empty()) {
-            const auto patience = std::max(options_.last_call_timeout, options_.close_timeout);
-            if (wait_for_expected(r, expected, std::min(now + patience, deadline))) {
-              close_round(r, std::min(store_->add(round_key(r, "joined"), 0), max));
-              closed_early = true;
-            }
-            // else the last call decides; close_once finds the claim ours
-          }
-          if (!closed_early) {
-            try {
-              formed = wait_last_call(r, closed, std::min(last_call_end, deadline));
-            } catch (const TimeoutError&) {
-              close_once(r, std::min(store_->add(round_key(r, "joined"), 0), max), left(deadline));
-            }
-          }
-        }
-        if (formed.empty()) formed = store_->get(closed, left(deadline));
-      } catch (const TimeoutError&) {
-        throw RendezvousError(join_error(r, "within join_timeout " +
-                                                std::to_string(options_.join_timeout.count()) +
-                                                " ms"));
-      }
+      const Bytes formed = await_close(r, slot, deadline);
       // This node's own record of the winner's assignment: constant bytes
       // whatever the round's size (bench/rendezvous_scale).
-      const Formed f = decode_formed(formed, closed);
+      const Formed f = decode_formed(formed, keys_.closed(r));
       const std::string mine = keys_.assignment(r, f.closer, me.node_id);
       Bytes record;
       try {
@@ -485,9 +416,10 @@ std::set<std::string> Rendezvous::dead_members() {
   // O(nodes) per node): the node whose closed connection ended it, and the
   // nodes watchers saw missing heartbeats.
   std::set<std::string> dead;
-  for (const char* k : {"dead_closed", "dead_seen"}) {
+  const int64_t r = current_->round;
+  for (const std::string& k : {keys_.dead_closed(r), keys_.dead_seen(r)}) {
     try {
-      std::istringstream in(to_string(store_->get(round_key(current_->round, k), Duration(0))));
+      std::istringstream in(to_string(store_->get(k, Duration(0))));
       for (std::string id; std::getline(in, id);)
         if (!id.empty()) dead.insert(id);
     } catch (const TimeoutError&) {
@@ -545,7 +477,7 @@ bool Rendezvous::wait_for_expected(int64_t r, const std::set<std::string>& expec
   while (slots <= options_.max_nodes) {
     if (store_->check({closed})) return false;
     std::vector<std::string> keys;
-    for (int64_t i = 1; i <= slots; ++i) keys.push_back(round_key(r, "node/" + std::to_string(i)));
+    for (int64_t i = 1; i <= slots; ++i) keys.push_back(keys_.node_slot(r, i));
     std::vector<Bytes> records;
     try {
       records = store_->multi_get(keys, std::clamp(left(until), Duration(1), Duration(500)));
@@ -582,7 +514,7 @@ void Rendezvous::signal_failure(const RoundEnd& end) {
 
 int64_t Rendezvous::restart_count() {
   try {
-    return store_->add(key("restarts"), 0);
+    return store_->add(keys_.restarts(), 0);
   } catch (const StoreError& e) {
     throw RendezvousError("rendezvous '" + options_.run_id + "': " + e.what());
   }

@@ -168,8 +168,6 @@ class Rendezvous {
 
  private:
   friend class KeepAlive;
-  std::string key(const std::string& k) const;
-  std::string round_key(int64_t round, const std::string& k) const;
   std::string join_error(int64_t round, const std::string& what);
   // Decides the assignment of a round from its first `n` slots and tries to
   // publish it; whoever publishes first wins.
@@ -183,6 +181,13 @@ class Rendezvous {
   // close_round by the one node that claims it first; the others wait.
   void close_once(int64_t round, int64_t n, Duration left_to_join);
   RoundResult result_from(int64_t round, int64_t closer, Assignment a);
+  // Past round `round`, which is running without this node or is the one
+  // it was a member of: the round current names now (a scale-up request
+  // published first when this node is no member and the group has room).
+  int64_t move_past(int64_t round, const NodeInfo& me, bool member);
+  // Having joined `round` in `slot`: closes it or waits for it to close,
+  // by `deadline`; r<N>/closed's value. RendezvousError past the deadline.
+  Bytes await_close(int64_t round, int64_t slot, std::chrono::steady_clock::time_point deadline);
   // The previous round's members, for the stable rank rule (the closer's
   // read: O(N) bytes, one node a round).
   std::vector<NodeInfo> previous_members();
@@ -214,7 +219,7 @@ class Rendezvous {
   // and N connections and handshakes at once (3 a node with the agent's
   // hooks) went past the store's per-address and per-subnet limits for
   // connections not yet authenticated, whose refusals cost each node
-  // retries with a growing back-off (issue 24: 256 agents on one host).
+  // retries with a growing back-off (256 agents on one host).
   // Joins arrive as the nodes start, spread out.
   std::unique_ptr<Store> keep_alive_store_;
   int64_t seq_ = -1;  // first-join order: (round << 32) | slot of the first join

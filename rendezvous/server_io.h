@@ -18,10 +18,33 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <sys/socket.h>
 
 namespace ddprun::rendezvous {
+
+// A connection's buffer policy, both servers': buffers up to this capacity
+// are part of a connection's fixed cost (bounded by the connection limits);
+// larger ones are charged to the server's max_buffered_bytes and freed as
+// soon as they are empty, so an idle connection that once carried a big
+// frame does not keep holding it.
+constexpr size_t kKeepCapacity = 1024;
+inline void release_if_empty(std::vector<uint8_t>& b) {
+  if (b.empty() && b.capacity() > kKeepCapacity) std::vector<uint8_t>().swap(b);
+}
+// What a buffer is charged to max_buffered_bytes.
+inline size_t buffer_charge(const std::vector<uint8_t>& b) {
+  return b.capacity() > kKeepCapacity ? b.capacity() : 0;
+}
+
+// Reads go through one buffer of this size, shared by every connection;
+// a connection reads at most one chunk a turn of the event loop.
+constexpr size_t kReadChunk = 64 * 1024;
+// A connection answers at most this many requests a turn, then yields to
+// the others: a pipelined flood of tiny requests (64 KiB holds thousands)
+// delays everyone else by one small batch, not by the whole chunk.
+constexpr size_t kRequestsPerTurn = 64;
 
 // At most this many connections taken from the kernel's queue a turn.
 constexpr size_t kAcceptsPerTurn = 256;
@@ -78,6 +101,69 @@ void shut_down_server(Impl& impl) {
   for (auto& c : conns) c->close();
 }
 
+// Yields `c`'s turn after kRequestsPerTurn: what it has read and not
+// parsed yet is parsed behind the other connections' ready handlers, then
+// it reads again. `Conn` (shared_from_this) has: sock, bool resume_posted
+// (read_more() does not read while it is set), closed, process(),
+// read_more().
+template <typename Conn>
+void resume_next_turn(Conn& c) {
+  if (c.resume_posted) return;
+  c.resume_posted = true;
+  boost::asio::post(c.sock.get_executor(), [self = c.shared_from_this()] {
+    self->resume_posted = false;
+    if (self->closed) return;
+    self->process();
+    self->read_more();
+  });
+}
+
+// Runs `c`'s slow-loris clock while `partial` (from the first partial byte
+// on: later bytes do not restart it) and stops it otherwise; past the
+// server's partial_frame_timeout the connection fails with "<what> not
+// completed within N ms". `Conn` (shared_from_this) has: frame_timer,
+// bool frame_timer_armed, closed, srv->options.partial_frame_timeout and
+// fail(why).
+template <typename Conn>
+void run_frame_timer(Conn& c, bool partial, const char* what) {
+  if (!partial || c.closed) {
+    if (c.frame_timer_armed) c.frame_timer.cancel();
+    c.frame_timer_armed = false;
+    return;
+  }
+  if (c.frame_timer_armed) return;
+  c.frame_timer_armed = true;
+  c.frame_timer.expires_after(c.srv->options.partial_frame_timeout);
+  c.frame_timer.async_wait([self = c.shared_from_this(), what](boost::system::error_code ec) {
+    if (ec || self->closed || !self->frame_timer_armed) return;
+    self->fail(std::string(what) + " not completed within " +
+               std::to_string(self->srv->options.partial_frame_timeout.count()) + " ms");
+  });
+}
+
+// Writes c.out without waiting, as much as the socket takes: the common
+// reply fits its buffer and needs no trip through the reactor. True when
+// all of it went; false with the rest moved to c.sending for the caller to
+// send in the background, or with the connection closed (a write error,
+// or account() over the buffer limit). `Conn` has: sock, out, sending,
+// account(), close().
+template <typename Conn>
+bool write_directly(Conn& c) {
+  namespace asio = boost::asio;
+  boost::system::error_code ec;
+  const size_t n = c.sock.write_some(asio::buffer(c.out), ec);
+  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+    c.close();
+    return false;
+  }
+  const bool all = n == c.out.size();
+  if (!all) c.sending.assign(c.out.begin() + static_cast<std::ptrdiff_t>(n), c.out.end());
+  c.out.clear();
+  release_if_empty(c.out);
+  c.account();
+  return all;
+}
+
 // Drops `n` bytes already copied out with MSG_PEEK from the front of the
 // socket's receive queue. TCP discards them without copying (MSG_TRUNC,
 // tcp(7)); a Unix stream socket (Server::adopt, the fuzzer's socketpair)
@@ -112,7 +198,7 @@ void read_some_into(Conn& c, size_t allowed) {
   using tcp = asio::ip::tcp;
   boost::system::error_code ec;
   // Made at the first read, not with the server: its 64 KiB are page
-  // faults a launch need not take before its workers (issue 24).
+  // faults a launch need not take before its workers.
   if (c.srv->scratch.size() < allowed) c.srv->scratch.resize(allowed);
   const uint8_t* data = c.srv->scratch.data();
   size_t n = c.ahead.n;

@@ -242,102 +242,161 @@ void Table::answer(Op op, const std::vector<Key>& keys, Bytes& out) const {
   }
 }
 
-bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
+const Bytes* Table::find(const std::string& key) const {
+  auto it = data_.find(key);
+  return it == data_.end() ? nullptr : &it->second;
+}
+
+Table::Write Table::set(const std::string& key, Bytes value) {
+  bool fresh = false;
+  if (!store(key, std::move(value), fresh)) return Write::kFull;
+  if (fresh) created(key);
+  return Write::kOk;
+}
+
+Table::Write Table::append(const std::string& key, const uint8_t* p, size_t n, size_t max_value) {
+  auto it = data_.find(key);
+  if (it == data_.end()) return n > max_value ? Write::kTooLarge : set(key, Bytes(p, p + n));
+  Bytes& v = it->second;
+  if (n > max_value || v.size() > max_value - n) return Write::kTooLarge;
+  if (v.size() + n > v.capacity()) {
+    // Grown here, not by insert(), so the budget is charged with the
+    // capacity the value will hold before it holds it.
+    const size_t grown = std::max(v.size() + n, 2 * v.capacity());
+    const size_t old = entry_bytes(key.size(), v.capacity());
+    const size_t now = entry_bytes(key.size(), grown);
+    if (bytes_ - old + now > max_bytes_) return Write::kFull;
+    v.reserve(grown);
+    bytes_ = bytes_ - old + entry_bytes(key.size(), v.capacity());
+  }
+  v.insert(v.end(), p, p + n);
+  return Write::kOk;
+}
+
+Table::Write Table::add(const std::string& key, int64_t delta, int64_t& sum) {
+  int64_t current = 0;
+  if (const Bytes* v = find(key)) {
+    const char* b = reinterpret_cast<const char*>(v->data());
+    const char* e = b + v->size();
+    auto [p, ec] = std::from_chars(b, e, current);
+    if (ec != std::errc() || p != e) return Write::kNotInteger;
+  }
+  if (__builtin_add_overflow(current, delta, &sum)) return Write::kOverflow;
+  const std::string text = std::to_string(sum);
+  return set(key, Bytes(text.begin(), text.end()));
+}
+
+bool Table::remove(const std::string& key) {
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  bytes_ -= entry_bytes(it->first.size(), it->second.capacity());
+  data_.erase(it);
+  removed(key);
+  return true;
+}
+
+bool Table::charge(size_t n) {
+  if (n > max_bytes_ - bytes_) return false;
+  bytes_ += n;
+  return true;
+}
+
+void Table::clear() {
+  for (const auto& entry : data_) removed(entry.first);
+  data_.clear();
+  bytes_ = 0;
+}
+
+std::string Table::full() const {
   // Built only when a write is refused: on every request it cost the
   // server three allocations and a to_string.
-  auto full = [this] {
-    return "store full: the server holds at most " + std::to_string(max_bytes_) +
-           " bytes of keys and values";
-  };
-  bool fresh = false;
+  return "store full: the server holds at most " + std::to_string(max_bytes_) +
+         " bytes of keys and values";
+}
+
+void Table::execute_append(wire::Request& q, Bytes& out) {
+  const Bytes& tail = q.values[0];
+  switch (append(q.keys[0], tail.data(), tail.size(), wire::kMaxValueSize)) {
+    case Write::kOk:
+      return write_ok(out);
+    case Write::kTooLarge:
+      return write_error(out, "append: value at " + quoted_key(q.keys[0]) + " would exceed " +
+                                  std::to_string(wire::kMaxValueSize) + " bytes");
+    default:
+      return write_error(out, full());
+  }
+}
+
+void Table::execute_add(wire::Request& q, Bytes& out) {
+  int64_t sum = 0;
+  switch (add(q.keys[0], q.delta, sum)) {
+    case Write::kOk:
+      return write_i64(out, sum);
+    case Write::kNotInteger:
+      return write_error(out, "add: value at " + quoted_key(q.keys[0]) + " is not an integer");
+    case Write::kOverflow:
+      return write_error(out, "add: integer overflow at " + quoted_key(q.keys[0]));
+    default:
+      return write_error(out, full());
+  }
+}
+
+void Table::execute_multi_set(wire::Request& q, Bytes& out) {
+  // Every value stored before any wait hears of it: a multi-get of these
+  // keys is answered with all of them.
+  std::vector<const std::string*> fresh_keys;
+  bool ok = true, fresh = false;
+  for (size_t i = 0; i < q.keys.size() && ok; ++i) {
+    ok = store(q.keys[i], std::move(q.values[i]), fresh);
+    if (ok && fresh) fresh_keys.push_back(&q.keys[i]);
+  }
+  if (ok) {
+    write_ok(out);
+  } else {
+    write_error(out, full());
+  }
+  for (const std::string* k : fresh_keys) created(*k);
+}
+
+void Table::execute_compare_set(wire::Request& q, Bytes& out) {
+  const Bytes* now = find(q.keys[0]);
+  const Bytes& expected = q.values[0];
+  const Bytes& desired = q.values[1];
+  if ((now == nullptr && expected.empty()) || (now != nullptr && *now == expected)) {
+    if (set(q.keys[0], desired) != Write::kOk) return write_error(out, full());
+    return write_value(out, desired);
+  }
+  write_value(out, now == nullptr ? Bytes{} : *now);
+}
+
+bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
   switch (q.op) {
     case Op::kSet:
       // Moved: the caller drops the request once it is answered.
-      if (!store(q.keys[0], std::move(q.values[0]), fresh)) return write_error(out, full()), true;
-      write_ok(out);
-      if (fresh) created(q.keys[0]);
-      return true;
-    case Op::kMultiSet: {
-      std::vector<const std::string*> fresh_keys;
-      bool ok = true;
-      for (size_t i = 0; i < q.keys.size() && ok; ++i) {
-        ok = store(q.keys[i], std::move(q.values[i]), fresh);
-        if (ok && fresh) fresh_keys.push_back(&q.keys[i]);
-      }
-      if (ok) {
+      if (set(q.keys[0], std::move(q.values[0])) == Write::kOk) {
         write_ok(out);
       } else {
         write_error(out, full());
       }
-      for (const std::string* k : fresh_keys) created(*k);
       return true;
-    }
-    case Op::kAppend: {
-      auto it = data_.find(q.keys[0]);
-      Bytes v = it == data_.end() ? Bytes{} : it->second;
-      if (v.size() + q.values[0].size() > wire::kMaxValueSize) {
-        write_error(out, "append: value at " + quoted_key(q.keys[0]) + " would exceed " +
-                             std::to_string(wire::kMaxValueSize) + " bytes");
-        return true;
-      }
-      v.insert(v.end(), q.values[0].begin(), q.values[0].end());
-      if (!store(q.keys[0], std::move(v), fresh)) return write_error(out, full()), true;
-      write_ok(out);
-      if (fresh) created(q.keys[0]);
+    case Op::kMultiSet:
+      execute_multi_set(q, out);
       return true;
-    }
-    case Op::kAdd: {
-      int64_t current = 0;
-      auto it = data_.find(q.keys[0]);
-      if (it != data_.end()) {
-        const char* b = reinterpret_cast<const char*>(it->second.data());
-        const char* e = b + it->second.size();
-        auto [p, ec] = std::from_chars(b, e, current);
-        if (ec != std::errc() || p != e) {
-          write_error(out, "add: value at " + quoted_key(q.keys[0]) + " is not an integer");
-          return true;
-        }
-      }
-      int64_t next;
-      if (__builtin_add_overflow(current, q.delta, &next)) {
-        write_error(out, "add: integer overflow at " + quoted_key(q.keys[0]));
-        return true;
-      }
-      std::string text = std::to_string(next);
-      if (!store(q.keys[0], Bytes(text.begin(), text.end()), fresh)) {
-        return write_error(out, full()), true;
-      }
-      write_i64(out, next);
-      if (fresh) created(q.keys[0]);
+    case Op::kAppend:
+      execute_append(q, out);
       return true;
-    }
-    case Op::kCompareSet: {
-      auto it = data_.find(q.keys[0]);
-      const Bytes& expected = q.values[0];
-      const Bytes& desired = q.values[1];
-      if ((it == data_.end() && expected.empty()) || (it != data_.end() && it->second == expected)) {
-        if (!store(q.keys[0], desired, fresh)) return write_error(out, full()), true;
-        write_value(out, desired);
-        if (fresh) created(q.keys[0]);
-      } else {
-        write_value(out, it == data_.end() ? Bytes{} : it->second);
-      }
+    case Op::kAdd:
+      execute_add(q, out);
       return true;
-    }
+    case Op::kCompareSet:
+      execute_compare_set(q, out);
+      return true;
     case Op::kCheck:
       write_bool(out, all_present(q.keys));
       return true;
-    case Op::kDelete: {
-      auto it = data_.find(q.keys[0]);
-      bool existed = it != data_.end();
-      if (existed) {
-        bytes_ -= entry_bytes(it->first.size(), it->second.capacity());
-        data_.erase(it);
-        removed(q.keys[0]);
-      }
-      write_bool(out, existed);
+    case Op::kDelete:
+      write_bool(out, remove(q.keys[0]));
       return true;
-    }
     case Op::kNumKeys:
       write_i64(out, static_cast<int64_t>(data_.size()));
       return true;

@@ -1,4 +1,8 @@
-// The server's key-value table and its waiters, without sockets.
+// The store's key-value table and its waiters, without sockets: the one
+// table of both store servers. ddprun's server asks it in its protocol
+// (execute()); the TCPStore server (tcpstore_executor.h) through the
+// key-value operations below, words its own replies and keeps its queues'
+// bytes in this table's budget (charge/refund).
 //
 // execute() answers a request into a response frame, or registers a waiter
 // when a blocking request's keys are missing; the write that makes the last
@@ -56,6 +60,33 @@ class Table {
   // request's keys are then moved out of `request` into the table, as are
   // the values of a set or multi-set.
   bool execute(wire::Request& request, wire::Bytes& out, Waiter& waiter);
+  // The key-value operations, for either protocol. A write that creates a
+  // key wakes the waits on it, as a client's set does.
+  enum class Write { kOk, kFull, kTooLarge, kNotInteger, kOverflow };
+  // The value at `key`, or null.
+  const wire::Bytes* find(const std::string& key) const;
+  Write set(const std::string& key, wire::Bytes value);
+  // Appends `n` bytes at `p` to the value at `key` (created when absent) in
+  // place: the value grows geometrically, so a key appended to N times costs
+  // O(total) copying, not O(N x size). kTooLarge past `max_value` bytes.
+  Write append(const std::string& key, const uint8_t* p, size_t n, size_t max_value);
+  // Adds `delta` to the decimal integer at `key` (0 when absent) into `sum`.
+  Write add(const std::string& key, int64_t delta, int64_t& sum);
+  // False when there was no such key.
+  bool remove(const std::string& key);
+  // Charges `n` bytes kept beside the keys (the TCPStore's queues) to the
+  // budget: false, and nothing charged, when it would overflow. refund()
+  // gives them back.
+  bool charge(size_t n);
+  void refund(size_t n) { bytes_ -= n; }
+  // Removes every key and every charge; registered waits stay, their keys
+  // missing again.
+  void clear();
+  template <class F>
+  void for_each_key(F&& f) const {
+    for (const auto& entry : data_) f(entry.first);
+  }
+
   // Carries out a closed connection's kOnClose writes (wire.h, "on close").
   void run_on_close(const wire::Request& on_close);
   // Unregisters a waiter (no-op when not registered).
@@ -64,6 +95,7 @@ class Table {
   size_t num_keys() const { return data_.size(); }
   size_t num_waiters() const { return num_waiters_; }
   size_t bytes() const { return bytes_; }
+  size_t max_bytes() const { return max_bytes_; }
   // Estimated heap the registered waits hold (their keys and index entries;
   // the waiters themselves are their connections' to count).
   size_t waiting_bytes() const { return waiting_bytes_; }
@@ -96,6 +128,13 @@ class Table {
   void join(Waiter& waiter, wire::Op op, std::vector<std::string> keys);
   // Removes `wait` from the index and frees it.
   void destroy(Wait* wait);
+  // execute()'s writes, each answered into `out`.
+  void execute_append(wire::Request& q, wire::Bytes& out);
+  void execute_add(wire::Request& q, wire::Bytes& out);
+  void execute_multi_set(wire::Request& q, wire::Bytes& out);
+  void execute_compare_set(wire::Request& q, wire::Bytes& out);
+  // The reply to a write the budget refused.
+  std::string full() const;
   // Stores `value`, charging the byte budget; false when it would overflow.
   // `created` says whether the key is new.
   bool store(const std::string& key, wire::Bytes value, bool& created);

@@ -85,49 +85,74 @@ struct Cursor {
   }
 };
 
-void parse_args(Cursor& c, Request& r) {
-  switch (r.op) {
+// What follows a query's opcode (the layout in tcpstore_codec.h).
+enum class Args { kNone, kU32, kKey, kKeyValue, kKeyTwoValues, kKeyNumber, kKeys, kKeyValuePairs };
+
+Args args_of(Op op) {
+  switch (op) {
     case Op::kValidate:
     case Op::kPing:
-      r.u32 = c.u32();
-      break;
+      return Args::kU32;
     case Op::kSet:
     case Op::kAppend:
     case Op::kQueuePush:
-      c.key(r.keys);
-      c.value(r.values);
-      break;
+      return Args::kKeyValue;
     case Op::kCompareSet:
-      c.key(r.keys);
-      c.value(r.values);
-      c.value(r.values);
-      break;
+      return Args::kKeyTwoValues;
     case Op::kGet:
     case Op::kDeleteKey:
     case Op::kQueuePop:
     case Op::kQueueLen:
     case Op::kWatchKey:
-      c.key(r.keys);
-      break;
+      return Args::kKey;
     case Op::kAdd:
     case Op::kBarrier:
-      c.key(r.keys);
-      r.number = static_cast<int64_t>(c.u64());
-      break;
+      return Args::kKeyNumber;
     case Op::kCheck:
     case Op::kWait:
     case Op::kMultiGet:
+      return Args::kKeys;
+    case Op::kMultiSet:
+      return Args::kKeyValuePairs;
+    case Op::kGetNumKeys:
+    case Op::kCancelWait:
+    case Op::kListKeys:
+      break;
+  }
+  return Args::kNone;
+}
+
+void parse_args(Cursor& c, Request& r) {
+  switch (args_of(r.op)) {
+    case Args::kU32:
+      r.u32 = c.u32();
+      break;
+    case Args::kKey:
+      c.key(r.keys);
+      break;
+    case Args::kKeyValue:
+      c.key(r.keys);
+      c.value(r.values);
+      break;
+    case Args::kKeyTwoValues:
+      c.key(r.keys);
+      c.value(r.values);
+      c.value(r.values);
+      break;
+    case Args::kKeyNumber:
+      c.key(r.keys);
+      r.number = static_cast<int64_t>(c.u64());
+      break;
+    case Args::kKeys:
       for (uint64_t i = 0, n = c.count(); i < n && c.ok(); ++i) c.key(r.keys);
       break;
-    case Op::kMultiSet:
+    case Args::kKeyValuePairs:
       for (uint64_t i = 0, n = c.count(); i < n && c.ok(); ++i) {
         c.key(r.keys);
         c.value(r.values);
       }
       break;
-    case Op::kGetNumKeys:
-    case Op::kCancelWait:
-    case Op::kListKeys:
+    case Args::kNone:
       break;
   }
 }
@@ -214,6 +239,43 @@ void put_i64(Bytes& out, int64_t v) { put_u64(out, static_cast<uint64_t>(v)); }
 void put_string(Bytes& out, const uint8_t* p, size_t n) {
   put_u64(out, n);
   out.insert(out.end(), p, p + n);
+}
+
+Bytes encode_request(Dialect d, const Request& r) {
+  const uint8_t code = opcode(d, r.op);
+  if (code == 0xff) return {};
+  Bytes out{code};
+  switch (args_of(r.op)) {
+    case Args::kU32:
+      put_u32(out, r.u32);
+      break;
+    case Args::kKey:
+      put_string(out, r.keys.at(0));
+      break;
+    case Args::kKeyValue:
+    case Args::kKeyTwoValues:
+      put_string(out, r.keys.at(0));
+      for (const auto& v : r.values) put_string(out, v);
+      break;
+    case Args::kKeyNumber:
+      put_string(out, r.keys.at(0));
+      put_i64(out, r.number);
+      break;
+    case Args::kKeys:
+      put_u64(out, r.keys.size());
+      for (const auto& k : r.keys) put_string(out, k);
+      break;
+    case Args::kKeyValuePairs:
+      put_u64(out, r.keys.size());
+      for (size_t i = 0; i < r.keys.size(); ++i) {
+        put_string(out, r.keys[i]);
+        put_string(out, r.values.at(i));
+      }
+      break;
+    case Args::kNone:
+      break;
+  }
+  return out;
 }
 
 }  // namespace ddprun::rendezvous::tcpstore

@@ -45,6 +45,10 @@ namespace ddprun::rendezvous::tcpstore {
 using Bytes = std::vector<uint8_t>;
 
 constexpr uint32_t kValidateMagic = 0x3C85F7CE;
+// The one-byte replies: CHECK's (torch's CheckResponseType) and WAIT's,
+// BARRIER's and CANCEL_WAIT's (WaitResponseType).
+constexpr uint8_t kReady = 0, kNotReady = 1;
+constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;
 // Bounds a frame may not break (torch's libuv server has 8 KiB keys, 8 MiB
 // values, 128 Ki keys a query; ours are as roomy, and bound the sum too).
 constexpr size_t kMaxKeySize = 64 * 1024;
@@ -115,5 +119,8 @@ inline void put_string(Bytes& out, const std::string& v) {
 // The opcode byte of `op` in dialect `d` (kUnknown counts as kV2); 0xff
 // when `d` has no such query.
 uint8_t opcode(Dialect d, Op op);
+// The bytes of query `r` in dialect `d`, as torch's client sends them:
+// parse_request(d, ...) gives `r` back. Empty when `d` has no such query.
+Bytes encode_request(Dialect d, const Request& r);
 
 }  // namespace ddprun::rendezvous::tcpstore

@@ -3,10 +3,10 @@
 // TORCHELASTIC_USE_AGENT_STORE=True, so every rank's env:// (and any
 // `TCPStore(MASTER_ADDR, MASTER_PORT, is_master=False)`) is a client.
 //
-// Semantics follow torch's libuv server: waits register and are answered
-// when their keys exist (the connection keeps being served meanwhile, as
-// CANCEL_WAIT needs); GET of a missing key answers an empty value. Each
-// connection speaks the dialect its first bytes show (torch 1.13 or 2.x).
+// The queries are answered on the store's table by tcpstore_executor.h,
+// with torch's libuv server's semantics; a connection blocked in WAIT
+// keeps being served meanwhile, as CANCEL_WAIT needs. Each connection
+// speaks the dialect its first bytes show (torch 1.13 or 2.x).
 // Bounded like rendezvous/server.h, more simply: frames by the codec's
 // limits, connections by max_connections, the table by max_store_bytes, a
 // partial frame or unread replies by partial_frame_timeout; a connection

@@ -1,113 +1,44 @@
+// WatchdogHook (agent_hook.h): attempts, workers, the event log and the
+// notices about what freeze detection watches.
 #include "watchdog/agent_hook.h"
 
-#include <signal.h>
-#include <sys/resource.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
-#include <boost/asio/post.hpp>
 #include <filesystem>
 
 #include "agent/worker_env.h"
 #include "base/contract.h"
-#include "base/procfs.h"
-#include "base/system_error.h"
-#include "watchdog/live_stack.h"
+#include "base/steady_clock.h"
 
 namespace ddprun::watchdog {
 
 namespace fs = std::filesystem;
 
-std::string heartbeat_python_dir() {
-  return base::installed_or(DDPRUN_WATCHDOG_PYTHON_INSTALL_DIR, "ddprun_heartbeat.py",
-                            DDPRUN_WATCHDOG_PYTHON_DIR);
-}
-
 namespace {
 
-Millis to_ms(double seconds) { return Millis(static_cast<int64_t>(seconds * 1000.0 + 0.5)); }
-
-std::string base_env_value(const agent::Options& o, const std::string& key) {
-  for (const auto& kv : o.base_env) {
-    if (kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=') {
-      return kv.substr(key.size() + 1);
-    }
-  }
-  return {};
+std::unique_ptr<base::Clock> clock_unless_given(boost::asio::io_context& io, const HookSeams& seams) {
+  if (seams.clock != nullptr) return nullptr;
+  return std::make_unique<base::SteadyClock>(io);
 }
 
 }  // namespace
 
-const char* to_string(OnHang action) {
-  switch (action) {
-    case OnHang::kRestart: return "restart";
-    case OnHang::kExit: return "exit";
-    case OnHang::kReport: return "report";
+WatchdogHook::WatchdogHook(boost::asio::io_context& io, HookOptions options, HookSeams seams)
+    : io_(io),
+      own_clock_(clock_unless_given(io, seams)),
+      clock_(seams.clock != nullptr ? *seams.clock : *own_clock_),
+      open_peers_(std::move(seams.open_peers)),
+      options_(std::move(options)),
+      files_(seams.files ? std::move(seams.files) : make_watchdog_writer()),
+      learner_(options_.learner) {
+  if (!open_peers_) {
+    open_peers_ = [](GuardPlace place, PeerChannel::Changed changed) -> std::unique_ptr<PeerChannel> {
+      return std::make_unique<PeerGuards>(std::move(place), std::move(changed));
+    };
   }
-  return "?";
 }
-
-HookOptions hook_options_from(const agent::Options& o) {
-  HookOptions h;
-  h.detect.heartbeat_timeout = to_ms(o.heartbeat_timeout_s);
-  // --heartbeat-timeout wins; else --hang-timeout=S is the same fixed
-  // timeout, auto (negative) learns, 0 is off.
-  if (h.detect.heartbeat_timeout.count() == 0 && o.hang_timeout_s > 0)
-    h.detect.heartbeat_timeout = to_ms(o.hang_timeout_s);
-  h.learn = h.detect.heartbeat_timeout.count() == 0 && o.hang_timeout_s < 0;
-  h.learner.floor = std::max(Millis(1), to_ms(o.hang_timeout_floor_s));
-  // --heartbeat-grace is the setup's timeout in learned mode too (spawn to
-  // the first beat; its end only says detection is off, never kills).
-  if (o.heartbeat_grace_s > 0) h.learner.initial_setup = to_ms(o.heartbeat_grace_s);
-  if (o.on_hang == "restart") {
-    h.on_hang = OnHang::kRestart;
-  } else if (o.on_hang == "exit") {
-    h.on_hang = OnHang::kExit;
-  } else if (o.on_hang == "report") {
-    h.on_hang = OnHang::kReport;
-  } else {
-    h.on_hang = o.max_restarts > 0 ? OnHang::kRestart : OnHang::kExit;
-  }
-  h.detect.heartbeat_grace = to_ms(o.heartbeat_grace_s);
-  h.detect.silence_timeout = to_ms(o.silence_timeout_s);
-  if (o.stuck_timeout_s >= 0) h.detect.stuck_timeout = to_ms(o.stuck_timeout_s);
-  // --stack-capture (the launcher checked the value): a named tool only,
-  // /proc only, or no capture at all.
-  if (o.stack_capture == "eu-stack") h.stacks.gdb.clear();
-  if (o.stack_capture == "gdb") h.stacks.eu_stack.clear();
-  if (o.stack_capture == "proc") {
-    h.stacks.eu_stack.clear();
-    h.stacks.gdb.clear();
-  }
-  if (o.stack_capture == "none") {
-    h.max_native_captures = 0;
-    h.live_stacks = false;
-  }
-  h.is_python = o.is_python;
-  if (!o.command.empty()) h.program = o.command.front();
-  h.events_to_console = o.events_to_console;
-  // torchrun: the server runs only for the exact value "1".
-  h.file_timer = base_env_value(o, base::kEnvEnableFileTimer) == "1";
-  h.timer_file = base_env_value(o, base::kEnvTimerFile);
-  h.logs_kept = !o.log_dir.empty();
-  h.rank_scope = o.restart_scope == agent::RestartScope::kRank;
-  return h;
-}
-
-RestartRulesOptions restart_options_from(const agent::Options& o) {
-  RestartRulesOptions r;
-  r.max_restarts = o.max_restarts;
-  r.backoff_initial = to_ms(o.restart_backoff_s);
-  r.max_no_progress_restarts = o.max_no_progress_restarts;
-  r.no_restart_exit_codes = o.no_restart_exit_codes;
-  return r;
-}
-
-WatchdogHook::WatchdogHook(boost::asio::io_context& io, HookOptions options)
-    : io_(io), options_(std::move(options)), learner_(options_.learner) {}
 
 WatchdogHook::~WatchdogHook() {
   *alive_ = false;
@@ -167,7 +98,10 @@ void WatchdogHook::begin_attempt(const agent::AttemptInfo& attempt) {
   heartbeats_.reset();
   try {
     heartbeats_ = std::make_unique<HeartbeatServer>(
-        io_, choose_socket_path(private_dir), [this](const Beat& b) {
+        io_, choose_socket_path(private_dir), [this](const Beat& received) {
+          // Its arrival on the clock of the watchdog's deadlines.
+          Beat b = received;
+          b.received = clock_.now();
           if (dog_) dog_->on_beat(b);
           if (!beaten_) say_detection_on(b.global_rank);
           beaten_ = true;
@@ -215,7 +149,8 @@ void WatchdogHook::add_worker_env(const agent::AttemptInfo& attempt, int local_r
 void WatchdogHook::workers_started(const agent::AttemptInfo& attempt,
                                    agent::AttemptControl& control) {
   // The event log's file is made once the first workers run, not on the
-  // path to them (issue 24); nothing is written to it before.
+  // path to them, which waits for nothing else (launch time); nothing is
+  // written to it before.
   open_event_log();
   info_ = attempt;
   control_ = &control;
@@ -321,222 +256,6 @@ void WatchdogHook::say_native_unwatched(Millis waited) {
                    {{"program", options_.program}, {"waited_s", waited.count() / 1000.0}});
 }
 
-void WatchdogHook::no_core_dumps(pid_t pid) const {
-  // faulthandler prints the traceback, then re-raises SIGABRT: under
-  // `ulimit -c unlimited` that would leave a core the size of the process
-  // in the user's folder.
-  const rlimit none{0, 0};
-  if (::prlimit(pid, RLIMIT_CORE, &none, nullptr) != 0) {
-    spdlog::warn("cannot set the core limit of pid {} to 0 before SIGABRT: {}", pid,
-                 base::errno_text(errno));
-  }
-}
-
-void WatchdogHook::on_hang(const HangEvent& event) {
-  if (!defer_hang(event)) act_on_hang(event);
-}
-
-void WatchdogHook::act_on_hang(const HangEvent& event) {
-  // Before the stack capture (seconds): nodes holding a stall of theirs
-  // wait for this node's generation instead of acting after kAskPeers.
-  if (replaces_culprit()) say_blamed(dog_->culprit(event));
-  report_ = make_hang_report(*dog_, event, attempt_);
-  report_->action = to_string(options_.on_hang);
-  take_evidence(*report_);
-  hang_event_ = event;
-  const bool report_only = options_.on_hang == OnHang::kReport;
-  // Stacks for the stalled ranks and the suspects, the event's rank first.
-  // When no rank is behind in steps, the other live ranks too: the rank that
-  // stopped first may still be inside its deadline while the first rank past
-  // it waits for it in a collective (HangReport::find_culprit tells which).
-  std::vector<int> ranks = report_->stalled;
-  for (int r : report_->suspects) {
-    if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
-  }
-  bool same_step = true;  // no live rank is behind another
-  for (const auto& a : report_->workers)
-    for (const auto& b : report_->workers)
-      if (!a.exited && !b.exited && a.step != b.step) same_step = false;
-  if (same_step) {
-    for (const auto& w : report_->workers) {
-      if (!w.exited && std::find(ranks.begin(), ranks.end(), w.global_rank) == ranks.end())
-        ranks.push_back(w.global_rank);
-    }
-  }
-  abort_targets_.clear();  // local ranks that print their own traceback
-  std::vector<std::pair<pid_t, int>> natives;  // (pid, global rank) for a tool
-  int captures_left = options_.max_native_captures;
-  std::vector<std::pair<pid_t, int>> live;  // Python workers that dump their own stacks
-  for (int rank : ranks) {
-    auto it = std::find_if(info_.workers.begin(), info_.workers.end(),
-                           [&](const auto& w) { return w.rank == rank; });
-    if (it == info_.workers.end()) continue;
-    // The evidence already holds its stack, dumped live.
-    if (std::any_of(report_->stacks.begin(), report_->stacks.end(),
-                    [&](const StackCapture& c) { return c.global_rank == rank && !c.text.empty(); }))
-      continue;
-    // ddprun's sitecustomize dumps it live on a signal, without stopping the
-    // worker or printing on the console (live_stack.h): before the headline,
-    // so the stacks can name the culprit.
-    if (const auto sig = options_.live_stacks ? base::proc_environ_value(it->pid, base::kEnvPyStackSignal)
-                                              : std::nullopt;
-        sig && base::catches_signal(it->pid, std::atoi(sig->c_str()))) {
-      live.emplace_back(it->pid, rank);
-      continue;
-    }
-    // --on-hang=report: SIGABRT would end the worker; native stacks only.
-    // Rank scope: so it would the survivors; the culprit's comes in
-    // finish_hang, once the stacks have named it.
-    if (!report_only && !replaces_culprit() && python_faulthandler_enabled(it->pid)) {
-      StackCapture c;
-      c.global_rank = rank;
-      c.pid = it->pid;
-      c.method = StackMethod::kPythonFaulthandler;
-      c.path = it->stderr_log;
-      if (c.path.empty()) c.note = "traceback printed to the console (no --log-dir)";
-      report_->stacks.push_back(c);
-      abort_targets_.push_back(it->local_rank);
-    } else if (captures_left-- > 0) {
-      natives.emplace_back(it->pid, rank);
-    }
-  }
-  if (natives.empty() && live.empty()) return finish_hang();
-  // A capture tool may take seconds (gdb on a LibTorch process, a slow
-  // ptrace): it runs on a thread of its own and posts the stacks back, so
-  // the loop goes on handling signals, exits and output meanwhile.
-  if (!natives.empty()) spdlog::info("capturing the stacks of {} hung rank(s)", natives.size());
-  join_capture();
-  capture_cancel_ = std::make_shared<CaptureCancel>();
-  // The work holds only copies (base/off_loop_task.h): it may be left
-  // running, past join_capture's deadline, without touching this hook.
-  auto captured = std::make_shared<std::vector<StackCapture>>();
-  capture_.start(
-      [natives, live, dir = attempt_dir_, stacks = options_.stacks, cancel = capture_cancel_,
-       captured](const base::OffLoopTask::Token&) {
-        for (const auto& [pid, rank] : live) {
-          if (cancel->cancelled()) break;
-          auto dump = dump_python_stack(pid, std::chrono::milliseconds(2000));
-          if (dump.ok) {
-            StackCapture c;
-            c.global_rank = rank;
-            c.pid = pid;
-            c.method = StackMethod::kPythonFaulthandler;
-            c.text = std::move(dump.text);
-            c.note = "dumped live by the worker (ddprun's stack signal)";
-            captured->push_back(std::move(c));
-            continue;
-          }
-          // No live dump: its frames read from outside, as for a worker
-          // without the bootstrap.
-          captured->push_back(capture_python_stack(pid, rank, dir, stacks, cancel.get()));
-          captured->push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
-        }
-        for (const auto& [pid, rank] : natives) {
-          // A Python worker that will not print its own traceback (no
-          // faulthandler: `python -I`, a reset PYTHONPATH; or --on-hang=report,
-          // where SIGABRT would end it): its frames read from outside.
-          if (runs_python(pid))
-            captured->push_back(capture_python_stack(pid, rank, dir, stacks, cancel.get()));
-          captured->push_back(capture_native_stack(pid, rank, dir, stacks, cancel.get()));
-        }
-      },
-      [this](std::function<void()> done) { boost::asio::post(io_, std::move(done)); },
-      [this, captured, attempt = attempt_, cancel = capture_cancel_, alive = alive_] {
-        if (!*alive || attempt != attempt_ || cancel != capture_cancel_ || !report_) return;
-        report_->stacks.insert(report_->stacks.end(), captured->begin(), captured->end());
-        finish_hang();
-      });
-}
-
-void WatchdogHook::join_capture() {
-  if (capture_cancel_) capture_cancel_->cancel();
-  capture_.cancel();
-  // Bounded: cancel kills the tool running, and the thread tries no other;
-  // a tool that outlives even that is left behind, not waited for.
-  if (!capture_.join_until(std::chrono::steady_clock::now() + std::chrono::seconds(10))) {
-    spdlog::warn("a stack capture did not stop within 10 s of its cancel; left behind");
-    capture_.abandon();
-  }
-  // A result still queued in the loop is for workers that are gone: dropped.
-  capture_cancel_.reset();
-}
-
-void WatchdogHook::finish_hang() {
-  const HangEvent& event = hang_event_;
-  for (const auto& w : info_.workers) {
-    if (!w.stdout_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stdout_log);
-    if (!w.stderr_log.empty()) report_->worker_logs.emplace_back(w.rank, w.stderr_log);
-  }
-  report_->find_culprit();  // Python tracebacks printed at teardown come later
-  report_->write_later(*files_, attempt_dir_);  // off the loop
-  if (events_) {
-    events_->write("hang_detected", attempt_, report_->stalled, event.detail,
-                   {{"kind", to_string(event.kind)},
-                    {"rank", event.global_rank},
-                    {"suspects", report_->suspects},
-                    {"detected_after_due_ms",
-                     std::chrono::duration<double, std::milli>(event.detected - event.due).count()},
-                    {"culprit", report_->culprit},
-                    {"culprit_state", to_string(report_->culprit_state)},
-                    {"evidence", report_->evidence},
-                    {"report", attempt_dir_ + "/" + base::kFileHangReportJson}});
-  }
-  const std::string summary = report_->summary(options_.logs_kept ? attempt_dir_ : "");
-  const char* what = options_.on_hang == OnHang::kReport
-                         ? "reporting only (--on-hang=report): the job keeps running"
-                     : options_.on_hang == OnHang::kExit ? "ending the job (exit status 124)"
-                     : replaces_culprit()
-                         ? "replacing that rank (--restart-scope=rank, --max-restarts permitting)"
-                         : "restarting the group (--max-restarts permitting)";
-  // The one warning, culprit first (the summary's headline).
-  spdlog::warn("freeze: rank {} is the culprit; {}. {}", report_->culprit, what, summary);
-  if (options_.on_hang == OnHang::kReport) {
-    last_report_dir_ = attempt_dir_;
-    report_.reset();
-    if (dog_) dog_->rearm_after_report();
-    return;
-  }
-  agent::FailRequest req;
-  req.reason = summary;
-  req.local_rank = event.local_rank;
-  // The job's status when this hang ends it (no restart left, or exit).
-  req.exit_code = kExitHang;
-  if (replaces_culprit()) {
-    auto it = std::find_if(info_.workers.begin(), info_.workers.end(),
-                           [&](const auto& w) { return w.rank == report_->culprit; });
-    if (it != info_.workers.end()) {
-      req.replace_local_rank = it->local_rank;
-      // Its own traceback, unless it was dumped live already.
-      const bool dumped = std::any_of(report_->stacks.begin(), report_->stacks.end(), [&](const StackCapture& c) {
-        return c.global_rank == it->rank && !c.text.empty();
-      });
-      if (!dumped && python_faulthandler_enabled(it->pid)) {
-        StackCapture c;
-        c.global_rank = it->rank;
-        c.pid = it->pid;
-        c.method = StackMethod::kPythonFaulthandler;
-        c.path = it->stderr_log;
-        if (c.path.empty()) c.note = "traceback printed to the console (no --log-dir)";
-        report_->stacks.push_back(c);
-        abort_targets_ = {it->local_rank};
-      }
-    }
-  }
-  if (!abort_targets_.empty()) {
-    req.signal = SIGABRT;
-    req.targets = abort_targets_;
-    req.wait = options_.traceback_wait;
-    for (const auto& w : info_.workers) {
-      if (std::count(abort_targets_.begin(), abort_targets_.end(), w.local_rank)) no_core_dumps(w.pid);
-    }
-  }
-  // Null when the attempt already ended another way during the capture.
-  if (control_) control_->fail_attempt(req);
-  // Stopped workers would hold the pending SIGABRT/SIGTERM until SIGKILL:
-  // continue them so the teardown is quick.
-  for (const auto& w : info_.workers) ::kill(-w.pid, SIGCONT);
-}
-
 void WatchdogHook::recovery(const agent::RecoveryEvent& e) {
   using Kind = agent::RecoveryEvent::Kind;
   // A failure, here or on another node, explains the stall held for the
@@ -587,29 +306,6 @@ void WatchdogHook::recovery(const agent::RecoveryEvent& e) {
   }
 }
 
-void WatchdogHook::write_report(const char* no_traceback_note) {
-  for (auto& s : report_->stacks) {
-    if (s.method != StackMethod::kPythonFaulthandler || s.path.empty()) continue;
-    s.text = extract_python_traceback(s.path);
-    if (s.text.empty()) s.note = no_traceback_note;
-  }
-  // Python tracebacks arrive only now, after the headline named the
-  // culprit: they go in the report (stack_culprit_rank), the blame stays.
-  report_->find_culprit(false);
-  report_->write_later(*files_, attempt_dir_);  // off the loop
-  if (!options_.logs_kept)
-    spdlog::warn("hang report (not kept on disk without --log-dir):\n{}", report_->to_text());
-}
-
-void WatchdogHook::close_replaced_hang() {
-  if (!report_) return;
-  // The culprit is gone: its faulthandler traceback is in its log as far
-  // as the log writer got (the rest follows in the same file).
-  write_report("no faulthandler traceback found in the log yet");
-  last_report_dir_ = attempt_dir_;
-  report_.reset();
-}
-
 void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
   open_event_log();  // workers that could not all be started
   // A capture still running concerns workers that are gone now.
@@ -638,44 +334,6 @@ void WatchdogHook::attempt_ended(const agent::AttemptResult& result) {
   timers_.reset();
   peers_.reset();  // the round is over; its records stay in its prefix
   control_ = nullptr;
-}
-
-agent::RestartDecision JobRestartPolicy::decide(const agent::AttemptResult& failed,
-                                                int max_restarts) {
-  if (!rules_) {
-    options_.max_restarts = max_restarts;
-    rules_.emplace(options_);
-  }
-  AttemptOutcome o;
-  // Replacements of single ranks (--restart-scope=rank) spent restarts too.
-  o.restart_count = failed.restart_count + failed.rank_restarts;
-  o.hang = hook_ && hook_->last_attempt_hung();
-  // Without restarts the rules below stop anyway (rule max_restarts).
-  if (hook_ && hook_->last_hang_ends_job() && max_restarts > 0) {
-    if (auto* ev = hook_->events()) {
-      ev->write("done", failed.restart_count, {}, "failed: freeze detected (--on-hang=exit)",
-                {{"rule", "on_hang_exit"}, {"hang", true}, {"max_step", hook_->last_attempt_max_step()}});
-    }
-    agent::RestartDecision out;
-    out.restart = false;
-    out.why = "a freeze was detected and --on-hang is exit (the default without --max-restarts)";
-    return out;
-  }
-  o.max_step = hook_ ? hook_->last_attempt_max_step() : -1;
-  // Only the root cause's own exit code: the rest were stopped by teardown.
-  if (failed.root && failed.root->status) o.exit_codes.push_back(failed.root->status->shell_code());
-  const RuleDecision d = rules_->on_attempt_end(o);
-  if (auto* ev = hook_ ? hook_->events() : nullptr) {
-    ev->write(d.restart ? "restart" : "done", failed.restart_count, {},
-              d.restart ? d.reason : "failed: " + d.reason,
-              {{"rule", to_string(d.rule)}, {"delay_ms", d.delay.count()},
-               {"hang", o.hang}, {"max_step", o.max_step}});
-  }
-  agent::RestartDecision out;
-  out.restart = d.restart;
-  out.delay = d.delay;
-  out.why = d.reason;
-  return out;
 }
 
 }  // namespace ddprun::watchdog

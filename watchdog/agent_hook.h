@@ -14,9 +14,15 @@
 // the other nodes' agents through the job's store (peer_guards.h), so each
 // watchdog judges them job-wide.
 //
-// JobRestartPolicy (agent/restart_policy.h) applies restart_rules.h's rules
-// using the hook's knowledge of the attempt (hang, highest step), and
-// both write the job's events.jsonl in the run directory.
+// Time comes from a base::Clock and the other nodes are reached through a
+// PeerChannel (HookSeams): a SteadyClock and PeerGuards in the agent, a
+// ManualClock and an in-memory channel in the unit tests. The code is in
+// agent_hook.cc (attempts, workers, notices), agent_hook_hang.cc (stacks,
+// report, the verdict), agent_hook_peers.cc (other nodes) and
+// agent_hook_evidence.cc (the evidence rule's samples).
+//
+// JobRestartPolicy (job_restart_policy.h) applies restart_rules.h's rules
+// using the hook's knowledge of the attempt (hang, highest step).
 //
 // Thread safety: agent loop thread only (as every hook); the capture thread
 // touches nothing of the hook's but posts its result to the loop.
@@ -32,88 +38,36 @@
 #include <vector>
 
 #include "agent/hooks.h"
-#include "agent/options.h"
-#include "agent/restart_policy.h"
+#include "base/clock.h"
 #include "base/off_loop_task.h"
-#include "base/steady_clock.h"
 #include "watchdog/event_log.h"
 #include "watchdog/file_timer_server.h"
 #include "watchdog/hang_report.h"
 #include "watchdog/heartbeat_server.h"
+#include "watchdog/hook_options.h"
+#include "watchdog/job_restart_policy.h"
 #include "watchdog/peer_guards.h"
-#include "watchdog/restart_rules.h"
 #include "watchdog/stack_capture.h"
 #include "watchdog/watchdog.h"
 
 namespace ddprun::watchdog {
 
-// ddprun's exit status when a detected freeze ends the job (--on-hang=exit,
-// or the default without --max-restarts): a status of its own, as
-// timeout(1)'s 124, so a scheduler's script can tell a freeze from a crash.
-inline constexpr int kExitHang = 124;
-
-enum class OnHang { kRestart, kExit, kReport };
-const char* to_string(OnHang action);
-
-struct HookOptions {
-  // Fixed detector timeouts (all off by default).
-  WatchdogOptions detect;
-  // Learned freeze detection (--hang-timeout=auto, the default): progress
-  // and section timeouts from the job's own rhythm, unless a fixed
-  // detect.heartbeat_timeout is set.
-  bool learn = true;
-  LearnerOptions learner;
-  // What a detected freeze does after the stacks and the report.
-  OnHang on_hang = OnHang::kExit;
-  // How native workers' stacks are captured (eu-stack, else gdb, else
-  // /proc; 10 s limit per tool).
-  StackCaptureOptions stacks;
-  // Workers run a Python interpreter: set PYTHONFAULTHANDLER=1 (unless the
-  // user set it) while any detector is on, so SIGABRT prints tracebacks.
-  bool is_python = false;
-  // The worker's program as given (the command's first word), for the
-  // notice that a non-Python program is not watched until it beats.
-  std::string program;
-  // --event-log-handler=console: events.jsonl lines also on stderr.
-  bool events_to_console = false;
-  // --restart-scope=rank: a hang blames one rank (the culprit), which the
-  // agent replaces; only it gets SIGABRT for a traceback, the other ranks'
-  // stacks are read from outside (py-spy, eu-stack, gdb), since the signal
-  // would end them.
-  bool rank_scope = false;
-  // Serve torch's file timer (the agent's TORCHELASTIC_ENABLE_FILE_TIMER=1).
-  bool file_timer = false;
-  // FIFO path (the agent's TORCHELASTIC_TIMER_FILE); empty: a file in the
-  // attempt's log directory.
-  std::string timer_file;
-  // How long SIGABRTed Python workers get to print before the teardown.
-  std::chrono::milliseconds traceback_wait{5000};
-  // At most this many hung native ranks get a stack capture (a gdb one may
-  // take seconds); 0 captures none (--stack-capture=none).
-  int max_native_captures = 4;
-  // Python stacks dumped live by the workers on ddprun's stack signal
-  // (live_stack.h), for the evidence rule and the report; off with
-  // --stack-capture=none, which sends the workers no signal for stacks.
-  bool live_stacks = true;
-  // False without --log-dir: the agent deletes its temporary log root at
-  // exit, so the hang report is also printed to the console.
-  bool logs_kept = true;
+// What the hook reaches besides the agent, replaceable in tests.
+struct HookSeams {
+  // The clock of every deadline, hold and notice; null: a SteadyClock on
+  // the hook's io_context. Outlives the hook.
+  base::Clock* clock = nullptr;
+  // Opens this node's channel to the other nodes' agents in a multi-node
+  // round; empty: PeerGuards through the job's store.
+  OpenPeerChannel open_peers;
+  // The writer of events.jsonl and the hang reports; null: a new one
+  // (make_watchdog_writer()).
+  std::shared_ptr<base::QueuedWriter> files;
 };
-
-// The folder with ddprun_heartbeat.py for workers' PYTHONPATH: the installed
-// copy next to this program (<prefix>/bin/ddprun ->
-// <prefix>/share/ddprun/python) when present, else the source tree's.
-std::string heartbeat_python_dir();
-
-// The watchdog's settings from the agent's options; TORCHELASTIC_ENABLE_FILE_TIMER
-// and TORCHELASTIC_TIMER_FILE are read from options.base_env (the launcher's
-// environment), as torchrun's agent reads its own.
-HookOptions hook_options_from(const agent::Options& options);
-RestartRulesOptions restart_options_from(const agent::Options& options);
 
 class WatchdogHook : public agent::AgentHooks {
  public:
-  WatchdogHook(boost::asio::io_context& io, HookOptions options);
+  WatchdogHook(boost::asio::io_context& io, HookOptions options, HookSeams seams = {});
   ~WatchdogHook() override;
 
   void add_worker_env(const agent::AttemptInfo& attempt, int local_rank,
@@ -154,6 +108,14 @@ class WatchdogHook : public agent::AgentHooks {
   void say_detection_on(int rank);
   // The stacks, the report and the verdict (on_hang, unless it was held).
   void act_on_hang(const HangEvent& event);
+  // The ranks whose stacks a hang's report wants, the event's rank first.
+  std::vector<int> ranks_to_capture() const;
+  // Starts the capture thread for `natives` (by a tool) and `live` (dumped
+  // by the worker itself), each (pid, global rank); finish_hang follows.
+  void start_capture(std::vector<std::pair<pid_t, int>> natives,
+                     std::vector<std::pair<pid_t, int>> live);
+  // finish_hang's request to the attempt: fail it, or replace the culprit.
+  agent::FailRequest fail_request(const std::string& summary);
   // Writes the report and fails the attempt, once the stacks are in.
   void finish_hang();
   // Rank scope: the culprit alone is replaced (on_hang is restart).
@@ -201,11 +163,13 @@ class WatchdogHook : public agent::AgentHooks {
   void note_peer_sections(int node, const std::vector<Guard>& guards);
 
   boost::asio::io_context& io_;
-  base::SteadyClock clock_{io_};  // the watchdog's deadlines
+  std::unique_ptr<base::Clock> own_clock_;  // when the seams gave none
+  base::Clock& clock_;
+  OpenPeerChannel open_peers_;
   HookOptions options_;
   // events.jsonl and the hang reports, written off the loop; before events_,
   // so it outlives it.
-  std::shared_ptr<base::QueuedWriter> files_ = make_watchdog_writer();
+  std::shared_ptr<base::QueuedWriter> files_;
   std::unique_ptr<EventLog> events_;
   bool event_log_opened_ = false;  // open_event_log() ran
   // Per job (one run id): learned timeouts survive restarts.
@@ -225,7 +189,7 @@ class WatchdogHook : public agent::AgentHooks {
   std::unique_ptr<Watchdog> dog_;
   std::unique_ptr<HeartbeatServer> heartbeats_;
   std::unique_ptr<FileTimerServer> timers_;
-  std::unique_ptr<PeerGuards> peers_;
+  std::unique_ptr<PeerChannel> peers_;
   uint64_t peers_generation_ = 0;  // a record posted for an older attempt is dropped
   NodeRecord shared_;                 // what peers_ publishes of this node
   std::map<int, PeerStall> peer_stalls_;  // other nodes' stalls, by node
@@ -246,21 +210,6 @@ class WatchdogHook : public agent::AgentHooks {
   std::optional<HangEvent> last_hang_;
   int64_t last_max_step_ = -1;
   std::string last_report_dir_;
-};
-
-// restart_rules.h's RestartRules behind the agent's RestartPolicy seam.
-class JobRestartPolicy : public agent::RestartPolicy {
- public:
-  explicit JobRestartPolicy(RestartRulesOptions options) : options_(std::move(options)) {}
-  // The hook whose attempt knowledge (hang, highest step) feeds the rules;
-  // without one, every attempt counts as "no step reported".
-  void attach(WatchdogHook* hook) { hook_ = hook; }
-  agent::RestartDecision decide(const agent::AttemptResult& failed, int max_restarts) override;
-
- private:
-  RestartRulesOptions options_;
-  std::optional<RestartRules> rules_;
-  WatchdogHook* hook_ = nullptr;
 };
 
 }  // namespace ddprun::watchdog

@@ -30,10 +30,9 @@ void WatchdogHook::share_guards(const agent::AttemptInfo& attempt) {
     });
   };
   try {
-    peers_ = std::make_unique<PeerGuards>(
-        GuardPlace{round.store_addr, round.store_token, round.store_prefix, round.group_rank,
-                   round.group_world_size},
-        std::move(changed));
+    peers_ = open_peers_(GuardPlace{round.store_addr, round.store_token, round.store_prefix,
+                                    round.group_rank, round.group_world_size},
+                         std::move(changed));
   } catch (const std::exception& e) {
     spdlog::warn("sections are judged on this node only in attempt {}: {}", attempt_, e.what());
     return;

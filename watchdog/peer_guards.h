@@ -99,9 +99,24 @@ struct GuardPlace {
   int nodes = 1;             // group world size of the round
 };
 
-class PeerGuards {
+// This node's side of the exchange of NodeRecords, as the watchdog hook
+// sees it: publish() hands this node's newest record over without
+// blocking; the other nodes' records arrive through the `changed` callback
+// given when it was opened, on a thread of the channel's (the caller posts
+// them to its loop). PeerGuards below goes through the job's store; tests
+// use an in-memory channel.
+class PeerChannel {
  public:
   using Changed = std::function<void(std::vector<NodeGuards>)>;
+  virtual ~PeerChannel() = default;
+  virtual void publish(NodeRecord record) = 0;
+};
+
+// Opens this node's channel for a round (throws when it cannot).
+using OpenPeerChannel = std::function<std::unique_ptr<PeerChannel>(GuardPlace, PeerChannel::Changed)>;
+
+class PeerGuards : public PeerChannel {
+ public:
 
   static constexpr std::chrono::seconds kStoreDeadline{3};
   // How soon another node's new section is seen here: far below the
@@ -110,12 +125,12 @@ class PeerGuards {
   static constexpr std::chrono::milliseconds kPollInterval{200};
 
   PeerGuards(GuardPlace place, Changed changed);
-  ~PeerGuards();
+  ~PeerGuards() override;
   PeerGuards(const PeerGuards&) = delete;
   PeerGuards& operator=(const PeerGuards&) = delete;
 
   // This node's record now; the thread publishes the newest at once.
-  void publish(NodeRecord record);
+  void publish(NodeRecord record) override;
 
  private:
   void run();

@@ -267,7 +267,7 @@ StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string&
     // agent's capture; debuginfod off: never wait on the network.
     std::vector<std::string> argv = {options.gdb, "-nx", "-batch", "-iex", "set auto-load off",
                                      "-iex", "set debuginfod enabled off"};
-    // --readnever is 3x faster but also drops the unwind tables, so a
+    // --readnever is faster but also drops the unwind tables, so a
     // thread blocked inside libc shows no caller: only on request.
     if (!options.debug_info) argv.push_back("--readnever");
     for (const char* a : {"-p", pid_s.c_str(), "-ex", "thread apply all bt"}) argv.push_back(a);

@@ -9,10 +9,9 @@
 // Other workers get the first of these that works, each bounded by a
 // deadline (the tool is killed when it passes):
 //   1. `eu-stack -p PID` (elfutils): every thread's symbolized frames in
-//      ~5 ms for a small process, ~20 ms for one with libtorch loaded.
-//      It comes first because the capture sits between detection and the
-//      restart: gdb costs 250-500 ms for a trivial process and ~2 s for
-//      a LibTorch one, which alone broke the 200 ms restart target.
+//      milliseconds. It comes first because the capture sits between
+//      detection and the restart, and gdb takes up to seconds on a
+//      process with LibTorch loaded.
 //   2. `gdb -batch -p PID -ex "thread apply all bt"`: slower, but present
 //      where elfutils is not, and reads separate debug info more widely.
 //   3. the kernel's view of each thread from /proc (always works).
@@ -53,8 +52,9 @@ struct StackCaptureOptions {
   // searched on PATH. Empty: never use eu-stack.
   std::string eu_stack = "eu-stack";
   // Also print source file:line and inlined frames (eu-stack -s -i). Off:
-  // reading the line tables costs ~70 ms more per capture, a third of the
-  // restart budget; function names and addresses are printed anyway.
+  // reading the line tables makes each capture several times slower, all
+  // of it before the restart; function names and addresses are printed
+  // anyway.
   bool source_lines = false;
   // gdb binary, tried when eu-stack is absent or fails; a bare name is
   // searched on PATH. Empty: never use gdb.
@@ -71,8 +71,8 @@ struct StackCaptureOptions {
   std::string python_tools_dir;
   // Each tool is killed when it has not finished within this time.
   std::chrono::milliseconds tool_timeout{10000};
-  // Let gdb read debug info and unwind tables. Off (--readnever) is ~3x
-  // faster but cannot unwind through libc, so the default is on.
+  // Let gdb read debug info and unwind tables. Off (--readnever) is faster
+  // but cannot unwind through libc, so the default is on.
   bool debug_info = true;
 };
 

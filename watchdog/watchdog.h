@@ -40,11 +40,20 @@
 // stuck state. (A machine suspend needs nothing: the steady clock stops
 // with it.)
 //
-// Once a hang fires the watchdog disarms itself; the agent tears the group
-// down and makes a new Watchdog for the next attempt. With
+// Phases (Watchdog::Phase): watching; fired (a hang was handed to the
+// owner, every detector disarmed); reported (--on-hang=report: the hang was
+// only reported, and watching resumes at the next beat); stopped (the
+// attempt ends for another reason). Once a hang fires the agent tears the
+// group down and makes a new Watchdog for the next attempt. With
 // --restart-scope=rank the agent may instead replace one rank
 // (replace_worker): the watchdog then watches the new process from its
 // spawn and arms itself again.
+//
+// The code is in four files: watchdog.cc (workers, beats, phases, the
+// process-state poll), watchdog_deadlines.cc (each detector's due time and
+// the event of the first one passed), watchdog_protection.cc (sections,
+// setups and other nodes' guards that protect the ranks waiting for them)
+// and watchdog_blame.cc (which ranks stalled, the culprit, the suspects).
 //
 // Time comes from a base::Clock (clock.h): SteadyClock in the agent, a
 // ManualClock in the unit tests, which then need no waiting.
@@ -170,6 +179,11 @@ struct HangEvent {
   std::string evidence;
   // The moment the stall's deadline counts from (the job's last progress).
   Clock::time_point stall_from{};
+
+  // An event about worker `w`: its `kind` of limit `timeout` passed at
+  // `due`, seen at `detected`.
+  static HangEvent about(const WorkerStatus& w, HangKind kind, Millis timeout, Clock::time_point due,
+                         Clock::time_point detected, std::string detail);
 };
 
 class Watchdog {
@@ -222,7 +236,7 @@ class Watchdog {
   // Disarms every detector (the attempt is ending for another reason).
   void stop();
 
-  bool fired() const { return fired_; }
+  bool fired() const { return phase_ == Phase::kFired; }
   // After a hang that only was reported (--on-hang=report): watch on, from
   // the next beat of any rank (no second report for the same stall).
   void rearm_after_report();
@@ -266,12 +280,24 @@ class Watchdog {
   int culprit(const HangEvent& event) const;
 
  private:
+  enum class Phase {
+    kWatching,  // deadlines and the process-state poll armed
+    kReported,  // --on-hang=report: no deadline until the next beat (or output)
+    kFired,     // a hang was handed to on_hang_: nothing armed
+    kStopped,   // the attempt ends for another reason: nothing armed
+  };
+  // Fired or stopped: no detector may arm or fire.
+  bool disarmed() const { return phase_ == Phase::kFired || phase_ == Phase::kStopped; }
+
   WorkerStatus* find_local(int local_rank);
   const WorkerStatus* find_local_const(int local_rank) const;
   // Live, and judged by beats (beats_optional leaves out a rank never heard from).
   bool judged_by_beats(const WorkerStatus& w) const;
+
+  // watchdog_deadlines.cc: each detector's due time, the timer, the event.
   std::optional<Clock::time_point> heartbeat_due(const WorkerStatus& w) const;
   std::optional<Clock::time_point> silence_due(const WorkerStatus& w) const;
+  std::optional<Clock::time_point> setup_due(const WorkerStatus& w) const;
   // Learned mode.
   struct LearnedDue {
     Clock::time_point due;
@@ -280,28 +306,37 @@ class Watchdog {
   };
   std::optional<LearnedDue> learned_deadline(const WorkerStatus& w) const;
   std::optional<Clock::time_point> learned_due(const WorkerStatus& w) const;
+  std::optional<Clock::time_point> next_due() const;
+  void arm_deadline();
+  // Cancels the deadline timer (a later arm_deadline() sets it afresh).
+  void disarm_deadline();
+  void on_deadline();
+  // Setups that passed without a beat at `now`: marked unwatched and said.
+  void unwatch_passed_setups(Clock::time_point now);
+  // The event of the overdue deadline that passed first at `now`, if any.
+  std::optional<HangEvent> first_overdue(Clock::time_point now) const;
+  HangEvent learned_event(const WorkerStatus& w, const LearnedDue& due, Clock::time_point now) const;
   void ask_judge(HangEvent event);
-  std::optional<Clock::time_point> setup_due(const WorkerStatus& w) const;
+  // A timer due at `due` fired at `now`; true when that late means the
+  // agent was paused (deadlines then restart from `now`).
+  bool agent_was_paused(Clock::time_point due, Clock::time_point now);
+
+  // watchdog_protection.cc: sections, setups and other nodes' guards.
   bool protected_now() const;
   // Drops peer guards whose time passed (a protection change when the last goes).
   void expire_peer_guards(Clock::time_point now);
   // Calls on_guards_changed_ when guards() differ from what it last said.
   void tell_guards();
+  void protection_changed(Clock::time_point now);
   // Latest progress beat of any live rank.
   Clock::time_point latest_progress() const;
   bool any_exited() const;
-  void protection_changed(Clock::time_point now);
+
   void on_progress(WorkerStatus& w, const Beat& beat);
   void resume_after_report(Clock::time_point now);
-  std::optional<Clock::time_point> next_due() const;
-  void arm_deadline();
-  void on_deadline();
   void poll_proc();
   void schedule_poll();
   void fire(HangEvent event);
-  // A timer due at `due` fired at `now`; true when that late means the
-  // agent was paused (deadlines then restart from `now`).
-  bool agent_was_paused(Clock::time_point due, Clock::time_point now);
 
   base::Clock& clock_;
   WatchdogOptions options_;
@@ -309,6 +344,7 @@ class Watchdog {
   TimeoutLearner* learner_ = nullptr;
   std::function<void(const std::vector<int>&, Millis)> on_unwatched_;
   std::function<void(const std::vector<Guard>&)> on_guards_changed_;
+  Phase phase_ = Phase::kWatching;
   Judge judge_;
   bool judging_ = false;  // a verdict is pending: deadlines are the full ones meanwhile
   int judgements_ = 0;
@@ -322,16 +358,14 @@ class Watchdog {
   // ends; progress deadlines count from protection_ended_ at the earliest.
   uint64_t epoch_ = 0;
   std::optional<Clock::time_point> protection_ended_;
-  // --on-hang=report: no deadline until the next beat.
-  bool waiting_for_beat_ = false;
   std::unique_ptr<base::Timer> deadline_timer_;
+  // The due time deadline_timer_ is armed for (empty: not armed).
   std::optional<Clock::time_point> armed_for_;
+  // Samples /proc every proc_poll_interval while armed.
   std::unique_ptr<base::Timer> poll_timer_;
-  bool polling_ = false;
   std::vector<WorkerStatus> workers_;
-  bool fired_ = false;
-  bool stopped_ = false;
-  // When the agent last resumed from a pause; deadlines start no earlier.
+  // No deadline counts from before this moment: the agent resumed from a
+  // pause, a reported stall ended, a rank was replaced.
   std::optional<Clock::time_point> resumed_;
   // The local rank replace_worker() last started (-1: none): until its
   // first beat the survivors wait for it by design, in the new

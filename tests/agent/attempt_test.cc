@@ -340,3 +340,16 @@ TEST_CASE("Ctrl-Z stops every worker group and fg continues them, without ending
   h.reap();
   CHECK(h.attempt->done());
 }
+
+TEST_CASE("continue_running_workers continues the groups of the workers not reaped yet, through the launcher") {
+  Harness h(3);
+  h.start();
+  h.launcher.exit(1, exited_with(0));
+  h.reap();
+  REQUIRE(h.hooks.control != nullptr);
+  h.launcher.sent.clear();
+  // A reaped worker's group id may name another process's group by now.
+  h.hooks.control->continue_running_workers();
+  CHECK(h.launcher.sent ==
+        std::vector<ag::test::SentSignal>{{0, SIGCONT, true}, {2, SIGCONT, true}});
+}

@@ -248,7 +248,7 @@ TEST_CASE("--flag= with an empty value means the default and never takes the nex
   o = parse({"--term-timeout=", "--master-port=", "--stuck-timeout=", "--standalone=", "x"});
   CHECK(o.term_timeout_s == 30.0);
   CHECK_FALSE(o.master_port.has_value());
-  CHECK(o.stuck_timeout_s == -1);
+  CHECK_FALSE(o.stuck_timeout.has_value());
   CHECK_FALSE(o.standalone);
   CHECK(o.command == std::vector<std::string>{"x"});
   // The space form with an empty argument is the same.
@@ -359,7 +359,7 @@ TEST_CASE("--metrics-port takes -1 to 65535 (off by default), --progress-interva
   CHECK(parse({"--metrics-port=0", "--metrics-addr=::1", "x"}).metrics_port == 0);
   CHECK(error_of({"--metrics-port=65536", "x"}) == "--metrics-port=65536: not a TCP port");
   CHECK(error_of({"--metrics-port=-2", "x"}) == "--metrics-port=-2: not a TCP port");
-  CHECK(parse({"--progress-interval=0", "x"}).progress_interval_s == 0);
+  CHECK(parse({"--progress-interval=0", "x"}).progress_interval.count() == 0);
   CHECK(error_of({"--progress-interval=0.05", "x"}) ==
         "--progress-interval must be 0 (off) or >= 0.1 (seconds)");
   CHECK(error_of({"--progress-interval=inf", "x"}).find("--progress-interval=inf") == 0);

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 
 
 class Job:
@@ -91,3 +92,17 @@ def free_port():
 def ensure_dir(path):
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def fetch(url):
+    """The body at url, or None while nothing answers there."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def worker(name):
+    """The path of tests/observe/workers/<name>."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", name)

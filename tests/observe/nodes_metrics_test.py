@@ -10,21 +10,12 @@ import os
 import re
 import sys
 import tempfile
-import urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Job, free_port, poll  # noqa: E402
+from common import Job, fetch, free_port, poll  # noqa: E402
 
 DEADLINE_S = 120
-
-
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.read().decode()
-    except OSError:
-        return None
 
 
 def node_view(text):

@@ -22,7 +22,7 @@ import urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Job, ensure_dir, free_port, poll  # noqa: E402
+from common import Job, ensure_dir, free_port, poll, worker  # noqa: E402
 
 DEADLINE_S = 120
 
@@ -109,12 +109,11 @@ def main():
     if not shutil.which("prometheus") or not shutil.which("promtool"):
         print("SKIP: prometheus/promtool are not installed (scripts/setup-test.sh)")
         return 77
-    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers",
-                          "steady_worker.py")
+    worker_py = worker("steady_worker.py")
     with tempfile.TemporaryDirectory(prefix="ddprun-prom-") as tmp:
         stop = os.path.join(tmp, "stop")
         job = Job([ddprun, "--nproc-per-node=2", "--metrics-port=0", f"--log-dir={tmp}/logs",
-                   "/usr/bin/python3", worker, "--until", stop])
+                   "/usr/bin/python3", worker_py, "--until", stop])
         prom = None
         try:
             m = job.wait_line(r"metrics at (http://127\.0\.0\.1:(\d+)/metrics)", DEADLINE_S)

@@ -20,11 +20,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Job, ensure_dir, poll  # noqa: E402
+from common import Job, ensure_dir, fetch, poll, worker  # noqa: E402
 
 DEADLINE_S = 180
 
@@ -61,14 +60,6 @@ def check_dom(dom):
     return problems
 
 
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.read().decode()
-    except OSError:
-        return None
-
-
 def check_running(job, tmp, ddprun):
     """While attempt 1 runs: the metrics count the hang, its culprit and
     the restart, and the report of the running job says so. [] when right."""
@@ -102,13 +93,12 @@ def main():
     if not browser:
         print("SKIP: chromium is not installed (scripts/setup-test.sh)")
         return 77
-    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers",
-                          "hang_then_finish.py")
+    worker_py = worker("hang_then_finish.py")
     with tempfile.TemporaryDirectory(prefix="ddprun-report-") as tmp:
         go_on = os.path.join(tmp, "go-on")
         job = Job([ddprun, "--nproc-per-node=2", "--max-restarts=1", "--heartbeat-timeout=3",
                    "--progress-interval=1", f"--log-dir={tmp}/logs", "--metrics-port=0",
-                   "/usr/bin/python3", worker, "--steps", "60", "--until", go_on])
+                   "/usr/bin/python3", worker_py, "--steps", "60", "--until", go_on])
         try:
             problems = check_running(job, tmp, ddprun)
         finally:

@@ -297,6 +297,41 @@ TEST_CASE("stop() disarms every detector") {
   CHECK_FALSE(hang);
 }
 
+TEST_CASE("a reported hang watches again from the next beat: no deadline before it, a full timeout after") {
+  Watched watched(heartbeat_only(100ms, 100ms));
+  auto& [clock, hang, dog] = watched;
+  two_ranks_beating(watched);
+  clock.advance(100ms);
+  REQUIRE(hang);
+  CHECK(dog.fired());
+  hang.reset();
+  dog.rearm_after_report();
+  CHECK_FALSE(dog.fired());
+  clock.advance(1h);  // the ranks stay silent: the same stall is not reported again
+  CHECK_FALSE(hang);
+  dog.on_beat(wd::testing::beat(0, 2, clock.now()));
+  const auto resumed = clock.now();
+  clock.advance(100ms - 1ms);
+  CHECK_FALSE(hang);
+  clock.advance(1ms);
+  REQUIRE(hang);
+  CHECK(hang->due == resumed + 100ms);
+}
+
+TEST_CASE("a watchdog stopped while its hang was being reported stays stopped") {
+  Watched watched(heartbeat_only(100ms, 100ms));
+  auto& [clock, hang, dog] = watched;
+  two_ranks_beating(watched);
+  clock.advance(100ms);
+  REQUIRE(hang);
+  hang.reset();
+  dog.stop();  // the attempt ended during the report's stack capture
+  dog.rearm_after_report();
+  dog.on_beat(wd::testing::beat(0, 2, clock.now()));
+  clock.advance(1h);
+  CHECK_FALSE(hang);
+}
+
 TEST_CASE("a SIGSTOPped worker is detected from its process state at the first poll past the limit") {
   wd::WatchdogOptions opt;
   opt.stuck_timeout = 200ms;
