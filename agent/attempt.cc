@@ -41,22 +41,24 @@ Attempt::Attempt(boost::asio::io_context& io, base::Clock& clock, ProcessLaunche
       setup_(std::move(setup)),
       hooks_(std::move(hooks)),
       timer_(clock.make_timer()),
-      recovery_timer_(clock.make_timer()),
-      victim_timer_(clock.make_timer()) {
+      recovery_(*this, clock, options,
+                RecoveryPlace{setup_.restart_count, setup_.rank_restarts, setup_.round,
+                              setup_.run_id},
+                hooks_, io),
+      standbys_(options, launcher, *this) {
   info_.restart_count = setup_.restart_count;
   info_.round = setup_.round;
   info_.log_dir =
       setup_.run_dir + "/" + base::kFileAttemptDirPrefix + std::to_string(setup_.attempt_index);
   info_.runtime_dir = setup_.runtime_dir;
   result_.restart_count = setup_.restart_count;
-  rank_restarts_ = setup_.rank_restarts;
-  result_.rank_restarts = rank_restarts_;
+  result_.rank_restarts = recovery_.rank_restarts();
   ptys_ = setup_.consoles.out && setup_.consoles.out->terminal();
 }
 
 Attempt::~Attempt() {
   *alive_ = false;
-  for (auto* list : {&workers_, &standbys_})
+  for (auto* list : {&workers_, &standbys_.workers()})
     for (auto& w : *list) launcher_.release(w.info.pid);
 }
 
@@ -64,7 +66,7 @@ void Attempt::start() {
   std::optional<SpawnError> error;
   try {
     for (int lr = 0; lr < setup_.round.local_world_size; ++lr) {
-      workers_.push_back(spawn_worker(lr));
+      workers_.push_back(spawn_rank(lr));
       info_.workers.push_back(workers_.back().info);
     }
   } catch (const SpawnError& e) {
@@ -89,7 +91,7 @@ void Attempt::start() {
     throw *error;
   }
   for (auto* h : hooks_) h->workers_started(info_, *this);
-  start_peers();
+  recovery_.start();
   start_standbys();
 }
 
@@ -113,15 +115,20 @@ Attempt::Worker* Attempt::find(pid_t pid) {
 
 bool Attempt::on_exit(pid_t pid, int wait_status) {
   Worker* w = find(pid);
-  if (!w || !w->alive) return standby_exited(pid, wait_status);
+  if (!w || !w->alive) {
+    if (!standbys_.on_exit(pid, wait_status, phase_ == Phase::kRunning, recovery_.restarts_left(),
+                           recovery_.under_way()))
+      return false;
+    check_progress();
+    return true;
+  }
   w->alive = false;
   if (setup_.stdin_forwarder) setup_.stdin_forwarder->remove_target(pid);
   WorkerEnd end{w->info, ExitStatus::from_wait(wait_status), clock_.now()};
   result_.ends.push_back(end);
   for (auto* h : hooks_) h->worker_exited(end);
-  if (phase_ == Phase::kRunning && (!end.status.success() || w->replacing) &&
-      recover_exit(*w, end)) {
-    // Rank scope: only this rank is replaced (attempt_recovery.cc).
+  if (phase_ == Phase::kRunning && recovery_.on_exit(end)) {
+    // Rank scope: only this rank is replaced (rank_recovery.h).
   } else if (phase_ == Phase::kRunning && !end.status.success()) {
     Failure f;
     f.local_rank = w->info.local_rank;
@@ -196,10 +203,8 @@ void Attempt::interrupt(int sig) {
 
 void Attempt::fail_attempt(const FailRequest& req) {
   if (phase_ != Phase::kRunning) return;
-  if (req.replace_local_rank && recover_hang(req)) return;
-  // A recovery under way ends with the group: ranks waiting to re-form
-  // (on another node's replacement, say) stop waiting at once.
-  if (recovery_) fall_back("group_stopped", req.reason);
+  if (req.replace_local_rank && recovery_.on_hang(req)) return;
+  recovery_.group_stopping(req.reason);
   Failure f;
   f.reason = req.reason;
   f.local_rank = req.local_rank;
@@ -232,7 +237,7 @@ void Attempt::fail_attempt(const FailRequest& req) {
 void Attempt::signal_groups(int sig) {
   // Every group, also of workers already reaped: their children may live on.
   // A group stopped by Ctrl-Z acts on its signal only once continued.
-  for (auto* list : {&workers_, &standbys_})
+  for (auto* list : {&workers_, &standbys_.workers()})
     for (auto& w : *list) {
       if (w.never_ran) continue;
       launcher_.signal_group(w.info.pid, sig);
@@ -243,7 +248,7 @@ void Attempt::signal_groups(int sig) {
 void Attempt::pumps_lossy() {
   // The workers' exits must not wait for a console nobody reads; the log
   // files keep what it cannot take.
-  for (auto* list : {&workers_, &retired_, &standbys_})
+  for (auto* list : {&workers_, &retired_, &standbys_.workers()})
     for (auto& w : *list) {
       if (w.out) w.out->set_lossy();
       if (w.err) w.err->set_lossy();
@@ -251,13 +256,13 @@ void Attempt::pumps_lossy() {
 }
 
 void Attempt::stop_workers() {
-  for (auto* list : {&workers_, &standbys_})
+  for (auto* list : {&workers_, &standbys_.workers()})
     for (auto& w : *list)
       if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGSTOP);
 }
 
 void Attempt::continue_workers() {
-  for (auto* list : {&workers_, &standbys_})
+  for (auto* list : {&workers_, &standbys_.workers()})
     for (auto& w : *list)
       if (!w.never_ran) launcher_.signal_group(w.info.pid, SIGCONT);
 }
@@ -318,14 +323,14 @@ void Attempt::kill_now() {
                       w.info.rank, w.info.pid, kKillDeadline.count());
         w.alive = false;
       }
-    for (auto& w : standbys_) w.alive = false;
+    standbys_.forget();
     check_progress();
   });
   check_progress();
 }
 
 bool Attempt::pumps_open() const {
-  for (const auto* list : {&workers_, &retired_, &standbys_})
+  for (const auto* list : {&workers_, &retired_, &standbys_.workers()})
     for (const auto& w : *list)
       if ((w.out && w.out->open()) || (w.err && w.err->open())) return true;
   return false;
@@ -339,7 +344,7 @@ void Attempt::check_progress() {
   }
   for (const auto& w : workers_)
     if (w.alive) return;
-  if (standbys_left()) return;
+  if (standbys_.end()) return;
   all_reaped();
 }
 
@@ -360,27 +365,18 @@ void Attempt::finish() {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
   timer_->cancel();
-  recovery_timer_->cancel();
-  victim_timer_->cancel();
-  if (peers_) peers_->stop();
-  result_.rank_restarts = rank_restarts_;
+  recovery_.stop();
+  result_.rank_restarts = recovery_.rank_restarts();
   if (setup_.stdin_forwarder) setup_.stdin_forwarder->clear_target();
-  for (auto& w : workers_) {
-    if (w.out) w.out->close();
-    if (w.err) w.err->close();
-    if (w.channel) w.channel->close();
-    launcher_.release(w.info.pid);
-  }
-  for (auto& w : standbys_) {
-    if (w.out) w.out->close();
-    if (w.err) w.err->close();
-    if (w.channel) w.channel->close();
-    launcher_.release(w.info.pid);
-  }
-  for (auto& w : retired_) {
-    if (w.out) w.out->close();
-    if (w.err) w.err->close();
-  }
+  for (auto* list : {&workers_, &retired_, &standbys_.workers()})
+    for (auto& w : *list) {
+      if (w.out) w.out->close();
+      if (w.err) w.err->close();
+      // A retired worker's pid and channel went with its replacement.
+      if (list == &retired_) continue;
+      if (w.channel) w.channel->close();
+      launcher_.release(w.info.pid);
+    }
   if (result_.root && result_.root->local_rank) {
     int lr = *result_.root->local_rank;
     if (lr >= 0 && lr < static_cast<int>(workers_.size()))
@@ -393,6 +389,65 @@ void Attempt::finish() {
   if (setup_.log_writer)
     (void)setup_.log_writer->flush(std::chrono::steady_clock::now() + std::chrono::seconds(2));
   for (auto* h : hooks_) h->attempt_ended(result_);
+}
+
+void Attempt::start_standbys() {
+  if (!rank_scope() || phase_ != Phase::kRunning) return;
+  standbys_.refill(recovery_.restarts_left(), recovery_.generation());
+}
+
+void Attempt::signal_slot(int lr, int sig, bool whole_group) {
+  const Worker& w = workers_[lr];
+  if (whole_group)
+    launcher_.signal_group(w.info.pid, sig);
+  else
+    launcher_.signal(w.info.pid, sig);
+}
+
+void Attempt::tell_workers(const std::string& packet, int except) {
+  for (auto& w : workers_) {
+    if (!w.alive || !w.channel || w.info.local_rank == except) continue;
+    // A full socket drops it: a worker that never reads costs nothing.
+    if (!w.channel->send(packet))
+      spdlog::debug("recovery channel of rank {}: '{}' not delivered", w.info.rank, packet);
+  }
+}
+
+void Attempt::stop_group(Failure root) {
+  record_failure(std::move(root));
+  begin_teardown(SIGTERM);
+}
+
+RecoveryHost::Replaced Attempt::replace_slot(int lr, int generation) {
+  Worker& old = workers_[lr];
+  // The rest of its process group (a data loader, a shell's child) goes
+  // with it before anything takes its place.
+  if (!old.never_ran) launcher_.signal_group(old.info.pid, SIGKILL);
+  launcher_.release(old.info.pid);
+  if (old.channel) old.channel->close();
+  // --standby-workers: a process that is already initialised takes the
+  // slot, rather than one that starts now (standby_pool.h).
+  Replaced r;
+  if (auto s = standbys_.assign(lr, info_.workers[lr].rank, generation)) {
+    std::swap(workers_[lr], *s);
+    // The replaced worker's pumps drain to EOF; finish() closes them.
+    retired_.push_back(std::move(*s));
+    info_.workers[lr] = workers_[lr].info;
+    r.standby = workers_[lr].standby;
+    return r;
+  }
+  try {
+    Worker fresh = spawn_rank(lr, true);
+    std::swap(workers_[lr], fresh);
+    // The replaced worker's pumps drain to EOF; finish() closes them.
+    retired_.push_back(std::move(fresh));
+  } catch (const SpawnError& e) {
+    r.error = e;
+    return r;
+  }
+  info_.workers[lr] = workers_[lr].info;
+  r.error = finish_exec(workers_[lr]);
+  return r;
 }
 
 }  // namespace ddprun::agent

@@ -11,23 +11,14 @@
 // cgroup, their groups and below the agent, drains the pipes, and is
 // done(); result() then says how it ended.
 //
-// With --restart-scope=rank (attempt_recovery.cc, docs/RECOVERY.md) each
-// worker also gets a recovery channel, and a failed or hung worker in the
-// running phase is replaced alone while restarts are left: the generation
-// goes up, the survivors are told (failed, then ready), the replacement
-// starts in the same slot, and the recovery is over once every local rank
-// has joined the generation. A second failure before that, no restart
-// left, a spawn that fails or --recovery-timeout passing falls back to the
-// group teardown above. With --standby-workers (attempt_standby.cc) the
-// attempt also starts that many rank-less standby workers after the group;
-// a replacement is then a standby told its rank (event=assign) rather than
-// a process started at the failure, and another standby starts once the
-// recovery is over. A standby is no rank: its death before assignment is
-// one console line, not a failure; it ends with the attempt. On several
-// nodes (attempt_peers.cc) the agents keep the generation in step through
-// the store (peer_recovery.h): the failing node opens it, every other node
-// tells its survivors (nothing is replaced there), and the recovery is over
-// once every node's ranks have joined.
+// With --restart-scope=rank each worker also gets a recovery channel, and
+// a failed or hung worker in the running phase is replaced alone while
+// restarts are left: RankRecovery (rank_recovery.h) decides and tells the
+// workers, the attempt kills and fills the slot (RecoveryHost); what makes
+// that impossible falls back to the group teardown above. With
+// --standby-workers the attempt also keeps that many rank-less standby
+// workers (StandbyPool, standby_pool.h); a replacement is then a standby
+// told its rank rather than a process started at the failure.
 //
 // Processes are started and signalled through a ProcessLauncher and time
 // comes from a base::Clock: the agent passes the real ones, the unit tests
@@ -42,7 +33,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,10 +41,12 @@
 #include "agent/hooks.h"
 #include "agent/options.h"
 #include "agent/output_pump.h"
-#include "agent/peer_recovery.h"
 #include "agent/process_launcher.h"
-#include "agent/recovery_channel.h"
+#include "agent/rank_recovery.h"
+#include "agent/standby_pool.h"
 #include "agent/stdin_forwarder.h"
+#include "agent/worker_process.h"
+#include "agent/worker_streams.h"
 #include "base/clock.h"
 #include "base/scoped_fd.h"
 
@@ -94,7 +86,7 @@ struct AttemptSetup {
   StdinForwarder* stdin_forwarder = nullptr;
 };
 
-class Attempt : public AttemptControl {
+class Attempt : public AttemptControl, private RecoveryHost, private StandbySpawner {
  public:
   // `io` carries the workers' output; `clock` and `launcher` must outlive
   // the attempt.
@@ -129,7 +121,6 @@ class Attempt : public AttemptControl {
   // unread in its pipes (OutputPump::unread). The pipes are what make a
   // short sample safe: a rank blocked mid-traceback on a full pipe looks
   // asleep but has bytes waiting; one formatting it uses CPU within 1 ms.
-  // (5 ms without the pipe check: the whole of a restart's 7 ms.)
   static constexpr std::chrono::milliseconds kFailureDrain{500};
   static constexpr std::chrono::milliseconds kIdleSample{1};
 
@@ -149,107 +140,37 @@ class Attempt : public AttemptControl {
     kDone
   };
 
-  struct Worker {
-    WorkerInfo info;
-    bool alive = false;
-    // Its exec failed (reaped by ProcessLauncher::finish): no group to signal.
-    bool never_ran = false;
-    // Rank scope: this hung worker is being killed for a replacement; its
-    // end starts the replacement.
-    bool replacing = false;
-    std::unique_ptr<OutputPump> out;
-    std::unique_ptr<OutputPump> err;
-    std::unique_ptr<RecoveryChannel> channel;  // rank scope only
-    // --standby-workers: its DDPRUN_STANDBY number while (or since) it was a
-    // standby; 0 for a worker started as a rank. A standby's info.rank and
-    // info.local_rank are -1 until it is assigned a slot.
-    int standby = 0;
-    // The local rank its output and packets are reported under (the hooks,
-    // on_packet): -1 while a standby, set when it is assigned a slot.
-    std::shared_ptr<int> slot;
-    // Its prefix for console lines.
-    std::string prefix;
-  };
-
-  // Rank scope: the recovery under way (at most one).
-  struct Recovery {
-    int generation = 0;
-    int local_rank = 0;  // the slot being replaced; -1: none (another node's ranks)
-    // The failed global ranks: the slot's, or another node's (maybe several).
-    std::vector<int> ranks;
-    // Several nodes: every local rank joined; the other nodes' are awaited.
-    bool joined_here = false;
-    std::string cause;   // "exit" or "hang"
-    base::TimePoint began{};
-    std::set<int> joined;  // local ranks that joined `generation`
-    bool spawned = false;  // the replacement exists
-    bool from_standby = false;  // ... and was a standby (event=assign)
-    // What failed, the root cause should the recovery fall back.
-    Failure failure;
-  };
+  using Worker = WorkerProcess;
 
   // attempt_spawn.cc: one worker, its log folder, environment and pumps.
-  // kReplacement: a rank-scope replacement in an existing slot (its log
-  // files are appended to, not truncated). kStandby: `local_rank` is the
-  // standby's number; no rank, its own log folder (standby_<n>/).
-  enum class SpawnKind { kGroup, kReplacement, kStandby };
-  Worker spawn_worker(int local_rank, SpawnKind kind = SpawnKind::kGroup);
-  // Creates <log_dir>/<leaf>/ and names the worker's error file.
-  std::string make_worker_dir(WorkerInfo& w, const std::string& leaf);
+  // The worker of slot `local_rank`; a `replacement` (rank scope) goes on
+  // in the slot's log files, appended to rather than truncated.
+  Worker spawn_rank(int local_rank, bool replacement = false) {
+    return spawn_worker(local_rank, 0, replacement);
+  }
+  // Standby number `number` (DDPRUN_STANDBY): no rank, no slot, its own log
+  // folder (standby_<n>/).
+  Worker spawn_standby(int number) override { return spawn_worker(-1, number, false); }
+  // One of the two: `standby` 0 for a rank's worker, `local_rank` -1 for a
+  // standby.
+  Worker spawn_worker(int local_rank, int standby, bool replacement);
+  // Typed input reaches the worker through the stdin forwarder.
+  void forward_input(Worker& worker, WorkerStreams& streams);
   EnvMap worker_env(const WorkerInfo& w, int recovery_fd, int standby) const;
 
-  // attempt_recovery.cc: --restart-scope=rank.
-  bool rank_scope() const { return options_.restart_scope == RestartScope::kRank; }
-  int restarts_left() const;
-  // A worker ended in the running phase: true when rank recovery took care
-  // of it (a replacement is starting), false for the group path.
-  bool recover_exit(Worker& w, const WorkerEnd& end);
-  // A hook's fail_attempt with replace_local_rank: true when the rank is
-  // being replaced, false for the group path.
-  bool recover_hang(const FailRequest& request);
-  void begin_recovery(int local_rank, const std::string& cause, const std::string& what,
-                      Failure failure);
-  void respawn(int local_rank);
-  // The replacement in `local_rank`'s slot exists (spawned or assigned):
-  // the hooks' kReplaced, `ready` to the survivors.
-  void replaced(int local_rank, const WorkerInfo& old);
-
-  // attempt_standby.cc: --standby-workers.
-  // Starts standbys until options_.standby_workers are alive, where a
-  // recovery could still use one (a restart left, the losses budget).
+  // RecoveryHost (rank_recovery.h) and StandbySpawner (standby_pool.h).
+  bool running() const override { return phase_ == Phase::kRunning; }
+  int slot_count() const override { return static_cast<int>(workers_.size()); }
+  const WorkerInfo& slot(int local_rank) const override { return workers_[local_rank].info; }
+  bool slot_alive(int local_rank) const override { return workers_[local_rank].alive; }
+  void signal_slot(int local_rank, int sig, bool whole_group) override;
+  Replaced replace_slot(int local_rank, int generation) override;
+  void tell_workers(const std::string& packet, int except = -1) override;
+  void stop_group(Failure root) override;
+  void recovery_over() override { start_standbys(); }
   void start_standbys();
-  // Gives a live standby `local_rank`'s slot (event=assign); false when
-  // none is there (the caller spawns).
-  bool assign_standby(int local_rank, const WorkerInfo& old);
-  // A reaped child that was a standby: one line, maybe another standby;
-  // false when `pid` is not a standby's.
-  bool standby_exited(pid_t pid, int wait_status);
-  // Every rank has ended: the standbys are SIGKILLed (they hold no state);
-  // true while one is alive.
-  bool standbys_left();
-  void on_packet(int local_rank, std::string_view packet);
-  void check_joined();
-  // Every rank (of every node) joined: `recovered` to the ranks, the hooks.
-  void recovery_complete();
-  // The generation just opened (generation_): `failed` naming `ranks` to
-  // every live worker but `except`, the hooks' kFailed, --recovery-timeout.
-  void announce_failure(const std::vector<int>& ranks, int except, const std::string& line);
-  // Falls back, with `root` as the attempt's failure, and stops the group.
-  void give_up(const std::string& reason, const std::string& why, Failure root);
+  bool rank_scope() const { return recovery_.enabled(); }
 
-  // attempt_peers.cc: rank scope on several nodes (peer_recovery.h).
-  bool multi_node() const;
-  void start_peers();
-  void peer_failed(const rendezvous::RankFailure& failure);
-  void generation_published(int64_t generation, bool opened);
-  void generation_formed(int64_t generation);
-  void peers_lost(const std::string& why);
-  // Gives up on rank recovery: the fallback message to every worker, one
-  // console line, the event; the caller starts the group path.
-  void fall_back(const std::string& reason, const std::string& why);
-  // Sends `packet` to every live worker but `except` (a local rank).
-  void tell_workers(const std::string& packet, int except = -1);
-  void recovery_hooks(RecoveryEvent event);
   // `shown`: the stream's kStd* bit when it goes to the console, else 0.
   // `slot`: the worker's (Worker::slot), read when output arrives.
   std::unique_ptr<OutputPump> make_pump(const WorkerInfo& w, std::shared_ptr<int> slot,
@@ -271,7 +192,7 @@ class Attempt : public AttemptControl {
   Worker* find(pid_t pid);
   // Waits for `w`'s exec (ProcessLauncher::finish); on failure marks it as
   // never run and returns the error.
-  std::optional<SpawnError> finish_exec(Worker& w);
+  std::optional<SpawnError> finish_exec(Worker& w) override;
 
   boost::asio::io_context& io_;
   base::Clock& clock_;
@@ -287,18 +208,9 @@ class Attempt : public AttemptControl {
   base::TimePoint drain_until_{};        // kFailureDrain's end
   // The phase's deadline: pre-signal wait, grace, kill, drain.
   std::unique_ptr<base::Timer> timer_;
-  // Rank scope.
-  int generation_ = 0;
-  int rank_restarts_ = 0;  // the job's, this attempt's included
-  std::optional<Recovery> recovery_;
-  std::unique_ptr<base::Timer> recovery_timer_;  // --recovery-timeout
-  std::unique_ptr<base::Timer> victim_timer_;    // a hung rank's traceback wait, then SIGKILL
-  std::unique_ptr<PeerRecovery> peers_;          // several nodes only
+  RankRecovery recovery_;        // --restart-scope=rank
   std::vector<Worker> retired_;  // replaced workers: their pumps drain to EOF
-  std::vector<Worker> standbys_;  // --standby-workers: not yet assigned
-  int standbys_started_ = 0;      // numbers them (DDPRUN_STANDBY)
-  int standbys_lost_ = 0;         // died before assignment
-  bool standbys_stopping_ = false;  // SIGKILLed at the end: their exits are quiet
+  StandbyPool standbys_;         // --standby-workers
   AttemptResult result_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

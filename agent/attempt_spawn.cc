@@ -10,6 +10,7 @@
 #include "agent/line_splitter.h"
 #include "agent/spawn.h"
 #include "agent/stdin_hint.h"
+#include "agent/worker_logs.h"
 #include "agent/worker_streams.h"
 #include "base/contract.h"
 #include "base/safe_file.h"
@@ -24,51 +25,16 @@ constexpr const char* kStandbyRole = "standby";
 
 }  // namespace
 
-Attempt::Worker Attempt::spawn_worker(int lr, SpawnKind kind) {
-  const bool replacement = kind == SpawnKind::kReplacement;
-  // A standby's `lr` is its number: it has no rank until assigned one.
-  const int standby = kind == SpawnKind::kStandby ? lr : 0;
+Attempt::Worker Attempt::spawn_worker(int lr, int standby, bool replacement) {
   WorkerInfo w;
   w.local_rank = standby ? -1 : lr;
   w.rank = standby ? -1 : setup_.round.rank_base + lr;
   w.is_python = options_.is_python;
-  const std::string dir =
-      make_worker_dir(w, standby ? std::string(base::kFileStandbyDirPrefix) + std::to_string(standby)
-                                 : std::to_string(lr));
-
-  // torchrun's rules: a redirected stream goes to its file only, a teed
-  // one to its file and the console (tee wins); --log-dir files every one.
-  // A standby has the rules every local rank has (-r 3), not a listed
-  // rank's, and is not shown under --local-ranks-filter.
-  int redirected = options_.redirects.for_rank(w.local_rank);
-  int teed = options_.tee.for_rank(w.local_rank);
-  int filed = setup_.log_every_stream ? kStdAll : (redirected | teed);
-  int shown_streams = kStdAll & ~(redirected & ~teed);
-  if (!options_.local_ranks_filter.empty() && !options_.local_ranks_filter.count(w.local_rank))
-    shown_streams = kStdNone;
-  base::ScopedFd out_log, err_log;
-  // Not opened (a walk from /) when no stream is filed (issue 24).
-  if (filed != kStdNone) {
-    try {
-      // By the folder's descriptor, never through a symlink (base/safe_file.h).
-      const base::SafeDir folder = base::SafeDir::open(dir);
-      // A replacement goes on in the slot's files: what the replaced
-      // process wrote last (its traceback) stays above.
-      auto open_log = [&](const char* name) {
-        return replacement ? folder.open_append(name) : folder.open_truncate(name);
-      };
-      if (filed & kStdOut) {
-        w.stdout_log = dir + "/" + base::kFileStdoutLog;
-        out_log = open_log(base::kFileStdoutLog);
-      }
-      if (filed & kStdErr) {
-        w.stderr_log = dir + "/" + base::kFileStderrLog;
-        err_log = open_log(base::kFileStderrLog);
-      }
-    } catch (const base::FileError& e) {
-      throw SpawnError(std::string("cannot open log file: ") + e.what(), e.error());
-    }
-  }
+  WorkerLogs logs = open_worker_logs(
+      options_, LogPlace{setup_.run_dir, setup_.attempt_index, setup_.log_every_stream}, w,
+      standby ? std::string(base::kFileStandbyDirPrefix) + std::to_string(standby)
+              : std::to_string(lr),
+      replacement);
 
   // Rank scope: the channel's worker end is inherited under its own number
   // by this child only (SpawnRequest::inherit_fds) and closed here once the
@@ -84,7 +50,7 @@ Attempt::Worker Attempt::spawn_worker(int lr, SpawnKind kind) {
   const EnvMap env = worker_env(w, channel.worker.get(), standby);
 
   // A standby's lines read as role "standby", its number the rank, until
-  // it is assigned one (assign_standby).
+  // it is assigned one (StandbyPool::assign).
   std::string prefix =
       standby ? make_line_prefix(options_.log_line_prefix_template, kStandbyRole, standby,
                                  standby, options_.hostname)
@@ -128,53 +94,40 @@ Attempt::Worker Attempt::spawn_worker(int lr, SpawnKind kind) {
   worker.standby = standby;
   worker.slot = std::make_shared<int>(w.local_rank);
   worker.prefix = prefix;
-  worker.out = make_pump(w, worker.slot, prefix, Stream::kStdout, shown_streams & kStdOut,
-                         std::move(streams.out_read), std::move(out_log));
-  worker.err = make_pump(w, worker.slot, prefix, Stream::kStderr, shown_streams & kStdErr,
-                         std::move(streams.err_read), std::move(err_log));
-  if (streams.input.get() >= 0) {
-    // readline writes to the stdout pty (fd 0 and 1 are that one device):
-    // its output is where a change of the terminal's mode shows.
-    OutputPump* out = worker.out.get();
-    std::function<void(bool)> set_interactive;
-    if (streams.input_is_pty) {
-      out->set_before_console([forwarder = setup_.stdin_forwarder, pid = w.pid] {
-        forwarder->output_from(pid);
-      });
-      set_interactive = [out, err = worker.err.get(), alive = alive_](bool on) {
-        if (*alive) out->set_interactive(on, err);
-      };
-    }
-    setup_.stdin_forwarder->add_target(w.rank, w.pid, std::move(streams.input),
-                                       streams.input_is_pty, options_.stdin_rank == w.rank,
-                                       std::move(set_interactive));
-  }
+  worker.out = make_pump(w, worker.slot, prefix, Stream::kStdout, logs.shown & kStdOut,
+                         std::move(streams.out_read), std::move(logs.out));
+  worker.err = make_pump(w, worker.slot, prefix, Stream::kStderr, logs.shown & kStdErr,
+                         std::move(streams.err_read), std::move(logs.err));
+  if (streams.input.get() >= 0) forward_input(worker, streams);
   worker.out->start();
   worker.err->start();
   if (channel.agent) {
     worker.channel = std::move(channel.agent);
     // By slot, not `lr`: a standby's packets count for the rank it became.
     worker.channel->start([this, slot = worker.slot, alive = alive_](std::string_view packet) {
-      if (*alive && *slot >= 0) on_packet(*slot, packet);
+      if (*alive && *slot >= 0) recovery_.on_packet(*slot, packet);
     });
   }
   return worker;
 }
 
-std::string Attempt::make_worker_dir(WorkerInfo& w, const std::string& slot_dir) {
-  const std::string leaf = std::string(base::kFileAttemptDirPrefix) +
-                           std::to_string(setup_.attempt_index) + "/" + slot_dir;
-  const std::string dir = setup_.run_dir + "/" + leaf;
-  w.error_file = dir + "/" + base::kFileErrorJson;
-  try {
-    // Below the run folder nothing is followed: attempt_<n>/<rank> are
-    // created or opened by descriptor from it.
-    base::SafeDir folder = base::SafeDir::open(setup_.run_dir).subdir(leaf, true);
-    folder.remove(base::kFileErrorJson);  // a stale file would be blamed on this attempt
-  } catch (const base::FileError& e) {
-    throw SpawnError(std::string("cannot create log directory: ") + e.what(), e.error());
+void Attempt::forward_input(Worker& worker, WorkerStreams& streams) {
+  const WorkerInfo& w = worker.info;
+  // readline writes to the stdout pty (fd 0 and 1 are that one device):
+  // its output is where a change of the terminal's mode shows.
+  OutputPump* out = worker.out.get();
+  std::function<void(bool)> set_interactive;
+  if (streams.input_is_pty) {
+    out->set_before_console([forwarder = setup_.stdin_forwarder, pid = w.pid] {
+      forwarder->output_from(pid);
+    });
+    set_interactive = [out, err = worker.err.get(), alive = alive_](bool on) {
+      if (*alive) out->set_interactive(on, err);
+    };
   }
-  return dir;
+  setup_.stdin_forwarder->add_target(w.rank, w.pid, std::move(streams.input),
+                                     streams.input_is_pty, options_.stdin_rank == w.rank,
+                                     std::move(set_interactive));
 }
 
 EnvMap Attempt::worker_env(const WorkerInfo& w, int recovery_fd, int standby) const {
@@ -203,7 +156,7 @@ EnvMap Attempt::worker_env(const WorkerInfo& w, int recovery_fd, int standby) co
   if (options_.is_python) in.pythonpath_prepend = options_.pythonpath_prepend;
   in.signals_to_handle = options_.signals_to_handle_spec;
   in.recovery_fd = recovery_fd;
-  in.generation = generation_;
+  in.generation = recovery_.generation();
   EnvMap env = setup_.base_env;
   add_worker_env(in, env);
   if (standby) {

@@ -17,7 +17,10 @@ failure. Each rank prints, at the end:
 --kill-rank R --kill-step K: rank R SIGKILLs itself at step K, after its
 backward and before the all_reduce (its peers are then waiting in it), in
 generation 0 only: its replacement goes on; with --hang it sleeps there
-instead, for ddprun's watchdog to find (--heartbeat-timeout). --progress: a line per step.
+instead, for ddprun's watchdog to find (--heartbeat-timeout); with --raise it
+fails there with an error of its own (as an out-of-memory error would),
+which recovery does not catch: the rank ends with it at once, and ddprun
+replaces it as it would a killed one. --progress: a line per step.
 --out FILE: rank 0 writes the
 final parameters there (float32, raw bytes), for a test to compare.
 With --standby-workers=1 a pre-started standby (model built, torch
@@ -57,6 +60,12 @@ def batch(seed, step, rank):
     return x, x[:, :4].sin() * 2.0
 
 
+class GroupBroken(Exception):
+    """The step's collective failed: a peer died or hung, which recover()
+    repairs. Any other error (an out-of-memory error, a bug) is this rank's
+    own: no peer failure will be reported for it, so it ends the rank."""
+
+
 def train_step(model, opt, step, x, y, fault):
     opt.zero_grad()
     nn.functional.mse_loss(model(x), y).backward()
@@ -66,11 +75,16 @@ def train_step(model, opt, step, x, y, fault):
     if fault == "hang":
         time.sleep(600)  # ddprun's watchdog SIGKILLs it long before
         sys.exit(3)
+    if fault == "raise":
+        raise ValueError(f"--raise: rank {dist.get_rank()} fails on its own at step {step}")
     # At the collective: a rank hung before it is then a step behind the
     # ranks waiting in it, which is how ddprun's watchdog tells which one
     # to replace (with equal steps it would blame the oldest beat).
     beat(step)
-    recovery.all_reduce(grads, timeout=60)
+    try:
+        recovery.all_reduce(grads, timeout=60)
+    except (recovery.PeerFailed, RuntimeError) as error:  # gloo's error on a dead peer
+        raise GroupBroken() from error
     grads /= dist.get_world_size()
     offset = 0
     for p in model.parameters():
@@ -87,6 +101,8 @@ def main():
     ap.add_argument("--kill-step", type=int, default=-1)
     ap.add_argument("--hang", action="store_true",
                     help="--kill-rank stops at --kill-step instead (alive, asleep)")
+    ap.add_argument("--raise", dest="raise_", action="store_true",
+                    help="--kill-rank fails at --kill-step with an error of its own instead")
     ap.add_argument("--out", default="")
     ap.add_argument("--progress", action="store_true", help="print 'rank R step S' per step")
     a = ap.parse_args()
@@ -112,11 +128,12 @@ def main():
             print(f"rank {rank} step {step}", flush=True)
         fault = None
         if rank == a.kill_rank and step == a.kill_step and recovery.generation() == 0:
-            fault = "hang" if a.hang else "kill"
+            fault = "hang" if a.hang else "raise" if a.raise_ else "kill"
         try:
             train_step(model, opt, step, *batch(a.seed, step, rank), fault)
             progress["step"] = step + 1  # committed: the all_reduce finished here
-        except (recovery.PeerFailed, RuntimeError) as error:
+        except GroupBroken as broken:
+            error = broken.__cause__
             began = time.monotonic()
             print(f"rank {rank} abandoned step {step}: {type(error).__name__}", flush=True)
             progress = recovery.recover(model, opt, progress, error, timeout=60)

@@ -29,9 +29,9 @@ class AbortSource {
 // A collective abandoned because the AbortSource asked: the communicator
 // is broken for good, and its buffers may still be written by backend
 // threads (keep them alive: trainer.cc leaks them on purpose).
-class CollectiveAborted : public TrainerError {
+class CollectiveAborted : public CollectiveError {
  public:
-  using TrainerError::TrainerError;
+  using CollectiveError::CollectiveError;
 };
 
 }  // namespace ddprun::trainer

@@ -47,4 +47,10 @@ class Communicator {
   void allreduce(at::Tensor& tensor) { allreduce_async(tensor)->wait(); }
 };
 
+// `inner` with every failure of its collectives (a launch, a wait, a
+// broadcast, a barrier) thrown as CollectiveError, whatever the backend
+// threw (gloo's IoException, c10::Error, a timeout): what lets the training
+// loop tell a broken group from an error of its own.
+std::unique_ptr<Communicator> classify_failures(std::unique_ptr<Communicator> inner);
+
 }  // namespace ddprun::trainer

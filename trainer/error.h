@@ -16,4 +16,13 @@ class TrainerError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A collective that failed or was abandoned: a peer died or hung, or the
+// link broke. Rank-scoped recovery repairs exactly these (the group
+// re-forms); any other error is the rank's own (an OOM, a bug) and ends it,
+// as no peer's replacement would make the step succeed.
+class CollectiveError : public TrainerError {
+ public:
+  using TrainerError::TrainerError;
+};
+
 }  // namespace ddprun::trainer

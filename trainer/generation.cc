@@ -16,9 +16,11 @@ std::string generation_prefix(int restart_count, int64_t generation) {
          "/";
 }
 
-std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const WorkerInfo& w,
-                                                const c10::intrusive_ptr<c10d::Store>& store,
-                                                const GenerationScope& scope, at::Device* device) {
+namespace {
+
+std::unique_ptr<Communicator> make_backend(const TrainOptions& o, const WorkerInfo& w,
+                                           const c10::intrusive_ptr<c10d::Store>& store,
+                                           const GenerationScope& scope, at::Device* device) {
   Backend backend = o.backend;
   const auto timeout = std::chrono::milliseconds(int64_t(o.collective_timeout_s * 1000));
   // Generation 0 keeps the keys it always had; a later one gets its own.
@@ -77,6 +79,14 @@ std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const Wor
   // keeps generation G from reading G-1's. (PrefixStore adds the '/'.)
   auto scoped = c10::make_intrusive<c10d::PrefixStore>(prefix.substr(0, prefix.size() - 1), store);
   return std::make_unique<GlooCommunicator>(scoped, go);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_communicator(const TrainOptions& o, const WorkerInfo& w,
+                                                const c10::intrusive_ptr<c10d::Store>& store,
+                                                const GenerationScope& scope, at::Device* device) {
+  return classify_failures(make_backend(o, w, store, scope, device));
 }
 
 }  // namespace ddprun::trainer

@@ -117,7 +117,12 @@ int main(int argc, char** argv) {
                  "fault injection for tests: --kill-rank SIGKILLs itself in the middle of step N "
                  "(its first gradient all-reduce launched), on the first attempt only")
       ->capture_default_str();
-  app.add_option("--kill-rank", o.kill_rank, "the rank --kill-at-step kills (-1: the last rank)")
+  app.add_option("--throw-at-step", o.throw_at_step,
+                 "fault injection for tests: --kill-rank fails with an error of its own (not a "
+                 "collective's) in the middle of step N, on the first attempt only")
+      ->capture_default_str();
+  app.add_option("--kill-rank", o.kill_rank,
+                 "the rank --kill-at-step and --throw-at-step pick (-1: the last rank)")
       ->capture_default_str();
   app.add_option("--recovery-timeout", o.recovery_timeout_s,
                  "--restart-scope=rank: seconds a rank whose collective failed waits for the "

@@ -204,7 +204,10 @@ class TrainingLoop {
           position_ += per_step_;
           committed = true;
           if (o_.check_params) identical = s_.ddp->parameters_identical();
-        } catch (const std::exception& e) {
+        } catch (const CollectiveError& e) {
+          // Only a broken group is recovered: a local error (an OOM, a bug)
+          // propagates and ends this rank with its message, as waiting for
+          // an event=failed that no peer's death will send would not help.
           if (channel_ == nullptr || stop_now()) throw;
           recover(e.what());
           if (!committed) continue;
@@ -314,6 +317,7 @@ class TrainingLoop {
     at::index_select_out(yb_, s_.train.y, 0, idx_);
     for (at::Tensor& p : s_.state.params) p.mutable_grad().reset();
     arm_kill();
+    throw_if_injected();
     s_.ddp->begin_backward();
     at::Tensor loss = s_.model->loss(xb_, yb_);
     loss.backward();
@@ -372,6 +376,15 @@ class TrainingLoop {
                        loss_.defined() ? loss_.item<double>() : resume_.loss);
       last_checkpoint_ = step_;
     }
+  }
+
+  // --throw-at-step: an error of this rank's own in the middle of a step,
+  // before its all-reduces, as an out-of-memory error would be.
+  void throw_if_injected() const {
+    const int victim = o_.kill_rank >= 0 ? o_.kill_rank : w_.world_size - 1;
+    if (step_ + 1 != o_.throw_at_step || w_.rank != victim || !faults_armed()) return;
+    throw TrainerError("--throw-at-step " + std::to_string(o_.throw_at_step) + ": rank " +
+                       std::to_string(w_.rank) + " fails on its own (injected)");
   }
 
   // --fail-at-step, in the first group only.

@@ -62,7 +62,12 @@ struct TrainOptions {
   // complete), right after its first gradient bucket's all-reduce was
   // launched, so that step is in flight. -1 = off.
   int64_t kill_at_step = -1;
-  // The rank --kill-at-step kills; -1 = the last rank (as --hang-at-step).
+  // Fault injection for tests: rank kill_rank throws a TrainerError of its
+  // own (not a collective's) in the middle of step N, before its gradient
+  // all-reduces, as an out-of-memory error would. -1 = off.
+  int64_t throw_at_step = -1;
+  // The rank --kill-at-step and --throw-at-step pick; -1 = the last rank
+  // (as --hang-at-step).
   int kill_rank = -1;
   // Rank scope: how long a rank whose collective failed waits for the
   // agent's event=failed before it gives up and fails (--recovery-timeout).

@@ -1,4 +1,4 @@
-// Attempt with --restart-scope=rank on several nodes (attempt_peers.cc,
+// Attempt with --restart-scope=rank on several nodes (rank_recovery_peers.cc,
 // peer_recovery.h): the attempt is node "a" of a 2-node round on a real
 // store (a server on loopback); the test is node "b", reading and writing
 // the job protocol's records (rendezvous/job_protocol.h) as b's agent

@@ -1,5 +1,5 @@
 // Attempt with --restart-scope=rank on a fake launcher and a ManualClock
-// (attempt_recovery.cc): which messages each worker's channel carries, who
+// (rank_recovery.cc): which messages each worker's channel carries, who
 // is signalled, when the attempt falls back to the group teardown. The test
 // speaks for the workers on their channel ends (FakeLauncher::channel); no
 // process is started and no test waits. restart_scope_test.cc runs the

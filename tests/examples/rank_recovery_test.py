@@ -8,7 +8,8 @@ itself at step 10, rank 0 at step 25 (--kill-rank/--kill-step, in
 generation 0 only), and rank 1 hanging at step 30 (--hang: asleep before the
 all_reduce, found by ddprun's watchdog, --hang-timeout-floor=3), then rank 1
 killed at step 10 with a pre-started standby (--standby-workers=1) taking its
-slot. Each failed run must recover without a group restart
+slot; last, rank 1 failing at step 10 with an error of its own (--raise),
+which must end it with that error, not be taken for a peer failure. Each failed run must recover without a group restart
 (ddprun says generation 1 formed; every rank ends in generation 1, the
 replacement joined at the step in flight) and end with final parameters
 bit-identical to the uninterrupted run's. The driver is Debian's
@@ -110,6 +111,23 @@ def main():
         if problems:
             raise SystemExit(f"FAILED: {name}: " + "; ".join(problems))
         print(f"ok: {name}: recovered in place, parameters bit-identical")
+    # An error of the rank's own (--raise) is no peer failure: the rank must
+    # not wait to recover from it, but end with it, and ddprun replaces it.
+    name = "raise_rank1_step10"
+    out, err, params = run(ddprun, examples, py, work, name,
+                           ["--kill-rank", "1", "--kill-step", "10", "--raise"])
+    problems = []
+    if "--raise: rank 1 fails on its own at step 10" not in out + err:
+        problems.append("rank 1's own error is not in the output")
+    if "rank 1 abandoned step" in out:
+        problems.append("rank 1 took its own error for a peer failure")
+    if "rank 1 replacement joined generation 1 at step 10" not in out:
+        problems.append("no replacement of rank 1 joined at step 10")
+    if params != reference:
+        problems.append("final parameters differ from the uninterrupted run's")
+    if problems:
+        raise SystemExit(f"FAILED: {name}: " + "; ".join(problems))
+    print(f"ok: {name}: the rank ended with its own error and was replaced")
     return 0
 
 

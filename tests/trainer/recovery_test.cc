@@ -365,4 +365,38 @@ TEST_CASE("rank scope on shm with 4 ranks and a hang: event=failed alone frees t
   run_case("shm", 4, Fault::kHang);
 }
 
+// A rank's own error (an OOM, a bug) is no peer failure: no event=failed
+// will come for it, and waiting --recovery-timeout for one only delays the
+// error. The rank must end with the error at once; the test's deadline is
+// far below the recovery timeout, so a rank that waited would be seen.
+TEST_CASE("rank scope: a rank's own error (not a collective's) ends it at once with the error") {
+  TempDir tmp;
+  ddprun::rendezvous::testing::ServerThread store;
+  const Config c{"gloo", 2};
+  std::vector<std::string> argv = train_argv(c, tmp.path());
+  const auto timeout = std::find(argv.begin(), argv.end(), "--recovery-timeout");
+  REQUIRE(timeout + 1 < argv.end());
+  *(timeout + 1) = "3600";
+  argv.insert(argv.end(), {"--throw-at-step", "4", "--kill-rank", "1"});
+  std::vector<Channel> chans;
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < c.world; ++r) {
+    auto env = rank_env(c, r, store.port(), "local_error/");
+    env["DDPRUN_RESTART_SCOPE"] = "rank";
+    env["DDPRUN_RECOVERY_FD"] = std::to_string(kChildFd);
+    env["DDPRUN_GENERATION"] = "0";
+    chans.push_back(Channel::open());
+    ranks.push_back(std::make_unique<Process>(argv, env, tmp.file("rank" + std::to_string(r) + ".log"),
+                                              std::vector<std::pair<int, int>>{
+                                                  {chans[r].theirs.get(), kChildFd}}));
+    chans[r].theirs.reset();
+  }
+  const int code = ranks[1]->wait_for(Clock::now() + ddprun::testing::scaled(240s));
+  const std::string out = ranks[1]->output();
+  INFO("rank 1:\n", out, "\n--- rank 0:\n", ranks[0]->output());
+  CHECK(code == 1);
+  CHECK(out.find("--throw-at-step 4: rank 1 fails on its own (injected)") != std::string::npos);
+  CHECK(out.find("abandoned in generation") == std::string::npos);
+}
+
 int main(int argc, char** argv) { return ddprun::testing::main_with_skips(argc, argv); }

@@ -1,8 +1,8 @@
-// Attempt (attempt.h) with --restart-scope=rank on several nodes: keeping
+// RankRecovery (rank_recovery.h) on several nodes: keeping
 // the generation in step with the other nodes' agents (peer_recovery.h,
 // docs/RECOVERY.md).
 //
-// This node's failure (attempt_recovery.cc's begin_recovery) also opens
+// This node's failure (RankRecovery::begin) also opens
 // the generation in the store. Another node's record makes this node's
 // survivors re-form without replacing anything here: the generation goes
 // up, they get `failed` naming the other node's ranks, --recovery-timeout
@@ -17,19 +17,19 @@
 
 #include <boost/asio/post.hpp>
 
-#include "agent/attempt.h"
+#include "agent/rank_recovery.h"
 
 namespace ddprun::agent {
 
-bool Attempt::multi_node() const {
-  return rank_scope() && setup_.round.group_world_size > 1 &&
-         static_cast<bool>(setup_.round.open_agents_store);
+bool RankRecovery::multi_node() const {
+  return enabled() && place_.round.group_world_size > 1 &&
+         static_cast<bool>(place_.round.open_agents_store);
 }
 
-void Attempt::start_peers() {
+void RankRecovery::start_peers() {
   if (!multi_node()) return;
-  PeerRecovery::Place place{setup_.round.open_agents_store, setup_.run_id, setup_.round.round,
-                            setup_.round.group_world_size};
+  PeerRecovery::Place place{place_.round.open_agents_store, place_.run_id, place_.round.round,
+                            place_.round.group_world_size};
   auto post = [&io = io_, alive = alive_](std::function<void()> fn) {
     boost::asio::post(io, [alive, fn = std::move(fn)] {
       if (*alive) fn();
@@ -44,11 +44,11 @@ void Attempt::start_peers() {
   peers_->watch(generation_ + 1);
 }
 
-void Attempt::peer_failed(const rendezvous::RankFailure& f) {
-  if (phase_ != Phase::kRunning) return;
+void RankRecovery::peer_failed(const rendezvous::RankFailure& f) {
+  if (!host_.running()) return;
   // The next generation's record, whoever writes it.
   peers_->watch(f.generation + 1);
-  if (f.node == setup_.round.node_id) return;  // ours: generation_published says how it went
+  if (f.node == place_.round.node_id) return;  // ours: generation_published says how it went
   const std::string what =
       fmt::format("rank {} on node {} {}", fmt::join(f.ranks, ","), f.node,
                   f.cause == rendezvous::RankFailure::kHang ? "hung" : "failed");
@@ -91,23 +91,23 @@ void Attempt::peer_failed(const rendezvous::RankFailure& f) {
   announce_failure(recovery_->ranks, -1, line);
 }
 
-void Attempt::generation_published(int64_t g, bool opened) {
-  if (opened || phase_ != Phase::kRunning || !recovery_ || recovery_->generation != g) return;
+void RankRecovery::generation_published(int64_t g, bool opened) {
+  if (opened || !host_.running() || !recovery_ || recovery_->generation != g) return;
   give_up("second_failure",
           "another node opened generation " + std::to_string(g) +
               " first: ranks failed on two nodes at once",
           recovery_->failure);
 }
 
-void Attempt::generation_formed(int64_t g) {
-  if (phase_ != Phase::kRunning || !recovery_ || recovery_->generation != g ||
+void RankRecovery::generation_formed(int64_t g) {
+  if (!host_.running() || !recovery_ || recovery_->generation != g ||
       !recovery_->joined_here)
     return;
-  recovery_complete();
+  complete();
 }
 
-void Attempt::peers_lost(const std::string& why) {
-  if (phase_ != Phase::kRunning) return;
+void RankRecovery::peers_lost(const std::string& why) {
+  if (!host_.running()) return;
   // Without the store no node hears of another's failure: the group path,
   // which the round's end (the store lost) takes anyway.
   Failure root;
