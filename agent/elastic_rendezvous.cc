@@ -317,15 +317,15 @@ void ElasticRendezvous::linger_after_failed_join() {
   if (spec_.etcd) return;  // etcd stays up: nobody waits for anyone
   try {
     if (!host_) {
-      int64_t n = control_->add(keys_.job("gave_up"), 1);
-      control_->set(keys_.job("gave_up/" + std::to_string(n)), rdzv::to_bytes("1"));
+      int64_t n = control_->add(keys_.gave_up(), 1);
+      control_->set(keys_.gave_up(n), rdzv::to_bytes("1"));
       return;
     }
-    const int64_t current = control_->add(keys_.job("current"), 0);
-    int64_t joined = control_->add(keys_.round(current, "joined"), 0);
+    const int64_t current = control_->add(keys_.current(), 0);
+    int64_t joined = control_->add(keys_.joined(current), 0);
     int64_t others = std::min<int64_t>(joined, options_.max_nodes) - 1;
     std::vector<std::string> keys;
-    for (int64_t i = 1; i <= others; ++i) keys.push_back(keys_.job("gave_up/" + std::to_string(i)));
+    for (int64_t i = 1; i <= others; ++i) keys.push_back(keys_.gave_up(i));
     if (!keys.empty()) control_->wait(keys, rdzv_->options().join_timeout);
   } catch (const std::exception& e) {
     spdlog::debug("after the failed join: {}", e.what());

@@ -11,6 +11,9 @@ The whole loop (examples/rank_recovery.py runs it):
 
     import ddprun_recovery as recovery        # or: from ddprun import recovery
 
+    class GroupBroken(Exception):              # the step's collective failed
+        pass
+
     model, opt = build(seed=0)                 # the same on every rank
     if recovery.is_standby():                  # --standby-workers: no rank yet
         recovery.wait_assigned()               # ddprun gives it a failed rank's slot
@@ -25,12 +28,15 @@ The whole loop (examples/rank_recovery.py runs it):
             loss.backward()
             grads = torch.cat([p.grad.flatten() for p in model.parameters()])
             ddprun_heartbeat.beat(progress["step"])  # at the collective: who hung
-            recovery.all_reduce(grads)         # raises PeerFailed, or gloo's error
+            try:
+                recovery.all_reduce(grads)     # raises PeerFailed, or gloo's error
+            except (recovery.PeerFailed, RuntimeError) as error:
+                raise GroupBroken() from error # the collective's failure only
             ...copy grads / world back into p.grad...
             opt.step()
             progress["step"] += 1              # committed
-        except (recovery.PeerFailed, RuntimeError) as error:
-            progress = recovery.recover(model, opt, progress, error)
+        except GroupBroken as broken:          # a rank's own error ends the rank
+            progress = recovery.recover(model, opt, progress, broken.__cause__)
             # the loop redoes the step that was in flight
 
 recover() abandons the broken process group, forms generation G's through
