@@ -9,20 +9,17 @@
 
 #include <algorithm>
 
+#include "base/clock.h"
 #include "base/proc_stat.h"
 #include "watchdog/proc.h"
 
 namespace ddprun::watchdog {
 
-namespace {
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+using base::in_seconds;
 
 std::string step_text(const WorkerStatus& w) {
   return w.step >= 0 ? fmt::format("last step {}", w.step) : std::string("no step reported");
 }
-
-}  // namespace
 
 Millis WatchdogOptions::effective_grace() const {
   const Millis grace = heartbeat_grace.count() > 0 ? heartbeat_grace : kDefaultGrace;
@@ -357,7 +354,7 @@ void Watchdog::poll_proc() {
           *w.stuck_since + limit, now,
           fmt::format("process state {} ({}) for {:.2f} s", st->state,
                       uninterruptible ? "uninterruptible sleep" : "stopped",
-                      seconds(now - *w.stuck_since))));
+                      in_seconds(now - *w.stuck_since))));
       return;
     }
   }

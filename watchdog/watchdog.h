@@ -140,6 +140,8 @@ struct WorkerStatus {
   // a peer's setup is not a step duration).
   uint64_t epoch = 0;
 };
+// "last step N" or "no step reported", as hang messages say it.
+std::string step_text(const WorkerStatus& w);
 
 // One rank's protection of its peers: inside a section (its name) or still
 // in its setup ("setup"), until the learned timeout of that section or

@@ -5,17 +5,14 @@
 
 #include <algorithm>
 
+#include "base/clock.h"
 #include "watchdog/watchdog.h"
 
 namespace ddprun::watchdog {
 
+using base::in_seconds;
+
 namespace {
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::string step_text(const WorkerStatus& w) {
-  return w.step >= 0 ? fmt::format("last step {}", w.step) : std::string("no step reported");
-}
 
 // At most this many alive verdicts are remembered; the oldest go first.
 constexpr std::size_t kMaxAliveStalls = 64;
@@ -111,7 +108,7 @@ bool Watchdog::agent_was_paused(Clock::time_point due, Clock::time_point now) {
   }
   spdlog::warn("this agent did not run for {:.2f} s (stopped, frozen or descheduled); the "
                "workers' deadlines restart now instead of blaming them for that time",
-               seconds(late));
+               in_seconds(late));
   return true;
 }
 
@@ -200,8 +197,8 @@ std::optional<HangEvent> Watchdog::first_overdue(Clock::time_point now) const {
       first = HangEvent::about(
           w, HangKind::kHeartbeat, timeout, *due, now,
           never_beat ? fmt::format("no first heartbeat within the {:.2f} s grace after start",
-                                   seconds(timeout))
-                     : fmt::format("no heartbeat for {:.2f} s ({})", seconds(now - w.last_beat),
+                                   in_seconds(timeout))
+                     : fmt::format("no heartbeat for {:.2f} s ({})", in_seconds(now - w.last_beat),
                                    step_text(w)));
     }
     if (auto due = silence_due(w); due && *due <= now && earlier(*due)) {
@@ -210,8 +207,10 @@ std::optional<HangEvent> Watchdog::first_overdue(Clock::time_point now) const {
       first = HangEvent::about(
           w, HangKind::kSilence, timeout, *due, now,
           w.any_output
-              ? fmt::format("no output on stdout or stderr for {:.2f} s", seconds(now - w.last_output))
-              : fmt::format("no first output within the {:.2f} s grace after start", seconds(timeout)));
+              ? fmt::format("no output on stdout or stderr for {:.2f} s",
+                            in_seconds(now - w.last_output))
+              : fmt::format("no first output within the {:.2f} s grace after start",
+                            in_seconds(timeout)));
     }
   }
   return first;
@@ -229,9 +228,10 @@ HangEvent Watchdog::learned_event(const WorkerStatus& w, const LearnedDue& learn
         learned.by_evidence
             ? fmt::format("inside section \"{}\" for {:.2f} s, past its learned bound of {:.2f} s "
                           "({}, floor included; {})",
-                          name, seconds(now - start), seconds(timeout), t.describe(), step_text(w))
+                          name, in_seconds(now - start), in_seconds(timeout), t.describe(),
+                          step_text(w))
             : fmt::format("inside section \"{}\" for {:.2f} s, past its timeout ({}; {})", name,
-                          seconds(now - start), t.describe(), step_text(w)));
+                          in_seconds(now - start), t.describe(), step_text(w)));
     e.section = name;
     e.learned_from = t.describe();
   } else {
@@ -242,9 +242,10 @@ HangEvent Watchdog::learned_event(const WorkerStatus& w, const LearnedDue& learn
         learned.by_evidence
             ? fmt::format("no progress for {:.2f} s, past the learned bound of {:.2f} s ({}; "
                           "learned {}, floor included)",
-                          seconds(now - w.last_beat), seconds(timeout), step_text(w), t.describe())
-            : fmt::format("no progress for {:.2f} s ({}; learned {})", seconds(now - w.last_beat),
-                          step_text(w), t.describe()));
+                          in_seconds(now - w.last_beat), in_seconds(timeout), step_text(w),
+                          t.describe())
+            : fmt::format("no progress for {:.2f} s ({}; learned {})",
+                          in_seconds(now - w.last_beat), step_text(w), t.describe()));
     e.learned_from = t.describe();
   }
   e.by_evidence = learned.by_evidence;
@@ -279,7 +280,7 @@ void Watchdog::ask_judge(HangEvent event) {
     spdlog::log(said_alive_ ? spdlog::level::debug : spdlog::level::info,
                 "freeze: no progress for {:.1f} s, past the learned bound of {:.1f} s, but {}: "
                 "waiting up to the full timeout ({}){}",
-                seconds(clock_.now() - from), seconds(event.timeout), why, full.describe(),
+                in_seconds(clock_.now() - from), in_seconds(event.timeout), why, full.describe(),
                 said_alive_ ? "" : "; said once");
     said_alive_ = true;
     arm_deadline();
