@@ -31,26 +31,27 @@ ROOT = os.path.dirname(HERE)
 MEASURES = ("step", "forward", "step_cpu", "forward_cpu")
 
 
-def run(cmd, env):
+def result_fields(cmd, env, key):
+    """The words of rank 0's result line, from `key` on (after ddprun's
+    "[default0]:" prefix); exits naming the command when there is none."""
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     for line in out.stdout.splitlines():
-        at = line.find("step_ms ")  # after ddprun's "[default0]:" prefix
+        at = line.find(key + " ")
         if at >= 0:
-            f = line[at:].split()
-            return [float(f[i]) for i in (1, 3, 5, 7)]
+            return line[at:].split()
     sys.exit(f"{cmd[0]} failed (exit {out.returncode}): {out.stderr[-2000:]}")
+
+
+def run(cmd, env):
+    f = result_fields(cmd, env, "step_ms")
+    return [float(f[i]) for i in (1, 3, 5, 7)]
 
 
 def run_ab(cmd, env):
     """One in-process A/B run: {measure: value} from the worker's ab_ line."""
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    for line in out.stdout.splitlines():
-        at = line.find("ab_hooks ")
-        if at >= 0:
-            f = line[at:].split()
-            return {f[i]: (f[i + 1] if f[i].endswith("quartiles") else float(f[i + 1]))
-                    for i in range(0, len(f), 2)}
-    sys.exit(f"{cmd[0]} failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    f = result_fields(cmd, env, "ab_hooks")
+    return {f[i]: (f[i + 1] if f[i].endswith("quartiles") else float(f[i + 1]))
+            for i in range(0, len(f), 2)}
 
 
 def report(model, got):
