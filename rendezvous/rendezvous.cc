@@ -320,9 +320,14 @@ Bytes Rendezvous::await_close(int64_t r, int64_t slot, Clock::time_point deadlin
       const auto now = Clock::now();
       const auto last_call_end = now + options_.last_call_timeout;
       bool closed_early = false;
-      if (claimer && !expected.empty()) {
+      if (claimer) {
+        // Nobody left to expect (every other member of the last round is
+        // known dead: its connection closed or its heartbeats stopped)
+        // closes at once with whoever joined: the last call is for nodes
+        // that may still come, and the dead will not.
         const auto patience = std::max(options_.last_call_timeout, options_.close_timeout);
-        if (wait_for_expected(r, expected, std::min(now + patience, deadline))) {
+        if (expected.empty() ||
+            wait_for_expected(r, expected, std::min(now + patience, deadline))) {
           close_round(r, std::min(store_->add(keys_.joined(r), 0), max));
           closed_early = true;
         }
