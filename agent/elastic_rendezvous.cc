@@ -1,7 +1,6 @@
 #include "agent/elastic_rendezvous.h"
 
 #include <netdb.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -148,15 +147,16 @@ ElasticRendezvous::ElasticRendezvous(const Options& options)
     spdlog::warn("not hosting the TCPStore at MASTER_PORT {}: {}", ro.master_port, e.what());
   }
   ro.local_addr = local_addr;
+  ro.hosts_store = host_ != nullptr;
   try {
     // The join's connections wait for the store as long as the probe did
     // (join_timeout): a late greeting during formation is no reason to
     // give up. The keep-alive's reconnects keep the short window, which is
     // what detects a lost store.
-    const Duration join = ro.join_timeout;
-    control_ = connect(join);
+    store_patience_ = ro.join_timeout;
+    control_ = connect(store_patience_);
     rdzv_ = std::make_unique<rdzv::Rendezvous>(
-        [this, join] { return connect(join); }, ro,
+        [this] { return connect(store_patience_); }, ro,
         [this] { return connect(keep_alive_window_, false); });
   } catch (const std::exception& e) {
     throw RendezvousError(e.what());
@@ -209,14 +209,16 @@ RoundInfo ElasticRendezvous::next_round(int) {
   }
   RoundInfo info;
   if (reconnect_) {
-    // The old connections may have died with the partition.
+    // The old connections may have died with the partition, or with the
+    // store's host (a successor's store, store_patience_).
     try {
-      control_ = connect(rdzv_->options().join_timeout);
+      control_ = connect(store_patience_);
       rdzv_->reconnect();
     } catch (const std::exception& e) {
       throw RendezvousError(e.what());
     }
     reconnect_ = false;
+    store_patience_ = rdzv_->options().join_timeout;
   }
   spdlog::info("joining rendezvous '{}' at {} ({}..{} nodes, join_timeout {} s)", options_.run_id,
                store_addr_, options_.min_nodes, options_.max_nodes,
@@ -225,7 +227,8 @@ RoundInfo ElasticRendezvous::next_round(int) {
     base::mark_phase(options_.phase_trace, "join");
     round_ = rdzv_->next_round();
     base::mark_phase(options_.phase_trace, "round", "rank=" + std::to_string(round_->group_rank));
-    info.restart_count = static_cast<int>(rdzv_->restart_count());
+    info.restart_count = restart_count_ = static_cast<int>(rdzv_->restart_count());
+    stand_by();
     keep_alive_ = rdzv_->watch(
         [this, generation](const rdzv::RoundEnd& end) { on_round_end(generation, end); });
     base::mark_phase(options_.phase_trace, "watching");
@@ -260,54 +263,6 @@ RoundInfo ElasticRendezvous::next_round(int) {
                round_->round, info.group_rank, info.group_world_size, info.rank_base,
                info.rank_base + info.local_world_size - 1, info.world_size, info.restart_count);
   return info;
-}
-
-bool ElasticRendezvous::store_reachable_again() {
-  using Clock = std::chrono::steady_clock;
-  const Duration limit = rdzv_->options().join_timeout;
-  const auto deadline = Clock::now() + limit;
-  spdlog::info("waiting up to {} s for the store at {} to answer again", limit.count() / 1000.0,
-               store_addr_);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  const std::string port = std::to_string(port_);
-  while (!canceller_->cancelled() && Clock::now() < deadline) {
-    const auto attempt_end = std::min(deadline, Clock::now() + std::chrono::seconds(1));
-    addrinfo* res = nullptr;
-    bool refused = false;
-    if (getaddrinfo(host_name_.c_str(), port.c_str(), &hints, &res) == 0) {
-      refused = true;  // unless an address does anything but refuse
-      for (addrinfo* a = res; a; a = a->ai_next) {
-        base::ScopedFd fd(socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-        if (!fd) continue;
-        int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
-        int err = rc == 0 ? 0 : errno;
-        if (err == EINPROGRESS) {
-          pollfd p{fd.get(), POLLOUT, 0};
-          auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(attempt_end - Clock::now());
-          int n = poll(&p, 1, static_cast<int>(std::max<int64_t>(ms.count(), 1)));
-          socklen_t len = sizeof err;
-          if (n == 1) getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-          else err = ETIMEDOUT;
-        }
-        if (err == 0) {
-          freeaddrinfo(res);
-          return true;
-        }
-        if (err != ECONNREFUSED) refused = false;
-      }
-      freeaddrinfo(res);
-    }
-    if (refused) {
-      spdlog::info("the store's host at {} refuses connections: the store is gone", store_addr_);
-      return false;
-    }
-    // Unreachable (no route, dropped): the partition goes on; try again.
-    auto rest = std::chrono::duration_cast<std::chrono::milliseconds>(attempt_end - Clock::now());
-    if (rest.count() > 0) poll(nullptr, 0, static_cast<int>(rest.count()));
-  }
-  return false;
 }
 
 void ElasticRendezvous::linger_after_failed_join() {
@@ -367,6 +322,9 @@ void ElasticRendezvous::apply_end(uint64_t generation) {
   }
   if (!end || round_over_ || !control_attempt_) return;
   round_over_ = true;
+  // The store's host is gone: its successor serves the store before it
+  // stops its workers, so the other members find it when they come.
+  if (end->kind == rdzv::RoundEnd::kStoreLost && end->store_gone) take_over_store();
   FailRequest req = fail_request(*end);
   spdlog::warn("{}; stopping the local workers", req.reason);
   control_attempt_->fail_attempt(req);

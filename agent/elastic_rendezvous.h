@@ -52,6 +52,7 @@
 #include "rendezvous/canceller.h"
 #include "rendezvous/job_protocol.h"
 #include "rendezvous/rendezvous.h"
+#include "rendezvous/succession.h"
 
 namespace ddprun::agent {
 
@@ -103,11 +104,29 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   // nodes with this node's signalled record; on the store's host, lingers
   // (bounded) until they have read the round's end or are gone.
   void farewell();
+  // What the store's port does now (store_succession.cc).
+  enum class Reach { kAnswers, kGone, kSilent };
   // After the store was lost: waits (join_timeout) until its port accepts
-  // a connection again; false at once when the store's host refuses it
-  // (the host is up and nothing listens: the store is gone for good), when
-  // the time passes or when abandoned. Our TCP store only.
-  bool store_reachable_again();
+  // a connection again (kAnswers); kGone at once when the store's host
+  // refuses it (the host is up and nothing listens: the store is gone for
+  // good); kSilent when the time passes or when abandoned. Our TCP store
+  // only.
+  Reach store_reachable_again();
+  // One connection attempt to the store's port within `limit`.
+  Reach probe_store_port(rendezvous::Duration limit) const;
+  // After a round formed: keeps its Standby when this node is its
+  // successor (reads the members), else drops it.
+  void stand_by();
+  // The successor of the round (this node) starts serving the store with
+  // the job's state (rendezvous/succession.h); true when it serves now.
+  bool take_over_store();
+  // The store's host is gone: every member goes to the successor's store
+  // (the successor takes it over first) and re-forms, one restart spent.
+  // nullopt when the round names no successor, or this node was to be it
+  // and cannot serve the store.
+  std::optional<GroupVerdict> fail_over(const std::string& why);
+  // The round's end for a node that lost the store: rejoin, fail over or exit.
+  GroupVerdict after_store_lost(const rendezvous::RoundEnd& end);
   // Records "ok" and waits for every node's outcome; true when all are ok.
   bool exit_barrier();
   std::string me() const;
@@ -125,6 +144,13 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   std::string token_;
   rendezvous::Duration keep_alive_window_{15000};
   std::unique_ptr<StoreHost> host_;
+  // Set while this node is the round's store successor (succession.h).
+  std::optional<rendezvous::Standby> standby_;
+  bool took_over_ = false;  // this node serves the store since its host died this round
+  int restart_count_ = 0;  // the job-wide count as the last round formed
+  // How long a fresh connection waits for the store to come up: the join's
+  // join_timeout, shorter while a successor's store is awaited.
+  rendezvous::Duration store_patience_{600000};
   std::unique_ptr<PortReservation> master_port_;
   // c10d's TCPStore on MASTER_PORT (store_host.h), for the workers.
   std::unique_ptr<StoreHost> tcpstore_host_;

@@ -237,17 +237,19 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   }
   // kFailed: stop heartbeating, tell nodes waiting in finish(), then decide.
   keep_alive_.reset();
-  if (local_end_ && (!end || end->kind != rdzv::RoundEnd::kScaleUp)) end = local_end_;
-  if (end && end->kind == rdzv::RoundEnd::kStoreLost) {
-    // Evicted by a partition (the others re-formed without this node), or
-    // the store is gone. One that can reach the store again rejoins as a
-    // late node, as a paused one does, spending no restart.
-    const std::string why = fail_request(*end).reason;
-    if (host_ || spec_.etcd || !store_reachable_again())
-      return {GroupVerdict::kExit, 1, why};
-    reconnect_ = true;
-    return {GroupVerdict::kRestart, 0, why + "; the store answers again: rejoining as a late node"};
+  // A lost store outranks this node's own failure: the workers may have
+  // failed because the store's host died with its ranks (a collective
+  // broke) before the keep-alive saw the store go.
+  const bool lost = end && end->kind == rdzv::RoundEnd::kStoreLost;
+  if (local_end_ && !lost && (!end || end->kind != rdzv::RoundEnd::kScaleUp)) end = local_end_;
+  if (!lost && !host_ && round_ && round_->successor &&
+      probe_store_port(Duration(1000)) == Reach::kGone) {
+    end = rdzv::RoundEnd{};
+    end->kind = rdzv::RoundEnd::kStoreLost;
+    end->store_gone = true;
+    end->reason = "store at " + store_addr_ + " is gone: its host refuses connections";
   }
+  if (end && end->kind == rdzv::RoundEnd::kStoreLost) return after_store_lost(*end);
   record_failed();
   if (end && end->kind == rdzv::RoundEnd::kScaleUp) return {GroupVerdict::kRestart, 0, end->reason};
   // The store's host stopped and its store goes with it: no round to join.

@@ -19,6 +19,7 @@ StoreHost::StoreHost(const StoreHostOptions& options) {
     so.port = options.port;
     so.token = options.token;
     server_ = std::make_unique<rendezvous::Server>(io_, so);
+    for (const auto& [key, value] : options.preload) server_->preload(key, value);
     port_ = server_->endpoint().port();
   }
   if (options.tcpstore_fd >= 0) {

@@ -22,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -41,6 +43,9 @@ struct StoreHostOptions {
   std::string token;
   // Serve ddprun's store (false: only the TCPStore below).
   bool ddprun_store = true;
+  // Keys ddprun's store holds before it serves anyone (a successor taking
+  // the store over, rendezvous/succession.h).
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> preload;
   // Serve the TCPStore on this bound socket (PortReservation::take_socket),
   // which StoreHost then owns; -1: none.
   int tcpstore_fd = -1;

@@ -11,6 +11,9 @@ namespace ddprun::rendezvous {
 
 namespace {
 
+// The assignment line naming the store's successor.
+constexpr const char* kSuccessorTag = "successor";
+
 // Splits `text` at tabs into exactly `n` fields; false otherwise.
 bool split_fields(const std::string& text, size_t n, std::vector<std::string>& out) {
   out.clear();
@@ -121,6 +124,7 @@ std::string encode_assignment(const Assignment& a) {
                   std::to_string(a.rank_base) + "\t" + std::to_string(a.world_size) + "\t" +
                   a.master_addr + "\t" + std::to_string(a.master_port) + "\n";
   for (const auto& p : a.watched) s += std::to_string(p.group_rank) + "\t" + encode_node(p.node) + "\n";
+  if (a.successor) s += std::string(kSuccessorTag) + "\t" + encode_node(*a.successor) + "\n";
   return s;
 }
 
@@ -140,6 +144,11 @@ std::optional<Assignment> decode_assignment(const std::string& text) {
       return;
     }
     const size_t tab = line.find('\t');
+    if (line.compare(0, tab, kSuccessorTag) == 0) {
+      a.successor = tab == std::string::npos ? std::nullopt : decode_node(line.substr(tab + 1));
+      ok = a.successor.has_value();
+      return;
+    }
     Peer p;
     auto node = tab == std::string::npos ? std::nullopt : decode_node(line.substr(tab + 1));
     ok = node && parse_int(line.substr(0, tab), p.group_rank) && p.group_rank < a.group_world_size &&
@@ -153,10 +162,19 @@ std::optional<Assignment> decode_assignment(const std::string& text) {
   return a;
 }
 
-std::vector<Assignment> assignments(const std::vector<NodeInfo>& members) {
+std::vector<Assignment> assignments(const std::vector<NodeInfo>& members,
+                                    const std::string& store_host) {
   const size_t n = members.size();
   std::vector<Assignment> out(n);
   if (n == 0) return out;
+  // The store's successor: only when its host is a member (an agent that
+  // dies with it), the first member in group-rank order that is not.
+  std::optional<NodeInfo> successor;
+  const auto hosted = [&](const NodeInfo& m) { return m.node_id == store_host; };
+  if (!store_host.empty() && std::any_of(members.begin(), members.end(), hosted)) {
+    auto it = std::find_if_not(members.begin(), members.end(), hosted);
+    if (it != members.end()) successor = *it;
+  }
   int world = 0;
   for (size_t i = 0; i < n; ++i) {
     out[i].group_rank = static_cast<int>(i);
@@ -170,7 +188,10 @@ std::vector<Assignment> assignments(const std::vector<NodeInfo>& members) {
       out[i].watched.push_back({static_cast<int>(j), members[j]});
     }
   }
-  for (auto& a : out) a.world_size = world;
+  for (auto& a : out) {
+    a.world_size = world;
+    a.successor = successor;
+  }
   return out;
 }
 

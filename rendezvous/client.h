@@ -147,6 +147,8 @@ class Client : public Store {
   std::deque<Unacked> unacked_;
   int fd_ = -1;
   bool greeted_ = true;  // fd_'s greeting has been read (false: read with the first reply)
+  bool was_connected_ = false;  // a connection was made once: a refusal now means gone
+  bool all_refused_ = false;   // every address of the last attempt refused (ECONNREFUSED)
   Clock::time_point refused_since_{};  // first of the refusals in a row, if any
   std::chrono::milliseconds refusal_backoff_{10};
   int armed_ms_ = 0;  // current SO_RCVTIMEO/SO_SNDTIMEO; 0 = not set

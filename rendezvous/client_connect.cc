@@ -40,14 +40,23 @@ void Client::connect(Clock::time_point cap) {
       // before it sends anything (authenticate()).
       if (options_.token.empty()) {
         greeted_ = false;
+        was_connected_ = true;
         return;
       }
       if (handshake(attempt_deadline, deadline, last_error)) {
         greeted_ = true;
+        was_connected_ = true;
         return;
       }
     }
     throw_if_cancelled("connect");
+    // A store that served this client once and now refuses is gone (its
+    // host answers, nothing listens): waiting out connect_timeout for it
+    // only delays the survivors' failover (docs/multinode.md). A store not
+    // up yet, at the first connect, is waited for as before.
+    if (was_connected_ && all_refused_)
+      throw StoreGoneError("store at " + address_ + " is gone: its host refuses connections (" +
+                           last_error + ")");
     if (Clock::now() + backoff >= deadline) {
       throw StoreError(
           "cannot connect to store at " + address_ + " within " +
@@ -79,6 +88,7 @@ bool Client::open_connection(Clock::time_point deadline, std::string& last_error
     v6->sin6_port = htons(options_.port);
     ai.ai_addrlen = sizeof(sockaddr_in6);
   }
+  all_refused_ = true;  // until an address does anything but refuse
   if (ai.ai_family != 0) {
     fd_ = connect_to(ai, deadline, last_error);
     armed_ms_ = 0;
@@ -91,6 +101,7 @@ bool Client::open_connection(Clock::time_point deadline, std::string& last_error
   int rc = getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &res);
   if (rc != 0) {
     last_error = std::string("cannot resolve host: ") + gai_strerror(rc);
+    all_refused_ = false;
     return false;
   }
   for (addrinfo* ai = res; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
@@ -106,6 +117,7 @@ bool Client::open_connection(Clock::time_point deadline, std::string& last_error
 int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::string& last_error) {
   int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
+    all_refused_ = false;
     last_error = base::describe_error("socket", "", errno);
     return -1;
   }
@@ -128,9 +140,11 @@ int Client::connect_to(const addrinfo& ai, Clock::time_point deadline, std::stri
   }
   if (err != 0) {
     last_error = base::describe_error("connect", "", err);
+    if (err != ECONNREFUSED) all_refused_ = false;
     close_fd(fd);
     return -1;
   }
+  all_refused_ = false;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the clock:

@@ -3,6 +3,8 @@
 // base/recovery_wire.h, so the fuzzer builds it alone.
 #include "rendezvous/job_protocol.h"
 
+#include "rendezvous/rendezvous_error.h"
+
 namespace ddprun::rendezvous {
 namespace {
 
@@ -196,6 +198,27 @@ RankFailure decode_rank_failure(const Bytes& in) {
   if (at != in.size())
     throw RecordError("rank failure record: " + std::to_string(in.size() - at) +
                       " bytes after its end");
+  return f;
+}
+
+Bytes encode_formed(const Formed& f) {
+  return to_bytes(std::to_string(f.size) + "\t" + std::to_string(f.closer));
+}
+
+Formed decode_formed(const Bytes& b, const std::string& key) {
+  const std::string text = to_string(b);
+  const size_t tab = text.find('\t');
+  Formed f;
+  try {
+    size_t a = 0, c = 0;
+    if (tab == std::string::npos) throw std::invalid_argument("no tab");
+    f.size = std::stoll(text.substr(0, tab), &a);
+    f.closer = std::stoll(text.substr(tab + 1), &c);
+    if (a != tab || c != text.size() - tab - 1 || f.size < 0) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw RendezvousError("rendezvous: " + key + " holds '" + text.substr(0, 64) +
+                          "', not '<size>\\t<closer>' (every node must run the same ddprun)");
+  }
   return f;
 }
 

@@ -7,6 +7,7 @@
 //
 // Keys, all under "rdzv/<run_id>/" (JobKeys):
 //   current            the round being formed (an integer)
+//   store_host         the node id of the agent that hosts the store
 //   last_closed        the newest formed round
 //   restarts           job-wide restart count
 //   gave_up, gave_up/<n>  nodes that gave up a join that never formed
@@ -79,6 +80,9 @@ class JobKeys {
   std::string restarts() const { return job("restarts"); }
   std::string current() const { return job("current"); }
   std::string last_closed() const { return job("last_closed"); }
+  // The node id of the agent hosting the store (the one the closer names a
+  // successor for); rewritten by a successor that takes the store over.
+  std::string store_host() const { return job("store_host"); }
   // The counter of nodes that gave up a join, and the n-th one's mark.
   std::string gave_up() const { return job("gave_up"); }
   std::string gave_up(int64_t n) const { return job("gave_up/" + std::to_string(n)); }
@@ -142,6 +146,10 @@ struct RoundEnd {
   // stopped while they ran); peers give theirs the same signal, with the
   // grace period, so every rank checkpoints the way the signal asks.
   bool forward_signal = false;
+  // kStoreLost only (local, never written): the store's host refused a new
+  // connection (StoreGoneError), so the store is gone rather than silent,
+  // and the round's successor takes it over (docs/multinode.md).
+  bool store_gone = false;
 
   // A restart is spent for a failure or a death, not for a scale-up.
   bool spends_restart() const { return kind == kFailed || kind == kPeerDead || kind == kSignalled; }
@@ -166,6 +174,19 @@ Bytes encode_round_end(const RoundEnd& end);
 // Throws RecordError naming the defect (short, too long, wrong magic or
 // version, unknown kind, trailing bytes).
 RoundEnd decode_round_end(const Bytes& bytes);
+
+// Added to a round's join counter by its closer once the round is formed:
+// a node that joins it later gets a slot above this and knows at once.
+constexpr int64_t kFormedMark = int64_t{1} << 40;
+
+// r<N>/closed: the round's size and whose assignment won.
+struct Formed {
+  int64_t size = 0;
+  int64_t closer = 0;
+};
+Bytes encode_formed(const Formed& f);
+// Throws RendezvousError naming `key` and the value that is no record.
+Formed decode_formed(const Bytes& b, const std::string& key);
 
 // The exit barrier's per-node outcome values.
 inline Bytes outcome_ok() { return to_bytes("ok"); }

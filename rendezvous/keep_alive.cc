@@ -17,10 +17,11 @@ constexpr Duration kMaxBlock{500};
 // leaves that to the participants (settle_closed).
 constexpr Duration kSettleSlice{100};
 
-RoundEnd store_lost(const std::string& why) {
+RoundEnd store_lost(const std::string& why, bool gone = false) {
   RoundEnd e;
   e.kind = RoundEnd::kStoreLost;
   e.reason = why;
+  e.store_gone = gone;
   return e;
 }
 }  // namespace
@@ -150,6 +151,8 @@ void KeepAlive::run() {
         // the round goes on
       }
     }
+  } catch (const StoreGoneError& e) {
+    return end(store_lost(e.what(), true));
   } catch (const StoreError& e) {
     return end(store_lost(e.what()));
   } catch (const TimeoutError& e) {

@@ -25,11 +25,6 @@ Duration left(Clock::time_point deadline) {
   return d.count() < 0 ? Duration(0) : d;
 }
 
-// Added to a round's join counter by its closer once the round is formed:
-// a node that joins it later gets a slot above this and knows at once (a
-// check of r<N>/closed before every join cost every node a round trip).
-constexpr int64_t kFormedMark = int64_t{1} << 40;
-
 // How long past close_timeout the other nodes wait for the node that claimed
 // a round's close before closing it themselves (that node died or stalled).
 constexpr Duration kCloserGrace{5000};
@@ -40,33 +35,6 @@ int64_t to_i64(const Bytes& b) {
   } catch (const std::exception&) {
     throw RendezvousError("rendezvous: store value '" + to_string(b) + "' is not an integer");
   }
-}
-
-// r<N>/closed: the round's size and whose assignment won (job_protocol.h).
-struct Formed {
-  int64_t size = 0;
-  int64_t closer = 0;
-};
-
-Bytes encode_formed(const Formed& f) {
-  return to_bytes(std::to_string(f.size) + "\t" + std::to_string(f.closer));
-}
-
-Formed decode_formed(const Bytes& b, const std::string& key) {
-  const std::string text = to_string(b);
-  const size_t tab = text.find('\t');
-  Formed f;
-  try {
-    size_t a = 0, c = 0;
-    if (tab == std::string::npos) throw std::invalid_argument("no tab");
-    f.size = std::stoll(text.substr(0, tab), &a);
-    f.closer = std::stoll(text.substr(tab + 1), &c);
-    if (a != tab || c != text.size() - tab - 1 || f.size < 0) throw std::invalid_argument("");
-  } catch (const std::exception&) {
-    throw RendezvousError("rendezvous: " + key + " holds '" + text.substr(0, 64) +
-                          "', not '<size>\\t<closer>' (every node must run the same ddprun)");
-  }
-  return f;
 }
 
 // multi_set in requests the ddprun store takes (wire.h: at most 8,192 keys
@@ -117,6 +85,9 @@ Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options,
   }
   try {
     store_ = factory_();
+    // Before this node joins any round, so every round's closer knows
+    // whose death needs a successor.
+    if (options_.hosts_store) store_->set(keys_.store_host(), to_bytes(options_.node_id));
   } catch (const StoreError& e) {
     throw RendezvousError(std::string("rendezvous: ") + e.what());
   }
@@ -192,7 +163,12 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
     }
   }
   const auto assigned = assign_ranks(nodes, previous_members());
-  const auto each = assignments(assigned);
+  std::string store_host;  // none: a store no member hosts (ddprun-store)
+  try {
+    store_host = to_string(store_->get(keys_.store_host(), Duration(0)));
+  } catch (const TimeoutError&) {
+  }
+  const auto each = assignments(assigned, store_host);
   // Every member's own assignment, its heartbeat counter and the member
   // list, under this closer's seq and before it tries to publish: whoever
   // reads r<N>/closed finds the winner's records complete, and a closer

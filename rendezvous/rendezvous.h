@@ -68,6 +68,9 @@ struct RendezvousOptions {
   Duration keep_alive_interval{5000};
   int keep_alive_max_attempt = 3;
   bool is_host = false;  // this agent hosts the store (read by the agent)
+  // This agent serves the store: the Rendezvous announces it (store_host),
+  // so every round names a successor for it.
+  bool hosts_store = false;
 };
 
 // The longest duration a --rdzv-conf key may give (about 11.6 days): past
@@ -117,6 +120,10 @@ struct Assignment {
   std::string master_addr;
   int master_port = 0;
   std::vector<Peer> watched;  // the next min(kWatchedPeers, N-1) in group-rank order
+  // The member that takes the store over if its host's agent dies: the
+  // lowest group rank that does not host it (none when no member hosts
+  // the store, e.g. ddprun-store or etcd).
+  std::optional<NodeInfo> successor;
 };
 
 // This node's view of a formed round: its assignment (watched: the peers
@@ -284,13 +291,17 @@ std::vector<NodeInfo> decode_nodes(const std::string& text);
 
 // The assignment record (text): a header line "group_rank group_world_size
 // rank_base world_size master_addr master_port", then a line "group_rank
-// <node record>" per watched peer, fields tab-separated. decode_assignment
-// rejects anything else (nullopt).
+// <node record>" per watched peer, and "successor <node record>" when there
+// is one, fields tab-separated. decode_assignment rejects anything else
+// (nullopt).
 std::string encode_assignment(const Assignment& a);
 std::optional<Assignment> decode_assignment(const std::string& text);
 // Every member's assignment, in group-rank order, from the members in
-// group-rank order (rank bases, the master, the watched ring).
-std::vector<Assignment> assignments(const std::vector<NodeInfo>& members);
+// group-rank order (rank bases, the master, the watched ring, and the
+// successor of `store_host`, the id of the member hosting the store: ""
+// or an id no member has names none).
+std::vector<Assignment> assignments(const std::vector<NodeInfo>& members,
+                                    const std::string& store_host = "");
 
 // The members of a formed round in group-rank order: O(N) bytes, for the
 // few that need them all (the exit barrier, the host's linger, the next

@@ -131,6 +131,11 @@ tcp::endpoint Server::endpoint() const {
 
 void Server::close() { shut_down_server(*impl_); }
 
+void Server::preload(const std::string& key, wire::Bytes value) {
+  if (impl_->table.set(key, std::move(value)) != Table::Write::kOk)
+    throw StoreError("store server: cannot preload " + quoted_key(key) + " (the table refuses it)");
+}
+
 void Server::adopt(int fd, const std::string& peer) {
   tcp::socket s(impl_->io);
   boost::system::error_code ec;

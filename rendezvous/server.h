@@ -75,6 +75,10 @@ class Server {
   size_t num_waiters() const;
   // Bytes the connections buffer now (what max_buffered_bytes bounds).
   size_t buffered_bytes() const;
+  // Sets `key` before any client can read it (call before the loop runs):
+  // a successor's store starts with the job's state (succession.h).
+  // Throws StoreError when the table refuses it (full, too large).
+  void preload(const std::string& key, wire::Bytes value);
   // Serves an already connected stream socket (a socketpair end in the
   // fuzzer) as if it had been accepted from `peer`.
   void adopt(int fd, const std::string& peer);

@@ -46,6 +46,15 @@ class AuthError : public StoreError {
   using StoreError::StoreError;
 };
 
+// A store this client was connected to refuses new connections: its host is
+// up and nothing listens on the port, so the store is gone for good (its
+// process died or closed it). Told apart from a store that does not answer
+// (a partition, a paused host), which may come back.
+class StoreGoneError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
