@@ -93,8 +93,15 @@ GroupVerdict ElasticRendezvous::after_store_lost(const rdzv::RoundEnd& end) {
   // late node, as a paused one does, spending no restart; one whose store
   // is gone goes to the successor's.
   const std::string why = fail_request(end).reason;
-  // A host's own store cannot go; etcd's loss ends the job.
-  if ((host_ && !took_over_) || spec_.etcd) return {GroupVerdict::kExit, 1, why};
+  if (spec_.etcd) return {GroupVerdict::kExit, 1, why};
+  if (host_ && !took_over_) {
+    // This node's own store, on its own thread, "did not answer": the
+    // agent was paused (SIGSTOP, a frozen VM) and its calls' deadlines
+    // passed before the store's thread ran again. The store is here and
+    // serving: rejoin it, as the others do.
+    reconnect_ = true;
+    return {GroupVerdict::kRestart, 0, why + "; this node hosts that store: rejoining it"};
+  }
   const Reach reach = end.store_gone ? Reach::kGone : store_reachable_again();
   if (reach == Reach::kAnswers) {
     reconnect_ = true;
