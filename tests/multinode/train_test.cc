@@ -4,7 +4,11 @@
 // failed rank's node replaces it and the other node's rank re-forms with
 // the replacement. Both end bit-identical to a failure-free run on one node.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
 
 #include <map>
 #include <memory>
@@ -202,6 +206,85 @@ TEST_CASE("multinode.train_rank_hang") {
     CHECK(count_of(logs, "freeze: rank 0 is the culprit") == 0);
     check_one_node_replaced(logs, single);
   }
+}
+
+TEST_CASE("multinode.train_hostdies") {
+  // Three nodes, one rank each, one checkpoint folder. Node 1's agent, the
+  // store's host (group rank 0: it joins first), is SIGKILLed once the
+  // step-200 checkpoint exists, and its rank dies with it. Its successor
+  // serves the store, the two survivors re-form there (one restart), resume
+  // from the newest checkpoint S and finish, bit-identical to 3 ranks
+  // trained to S and 2 ranks from S's checkpoint on.
+  constexpr int kSteps = 1000;
+  const std::vector<std::string> ckpt = {"--checkpoint-every", "100", "--keep", "20"};
+  Netns net("trhost", 3);
+  TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  REQUIRE(mkdir(ck.c_str(), 0700) == 0);
+  std::unique_ptr<NodeAgent> agents[4];
+  for (int n = 1; n <= 3; ++n) {
+    std::vector<std::string> args = {"--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1",
+                                     "--rdzv-backend=c10d", "--rdzv-endpoint=" + kEndpoint,
+                                     "--rdzv-id=trhost",
+                                     "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,"
+                                     "last_call_timeout=1"};
+    for (const auto& a : train_args(kSteps)) args.push_back(a);
+    args.insert(args.end(), ckpt.begin(), ckpt.end());
+    args.push_back("--checkpoint-dir");
+    args.push_back(ck);
+    agents[n] = std::make_unique<NodeAgent>(
+        net.ns(n), args, std::vector<std::string>{"DDPRUN_RDZV_TOKEN=trhost-" + std::to_string(getpid())},
+        dir.path() + "/n" + std::to_string(n) + ".log");
+    if (n == 1)
+      REQUIRE(wait_in_dir(dir.path(), [&] { return agents[1]->log().find("joining rendezvous") != std::string::npos; },
+                          Seconds(30)));
+  }
+  REQUIRE(wait_in_dir(ck, [&] { return std::filesystem::exists(ck + "/step-0000000200.json"); },
+                      Seconds(120)));
+  agents[1]->kill_now();
+  std::string logs;
+  for (int n = 2; n <= 3; ++n) {
+    INFO("node " << n << ":\n" << agents[n]->log());
+    CHECK(agents[n]->wait(Seconds(120)) == 0);
+    logs += agents[n]->log();
+  }
+  INFO(logs);
+  CHECK(count_of(logs, "hosts the store now") == 2);
+  CHECK(count_of(logs, "restart count 1") == 2);
+  const auto at = logs.find("resuming from ");
+  REQUIRE(at != std::string::npos);
+  const auto step_at = logs.find("(step ", at);
+  REQUIRE(step_at != std::string::npos);
+  const int resumed = std::stoi(logs.substr(step_at + 6));
+  CHECK(resumed >= 200);
+  CHECK(resumed < kSteps);
+
+  // The reference: 3 ranks on one node to the end (every checkpoint kept),
+  // then 2 ranks from a folder holding its checkpoints up to S only.
+  auto run_ref = [&](int ranks, const std::string& folder, bool resume) {
+    std::vector<std::string> args = {"--nproc-per-node=" + std::to_string(ranks)};
+    for (const auto& a : train_args(kSteps)) args.push_back(a);
+    args.insert(args.end(), ckpt.begin(), ckpt.end());
+    args.push_back("--checkpoint-dir");
+    args.push_back(folder);
+    if (!resume) args.push_back("--no-resume");
+    NodeAgent one("", args, {}, folder + ".log");
+    REQUIRE(one.wait(Seconds(120)) == 0);
+    return one.log();
+  };
+  const std::string ref3 = dir.path() + "/ref3", ref2 = dir.path() + "/ref2";
+  run_ref(3, ref3, false);
+  REQUIRE(mkdir(ref2.c_str(), 0700) == 0);
+  for (const auto& e : std::filesystem::directory_iterator(ref3)) {
+    long long step = 0;
+    const std::string name = e.path().filename().string();
+    if (std::sscanf(name.c_str(), "step-%lld.", &step) == 1 && step <= resumed)
+      std::filesystem::copy_file(e.path(), ref2 + "/" + name);
+  }
+  const std::string ref_logs = run_ref(2, ref2, true);
+  CHECK(ref_logs.find("(step " + std::to_string(resumed)) != std::string::npos);
+  CHECK(params_sha(logs) != "none");
+  CHECK(params_sha(logs) == params_sha(ref_logs));
 }
 
 }  // namespace ddprun::testing
