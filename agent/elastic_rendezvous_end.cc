@@ -241,8 +241,11 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   // failed because the store's host died with its ranks (a collective
   // broke) before the keep-alive saw the store go.
   const bool lost = end && end->kind == rdzv::RoundEnd::kStoreLost;
+  // The host stopped on purpose (a signal) and its store goes with it: the
+  // job ends with it (below), no successor takes over.
+  const bool host_left = end && end->store_closes;
   if (local_end_ && !lost && (!end || end->kind != rdzv::RoundEnd::kScaleUp)) end = local_end_;
-  if (!lost && !host_ && round_ && round_->successor &&
+  if (!lost && !host_left && !host_ && round_ && round_->successor &&
       probe_store_port(Duration(1000)) == Reach::kGone) {
     end = rdzv::RoundEnd{};
     end->kind = rdzv::RoundEnd::kStoreLost;

@@ -6,10 +6,16 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <cmath>
+#include <filesystem>
 #include <string>
 #include <thread>
 
+#include "tests/common/skip.h"
+#include "tests/common/test_python.h"
 #include "tests/multinode/mn_job.h"
 #include "tests/multinode/netns.h"
 
@@ -129,6 +135,54 @@ TEST_CASE("multinode.hoststop") {
     CHECK(job.agents[n]->wait(kDeadline) == 0);
     CHECK(job.log(n).find("takes the store over") == std::string::npos);
   }
+}
+
+TEST_CASE("multinode.pytorch_hostdies") {
+  // An unmodified torch DDP script (tests/multinode/scripts/ddp_resume.py:
+  // env:// gloo, rank 0 saving every 20 steps, every rank resuming from the
+  // newest) on three nodes, one rank each. Node 1's agent, the store's host,
+  // SIGKILLed once step 40 is saved: the two survivors re-form at the
+  // successor's store and resume; the job ends where one process training
+  // alone ends.
+  const std::string python = test_python();
+  if (run_command({python, "-c", "import torch.distributed"}) != 0) {
+    SKIP_TEST(python + " has no torch");
+  }
+  const std::string script = std::string(MN_SCRIPTS) + "/ddp_resume.py";
+  std::string reference;
+  REQUIRE(run_command({python, script, "/nonexistent", "--reference"}, &reference) == 0);
+  Job job("pyhost");
+  const std::string ck = job.dir.path() + "/ck";
+  REQUIRE(mkdir(ck.c_str(), 0700) == 0);
+  for (int n = 1; n <= 3; ++n) {
+    job.start(n, {"DDPRUN_PYTHON=" + python, "GLOO_SOCKET_IFNAME=eth0"},
+              {"--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+               "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=pyhost", "--max-restarts=1",
+               "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1",
+               script, ck});
+    if (n == 1)
+      REQUIRE(wait_in_dir(job.dir.path(), [&] {
+        return job.log(1).find("joining rendezvous") != std::string::npos;
+      }, kDeadline));
+  }
+  REQUIRE(wait_in_dir(ck, [&] { return std::filesystem::exists(ck + "/step-00000040.pt"); },
+                      Seconds(120)));
+  job.agents[1]->kill_now();
+  std::string logs;
+  for (int n = 2; n <= 3; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(Seconds(120)) == 0);
+    logs += job.log(n);
+  }
+  INFO(logs);
+  CHECK(count_of(logs, "hosts the store now") == 2);
+  CHECK(count_of(logs, "/2 resuming at step ") == 2);
+  const auto final_of = [](const std::string& text) {
+    const auto at = text.find("final ");
+    return at == std::string::npos ? NAN : std::stod(text.substr(at + 6));
+  };
+  // The same steps on the same batch; only the all-reduce's rounding differs.
+  CHECK(std::fabs(final_of(logs) - final_of(reference)) < 1e-3);
 }
 
 }  // namespace ddprun::testing

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "rendezvous/rendezvous.h"
+#include "rendezvous/succession.h"
 #include "tests/rendezvous/rendezvous_nodes.h"
 #include "tests/rendezvous/test_util.h"
 
@@ -195,6 +196,82 @@ TEST_CASE("each member's assignment names its rank, the sizes, the master and it
   auto two = assignments({members[0], members[1]});
   REQUIRE(two[1].watched.size() == 1);
   CHECK(two[1].watched[0].group_rank == 0);
+}
+
+TEST_CASE("every assignment names the store's successor: the lowest group rank not hosting it") {
+  std::vector<NodeInfo> members;
+  for (int i = 0; i < 4; ++i) members.push_back({"n" + std::to_string(i), "10.0.0." + std::to_string(i), 1, 1, i});
+  for (const auto& [host, successor] : std::vector<std::pair<std::string, std::string>>{
+           {"n0", "n1"}, {"n1", "n0"}, {"n3", "n0"}}) {
+    CAPTURE(host);
+    for (const auto& a : assignments(members, host)) {
+      REQUIRE(a.successor);
+      CHECK(a.successor->node_id == successor);
+      auto back = decode_assignment(encode_assignment(a));
+      REQUIRE(back);
+      REQUIRE(back->successor);
+      CHECK(back->successor->addr == a.successor->addr);
+    }
+  }
+  // No member hosts the store (ddprun-store, or no announcement): none.
+  for (const std::string& host : {std::string(), std::string("elsewhere")})
+    for (const auto& a : assignments(members, host)) CHECK_FALSE(a.successor);
+  // The host alone: nobody to succeed it.
+  CHECK_FALSE(assignments({members[0]}, "n0")[0].successor);
+  CHECK_FALSE(decode_assignment(encode_assignment(assignments(members)[0]) + "successor\tnot a node\n"));
+}
+
+TEST_CASE("a successor's store preloaded with the takeover records re-forms the survivors") {
+  // Round 0 forms on the first store with three nodes, node1 hosting it.
+  // The successor's Standby of it preloads a second store, which the two
+  // survivors join: their round forms at once (the host is known dead, and
+  // a 60 s last call could not close it in time), their group ranks kept
+  // where they fit, one restart spent, node1 out.
+  auto first = std::make_unique<ServerThread>();
+  auto port = std::make_shared<std::atomic<uint16_t>>(first->port());
+  Rendezvous::StoreFactory switchable = [port] { return factory(*port)(); };
+  std::vector<std::unique_ptr<Rendezvous>> nodes;
+  for (int i = 1; i <= 3; ++i) {
+    RendezvousOptions o = node(i, 2, 3);
+    o.last_call_timeout = std::chrono::seconds(60);
+    o.hosts_store = i == 1;
+    nodes.push_back(std::make_unique<Rendezvous>(switchable, o));
+  }
+  const auto r0 = form({nodes[0].get(), nodes[1].get(), nodes[2].get()});
+  for (const auto& r : r0) {
+    REQUIRE(r.successor);
+    CHECK(r.successor->node_id == r0[1].successor->node_id);
+    CHECK(r.successor->node_id != "node1");
+  }
+  const size_t s = r0[1].successor->node_id == "node2" ? 1 : 2;
+  CHECK(r0[s].group_rank == (r0[0].group_rank == 0 ? 1 : 0));  // the lowest rank not hosting
+  auto reader = factory(first->port())();
+  const Standby standby = read_standby(*reader, nodes[s]->keys(), r0[s]);
+  CHECK(standby.members.size() == 3);
+  CHECK(standby.store_host == "node1");
+  CHECK(standby.restarts == 0);
+  reader.reset();
+  nodes[0].reset();  // the host's agent and its store go
+  first.reset();
+  ServerThread second;
+  second.preload(takeover_records(nodes[s]->keys(), standby, *r0[s].successor));
+  *port = second.port();
+  for (size_t i : {size_t(1), size_t(2)}) nodes[i]->reconnect();
+  const auto r1 = form({nodes[1].get(), nodes[2].get()}, std::chrono::seconds(30));
+  for (size_t i : {size_t(0), size_t(1)}) {
+    CHECK(r1[i].round == r0[0].round + 1);
+    CHECK(r1[i].group_world_size == 2);
+  }
+  CHECK(r1[0].group_rank != r1[1].group_rank);
+  // Whoever kept a rank below 2 keeps it.
+  for (size_t i : {size_t(1), size_t(2)})
+    if (r0[i].group_rank < 2) CHECK(r1[i - 1].group_rank == r0[i].group_rank);
+  CHECK(nodes[1]->restart_count() == 1);
+  // The next round's successor: the new host (the successor) announced.
+  for (const auto& r : r1) {
+    REQUIRE(r.successor);
+    CHECK(r.successor->node_id != r0[s].successor->node_id);
+  }
 }
 
 TEST_CASE("an assignment record that is not one is refused") {

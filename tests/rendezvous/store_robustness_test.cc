@@ -242,6 +242,25 @@ TEST_CASE("a dead store is reported within the deadline, naming its address") {
                        doctest::Contains(("127.0.0.1:" + std::to_string(opts.port)).c_str()), StoreError);
 }
 
+TEST_CASE("a store that served this client and now refuses is gone at once, not after connect_timeout") {
+  // The store's host is up and nothing listens on the port (its agent
+  // died): the survivors' failover must not wait out a reconnect window.
+  auto server = std::make_unique<ServerThread>();
+  auto opts = server->client_options();
+  opts.connect_timeout = std::chrono::milliseconds(60000);
+  Client c(opts);
+  c.set("k", B("v"));
+  REQUIRE(c.get("k", 1s) == B("v"));
+  server.reset();
+  // Only a refusal after a connection throws this; waiting out the minute
+  // would end in a plain StoreError ("cannot connect ... within 60000 ms").
+  CHECK_THROWS_WITH_AS(c.ping(), doctest::Contains("is gone: its host refuses connections"),
+                       StoreGoneError);
+  // A client that never reached its store still waits for it to come up.
+  opts.connect_timeout = std::chrono::milliseconds(300);
+  CHECK_THROWS_WITH_AS(Client{opts}, doctest::Contains("cannot connect"), StoreError);
+}
+
 TEST_CASE("sets whose acks were lost with the server are sent again after a restart") {
   auto server = std::make_unique<ServerThread>();
   uint16_t port = server->port();

@@ -82,6 +82,14 @@ class ServerThread {
     boost::asio::post(io_, [&] { p.set_value(f()); });
     return fut.get();
   }
+  // Sets keys as a successor's store starts with them (Server::preload),
+  // on the server's thread, before the test lets any client in.
+  void preload(const std::vector<std::pair<std::string, wire::Bytes>>& records) {
+    on_loop([&] {
+      for (const auto& [key, value] : records) server_->preload(key, value);
+      return 0;
+    });
+  }
   size_t waiters() { return on_loop([this] { return server_->num_waiters(); }); }
   size_t buffered() { return on_loop([this] { return server_->buffered_bytes(); }); }
   size_t connections() { return on_loop([this] { return server_->num_connections(); }); }
