@@ -65,7 +65,7 @@ def main():
         nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
         if rank == 0 and step % a.every == 0:
-            tmp = os.path.join(a.ckpt, f".tmp-{os.getpid()}")
+            tmp = os.path.join(a.ckpt, f"tmp-{os.getpid()}.pt")
             torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, tmp)
             os.replace(tmp, os.path.join(a.ckpt, f"step-{step:08d}.pt"))
         time.sleep(a.step_ms / 1000)
