@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -45,6 +46,15 @@ struct Job {
       env.push_back("DDPRUN_RDZV_TOKEN=" + kToken);
     agents[node] = std::make_unique<NodeAgent>(net.ns(node), args, env,
                                                dir.path() + "/n" + std::to_string(node) + ".log");
+  }
+  // Starts node `node` and waits until its agent joins: it joins first,
+  // so it holds group rank 0 of the first round.
+  void start_first(int node, std::vector<std::string> env = {},
+                   std::vector<std::string> args = agent_args()) {
+    start(node, std::move(env), std::move(args));
+    REQUIRE(wait_in_dir(dir.path(), [&] {
+      return log(node).find("joining rendezvous") != std::string::npos;
+    }, std::chrono::seconds(25)));
   }
   void stop_workers() { std::ofstream(dir.path() + "/stop") << "stop\n"; }
   std::string log(int node) { return agents[node] ? agents[node]->log() : ""; }

@@ -18,9 +18,6 @@
 #include "tests/common/test_python.h"
 
 namespace ddprun::testing {
-namespace {
-
-}  // namespace
 
 TEST_CASE("multinode.form") {
   Job job("form");
@@ -37,14 +34,16 @@ TEST_CASE("multinode.form") {
   CHECK(job.log(1).find("hosting the rendezvous store at " + kEndpoint) != std::string::npos);
 }
 
-TEST_CASE("multinode.kill") {
-  // Keep-alive and last call far beyond the test's deadline: the survivors
-  // can only re-form in time because the store saw node 3's connection
-  // close (its death ends the round at once) and the new round closes as
-  // soon as both live members are back.
-  Job job("kill");
+namespace {
+
+// Keep-alive and last call far beyond the test's deadline: the survivors
+// can only re-form in time because the store saw node 3's connection
+// close (its death ends the round at once) and the new round closes as
+// soon as both live members are back, whatever MIN is (`nnodes`).
+void kill_node3(const std::string& test, const std::string& nnodes) {
+  Job job(test);
   for (int n = 1; n <= 3; ++n)
-    job.start(n, {}, agent_args(",keep_alive_interval=60,last_call_timeout=120,join_timeout=120"));
+    job.start(n, {}, agent_args(",keep_alive_interval=60,last_call_timeout=120,join_timeout=120", nnodes));
   const int first = wait_round(job, 6);
   job.agents[3]->kill_now();  // SIGKILL: no goodbye, its heartbeats stop
   const int next = wait_round(job, 4, first);
@@ -60,8 +59,17 @@ TEST_CASE("multinode.kill") {
     CHECK(job.agents[n]->wait(kDeadline) == 0);
     CHECK(job.log(n).find("closed its store connection") != std::string::npos);
     CHECK(job.log(n).find("missed heartbeats") == std::string::npos);
+    CHECK(job.log(n).find("(last_call_timeout)") == std::string::npos);
   }
 }
+
+}  // namespace
+
+TEST_CASE("multinode.kill") { kill_node3("kill", "2:3"); }
+
+// --nnodes=1:3: the two survivors are only MIN plus one, and still re-form
+// at once (nobody they expect back is alive).
+TEST_CASE("multinode.kill_min1") { kill_node3("kill_min1", "1:3"); }
 
 TEST_CASE("multinode.scaleup") {
   Job job("scaleup");

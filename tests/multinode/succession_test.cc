@@ -32,25 +32,6 @@ std::string rank1_node(const std::vector<Record>& round) {
 
 }  // namespace
 
-TEST_CASE("multinode.kill_min1") {
-  // --nnodes=1:3 and a last call far past the deadline: node 3's agent
-  // SIGKILLed, the two survivors re-form at once, the new round closing as
-  // soon as both are back (its closer expects nobody else).
-  Job job("kill_min1");
-  for (int n = 1; n <= 3; ++n)
-    job.start(n, {}, agent_args(",last_call_timeout=120,join_timeout=120", "1:3"));
-  const int first = wait_round(job, 6);
-  job.agents[3]->kill_now();
-  const int next = wait_round(job, 4, first);
-  check_round(in_round(read_records(job.dir.path()), next), 4);
-  job.stop_workers();
-  for (int n = 1; n <= 2; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-    CHECK(job.log(n).find("(last_call_timeout)") == std::string::npos);
-  }
-}
-
 TEST_CASE("multinode.kill_alone") {
   // --nnodes=1:2, two nodes: node 2's agent SIGKILLed, node 1 re-forms
   // alone at once, not after the 120 s last call (every other member of
@@ -76,10 +57,7 @@ TEST_CASE("multinode.hostdies") {
   // address, and both survivors re-form there, one restart spent, their
   // workers meeting through the new store; then they finish.
   Job job("hostdies");
-  job.start(1);
-  REQUIRE(wait_in_dir(job.dir.path(), [&] {
-    return job.log(1).find("joining rendezvous") != std::string::npos;
-  }, kDeadline));
+  job.start_first(1);
   for (int n = 2; n <= 3; ++n) job.start(n);
   const int first = wait_round(job, 6);
   const auto before = in_round(read_records(job.dir.path()), first);
@@ -155,15 +133,13 @@ TEST_CASE("multinode.pytorch_hostdies") {
   const std::string ck = job.dir.path() + "/ck";
   REQUIRE(mkdir(ck.c_str(), 0700) == 0);
   for (int n = 1; n <= 3; ++n) {
-    job.start(n, {"DDPRUN_PYTHON=" + python, "GLOO_SOCKET_IFNAME=eth0"},
-              {"--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
-               "--rdzv-endpoint=" + kEndpoint, "--rdzv-id=pyhost", "--max-restarts=1",
-               "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1",
-               script, ck});
-    if (n == 1)
-      REQUIRE(wait_in_dir(job.dir.path(), [&] {
-        return job.log(1).find("joining rendezvous") != std::string::npos;
-      }, kDeadline));
+    const std::vector<std::string> env = {"DDPRUN_PYTHON=" + python, "GLOO_SOCKET_IFNAME=eth0"};
+    const std::vector<std::string> args = {
+        "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-endpoint=" + kEndpoint,
+        "--rdzv-id=pyhost", "--max-restarts=1",
+        "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1", script, ck};
+    if (n == 1) job.start_first(n, env, args);
+    else job.start(n, env, args);
   }
   REQUIRE(wait_in_dir(ck, [&] { return std::filesystem::exists(ck + "/step-00000040.pt"); },
                       Seconds(120)));
