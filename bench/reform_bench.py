@@ -25,6 +25,14 @@ Rows, interleaved within each repetition:
                           --rdzv-backend=etcd, else reported as not run)
   torchrun 2.x (c10d)     the venv's torchrun, node 1 is_host
   torchrun 2.x (etcd-v2)  the hub's etcd; needs python-etcd in the venv
+  torchrun 2.x (...; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)
+                          the same two with torchrun's opt-out of sharing
+                          one TCPStore with the workers across rounds: with
+                          the sharing (its default) a re-formed round's gloo
+                          workers can read the last round's addresses
+
+A row that did not re-form in its first repetition is not repeated (each
+such run costs --deadline) unless --repeat-failed.
 
 Every setting is the launchers' default (last_call_timeout 30 s for both,
 keep-alive 5 s x 3) except --max-restarts=3 and torchrun's
@@ -60,6 +68,7 @@ import multinode_bench as mb  # same folder: the network and the records
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SYS_PY = "/usr/bin/python3"  # Debian's, with torch 1.13 (--old)
+NO_SHARE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
 def kill_node(i):
@@ -123,7 +132,7 @@ def reformed(s, n):
     return None
 
 
-def reform_once(cmds, tmp, victim, deadline_s, python, notes):
+def reform_once(cmds, tmp, victim, deadline_s, python, notes, label):
     """One run: form, SIGKILL node `victim`, time the survivors' re-forming.
     Returns seconds, or raises NotReformed."""
     for f in os.listdir(tmp):
@@ -170,12 +179,14 @@ def reform_once(cmds, tmp, victim, deadline_s, python, notes):
             time.sleep(0.05)
         bad = [f"{n} {p.poll()}" for n, p in zip(names, survivors) if p.poll() != 0]
         if bad:
-            notes.append("after the re-formed round was stopped, agents did not end 0: "
-                         + ", ".join(bad) + " (None: killed at the bench's deadline)")
+            notes.append(f"{label}: after the re-formed round was stopped, agents did not "
+                         "end 0 within 60 s: " + ", ".join(bad) + " (None: still running, killed)")
+            with open(os.path.join(tmp, "failed.log"), "a") as f:
+                f.write(f"=== {label} (did not end 0)\n" + mb.logs(tmp))
         return (t - t_kill) / 1e9
     except NotReformed:
         with open(os.path.join(tmp, "failed.log"), "a") as f:
-            f.write(mb.logs(tmp))
+            f.write(f"=== {label} (did not re-form)\n" + mb.logs(tmp))
         raise
     finally:
         for p in procs:
@@ -189,7 +200,7 @@ def reform_once(cmds, tmp, victim, deadline_s, python, notes):
 def rows_new(ddprun, torchrun, etcd_ep):
     ep = f"10.77.0.1:{mb.PORT}"
     nn = "--nnodes=1:3"
-    return {
+    rows = {
         "ddprun (c10d)": lambda rid: lambda i: as_node(i, [
             ddprun, nn, "--nproc-per-node=2", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={ep}", f"--rdzv-id={rid}", "--max-restarts=3",
@@ -209,6 +220,15 @@ def rows_new(ddprun, torchrun, etcd_ep):
             f"--rdzv_endpoint={etcd_ep}", f"--rdzv_id={rid}", "--max_restarts=3",
             "--monitor_interval=0.1", os.path.join(HERE, "reform_worker.py")]),
     }
+    # torchrun 2.x shares one TCPStore with the workers for every round (made
+    # by the first round's rank 0, no per-attempt prefix): a re-formed
+    # round's gloo workers can read the last round's addresses and fail
+    # ("connection refused"). Its opt-out gives each round a fresh store.
+    for backend in ("c10d", "etcd-v2"):
+        rows[f"torchrun 2.x ({backend}; {NO_SHARE}=1)"] = (
+            lambda make: lambda rid: lambda i: ["env", f"{NO_SHARE}=1"] + make(rid)(i))(
+                rows[f"torchrun 2.x ({backend})"])
+    return rows
 
 
 def rows_old(ddprun):
@@ -243,6 +263,9 @@ def main():
                     help="node 3 (default) or node 1, the c10d store's host")
     ap.add_argument("--deadline", type=float, default=90,
                     help="seconds after the kill for the survivors to re-form")
+    ap.add_argument("--repeat-failed", action="store_true",
+                    help="repeat a row that did not re-form in its first repetition "
+                    "(by default it is run once: a failure costs --deadline)")
     ap.add_argument("--rows", help="only these rows, comma-separated; default all")
     ap.add_argument("--old", action="store_true",
                     help="the 2026-11-30 case: --nnodes=2:3, last_call_timeout=1, torchrun 1.13")
@@ -261,14 +284,18 @@ def main():
     else:
         rows, python, use_etcd = rows_new(ddprun, torchrun, fb.ETCD), venv_py, True
         if not os.path.exists(torchrun):
-            for name in ("torchrun 2.x (c10d)", "torchrun 2.x (etcd-v2)"):
-                skipped[name] = f"{torchrun} missing (scripts/setup-torch.sh)"
+            for name in rows:
+                if name.startswith("torchrun"):
+                    skipped[name] = f"{torchrun} missing (scripts/setup-torch.sh)"
         elif subprocess.run([venv_py, "-c", "import etcd"],
                             capture_output=True).returncode != 0:
-            skipped["torchrun 2.x (etcd-v2)"] = f"python-etcd does not import in {venv_py}"
+            for name in rows:
+                if name.startswith("torchrun 2.x (etcd-v2"):
+                    skipped[name] = f"python-etcd does not import in {venv_py}"
         if shutil.which("etcd") is None:
-            for name in ("ddprun (etcd)", "torchrun 2.x (etcd-v2)"):
-                skipped[name] = "no etcd on this machine (Debian's etcd-server)"
+            for name in rows:
+                if "etcd" in name:
+                    skipped[name] = "no etcd on this machine (Debian's etcd-server)"
         elif not fb.ddprun_has_etcd(ddprun):
             skipped["ddprun (etcd)"] = "this ddprun refuses --rdzv-backend=etcd"
     if args.rows:
@@ -299,7 +326,10 @@ def main():
                     continue
                 rid = f"r{rep}k{k}{args.kill[0]}{os.getpid()}"
                 try:
-                    t = reform_once(make(rid), tmp, victim, args.deadline, python, notes)
+                    if fails[name] and not res[name] and not args.repeat_failed:
+                        continue  # did not re-form in its first repetition
+                    t = reform_once(make(rid), tmp, victim, args.deadline, python, notes,
+                                    f"rep {rep} {name}")
                     res[name].append(t)
                     print(f"rep {rep} {name}: {t * 1e3:.0f} ms", file=sys.stderr, flush=True)
                 except NotReformed as e:
@@ -327,7 +357,7 @@ def main():
           f"started {started}, ended {time.strftime('%H:%M UTC', time.gmtime())}, load average "
           f"{' '.join(load)} before, {' '.join(load_after)} after\n")
     print(f"| launcher | {what} → 4 survivors' workers in their new group (median, min) "
-          "| torchrun / ddprun (same backend, medians) |")
+          "| torchrun / ddprun, same backend (medians) |")
     print("| --- | --- | --- |")
     med = {n: statistics.median(v) for n, v in res.items() if v}
     for name in rows:
@@ -337,15 +367,15 @@ def main():
         v = res[name]
         cell = f"{med[name] * 1e3:.0f} ms, {min(v) * 1e3:.0f} ms" if v else ""
         if fails[name]:
-            failed = f"{len(fails[name])} of {args.reps}: {fails[name][0]}"
+            tried = len(fails[name]) + len(v)
+            failed = f"{len(fails[name])} of {tried} run(s) {fails[name][0]}"
             cell = f"{cell}; {failed}" if cell else failed
         ratio = ""
-        if name.startswith("ddprun") and name in med:
-            backend = name[name.index("("):]
-            peer = [t for t in med if t.startswith("torchrun") and
-                    (t.endswith(backend) or (backend == "(etcd)" and t.endswith("(etcd-v2)")))]
-            if peer:
-                ratio = f"{med[peer[0]] / med[name]:.1f}"
+        if name.startswith("torchrun") and name in med:
+            # the ddprun row of the same backend: c10d with c10d, etcd-v2 with etcd
+            peer = "ddprun (c10d)" if "(c10d" in name else "ddprun (etcd)"
+            if peer in med:
+                ratio = f"{med[name] / med[peer]:.1f} (vs {peer})"
         print(f"| {name} | {cell} | {ratio} |")
     for n in sorted(set(notes)):
         print(f"\nnote: {n}")
