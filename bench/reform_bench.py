@@ -315,6 +315,8 @@ def main():
     load = open("/proc/loadavg").read().split()[:3]
     started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
     signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C too where the shell started us with SIGINT ignored (a background job)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         mb.make_net(hub_addr=fb.HUB)
         name_hosts()
