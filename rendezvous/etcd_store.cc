@@ -194,13 +194,16 @@ struct EtcdStore::Impl {
       if (txn(compare, ops, json::array(), "settle_closed(" + quoted_key(rec_key) + ")").value("succeeded", false))
         return;
       // Lost a race: the record is gone (someone applied it), the first key
-      // exists (the round already ended: drop the record), or the counter
-      // moved (try again).
+      // exists (the round already ended: only the death mark, keys[1], is
+      // written, and the record dropped; store.h), or the counter moved
+      // (try again).
       auto now = range(rec_key);
       if (!now || now->second != rec_rev) return;
       if (range(keys[0])) {
-        txn(json::array({compare_mod(rec_key, rec_rev)}), json::array({delete_op(rec_key)}), json::array(),
-            "settle_closed");
+        json mark = json::array({delete_op(rec_key)});
+        if (keys.size() > 1 && rec["values"].size() > 1)
+          mark.push_back(put_op(keys[1], unb64(rec["values"][1].get<std::string>())));
+        txn(json::array({compare_mod(rec_key, rec_rev)}), mark, json::array(), "settle_closed");
         return;
       }
     }

@@ -62,11 +62,10 @@ KeepAlive::KeepAlive(std::unique_ptr<Store> store, const Rendezvous& rdzv, Round
 KeepAlive::~KeepAlive() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
-  // Leaving on purpose is no death: disarm before the connection closes.
-  // Not needed once the round's end is written (the notice writes only
-  // while it is absent) where the store applies notices itself: a round
-  // trip less for every member of an ended round.
-  if (!on_close_armed_ || (end_written_ && !settles_)) return;
+  // Leaving on purpose is no death: disarm before the connection closes,
+  // even once the round's end is written (the notice still marks the
+  // member dead then, store.h, and the next round would not wait for it).
+  if (!on_close_armed_) return;
   try {
     store_->set_on_close({}, {}, "");
   } catch (const std::exception& e) {

@@ -65,6 +65,36 @@ std::string default_node_id() {
   return s.str();
 }
 
+void forget_dead(Store& store, const JobKeys& keys, const RendezvousOptions& options, int64_t r,
+                 int64_t last, std::set<std::string>& expected) {
+  // Who has joined round r so far (the slots that exist), and of the
+  // expected nodes missing, those marked dead in round `last`: a check
+  // each, few of them (not O(round) requests a slice).
+  store.settle_closed(keys.round(last));
+  int64_t joined = store.add(keys.joined(r), 0);
+  if (joined > kFormedMark) joined -= kFormedMark;
+  joined = std::min<int64_t>(joined, options.max_nodes);
+  std::vector<std::string> slots;
+  for (int64_t i = 1; i <= joined; ++i) slots.push_back(keys.node_slot(r, i));
+  std::set<std::string> present;
+  try {
+    if (!slots.empty())
+      for (const auto& b : store.multi_get(slots, Duration(0)))
+        if (auto n = decode_node(to_string(b))) present.insert(n->node_id);
+  } catch (const TimeoutError&) {
+    return;  // a slot taken and not yet recorded: look again next slice
+  }
+  for (auto it = expected.begin(); it != expected.end();) {
+    if (!present.count(*it) && store.check({keys.dead(last, *it)})) {
+      spdlog::info("rendezvous '{}': node {} was found dead; round {} does not wait for it",
+                   options.run_id, *it, r);
+      it = expected.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 }  // namespace
 
 Rendezvous::Rendezvous(StoreFactory factory, RendezvousOptions options,
@@ -448,15 +478,22 @@ std::set<std::string> Rendezvous::expected_members() {
   return out;
 }
 
-bool Rendezvous::wait_for_expected(int64_t r, const std::set<std::string>& expected,
+bool Rendezvous::wait_for_expected(int64_t r, const std::set<std::string>& expected_at_first,
                                    Clock::time_point until) {
   // Slots fill in join order, so wait for as many as could hold them all,
   // then look who took them (one multi_get); in slices, to notice a round
-  // closed meanwhile.
+  // closed meanwhile, and a member found dead meanwhile: one whose death
+  // came after its round had ended (the notice then only marks it dead;
+  // on etcd, when its lease ran out, which the settle below applies) is not
+  // waited for.
+  std::set<std::string> expected = expected_at_first;
+  const int64_t last = current_ ? current_->round : awaited_ ? awaited_->first : -1;
   const std::string closed = keys_.closed(r);
-  int64_t slots = static_cast<int64_t>(expected.size()) + 1;
-  while (slots <= options_.max_nodes) {
+  int64_t extra = 0;  // slots taken by nodes nobody expects (late ones)
+  while (static_cast<int64_t>(expected.size()) + 1 + extra <= options_.max_nodes) {
+    if (expected.empty()) return true;
     if (store_->check({closed})) return false;
+    const int64_t slots = static_cast<int64_t>(expected.size()) + 1 + extra;
     std::vector<std::string> keys;
     for (int64_t i = 1; i <= slots; ++i) keys.push_back(keys_.node_slot(r, i));
     std::vector<Bytes> records;
@@ -464,13 +501,14 @@ bool Rendezvous::wait_for_expected(int64_t r, const std::set<std::string>& expec
       records = store_->multi_get(keys, std::clamp(left(until), Duration(1), Duration(500)));
     } catch (const TimeoutError&) {
       if (Clock::now() >= until) return false;
+      if (last >= 0) forget_dead(*store_, keys_, options_, r, last, expected);
       continue;
     }
     size_t found = 0;
     for (const auto& b : records)
       if (auto n = decode_node(to_string(b))) found += expected.count(n->node_id);
     if (found >= expected.size()) return true;
-    slots += static_cast<int64_t>(expected.size() - found);
+    extra += static_cast<int64_t>(expected.size() - found);
   }
   return false;
 }

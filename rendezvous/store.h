@@ -91,9 +91,9 @@ class Store {
   virtual void ping() {}
   // Leaves writes with the store for when this connection closes without
   // a goodbye (the process died, the link broke): when keys[0] is absent,
-  // every pair is set and `counter` (when not empty) gets 1 added. Empty
-  // `keys` cancels. Returns false where the
-  // store cannot do this (death is then found by heartbeats alone).
+  // every pair is set and `counter` (when not empty) gets 1 added; when it
+  // is set already, keys[1] alone (a death mark). Empty `keys` cancels.
+  // Returns false where the store cannot (heartbeats alone find death).
   virtual bool set_on_close(const std::vector<std::string>& /*keys*/,
                             const std::vector<Bytes>& /*values*/,
                             const std::string& /*counter*/) {

@@ -431,13 +431,23 @@ bool Table::execute(wire::Request& q, Bytes& out, Waiter& waiter) {
 }
 
 void Table::run_on_close(const wire::Request& q) {
-  if (q.keys.empty() || data_.count(q.keys[0])) return;
+  if (q.keys.empty()) return;
   // Through execute() so the writes wake waiters exactly as a client's
   // would; the replies go nowhere.
   Bytes discard;
   Waiter unused;
   wire::Request w;
   w.op = Op::kMultiSet;
+  if (data_.count(q.keys[0])) {
+    // The record the notice would write is there already (the round ended
+    // before this member died): only its death mark, so the next round
+    // does not wait for a member that will not come (store.h).
+    if (q.keys.size() < 2 || q.values.size() < 2) return;
+    w.keys = {q.keys[1]};
+    w.values = {q.values[1]};
+    execute(w, discard, unused);
+    return;
+  }
   w.keys = q.keys;
   w.values = q.values;
   execute(w, discard, unused);

@@ -36,9 +36,10 @@ TEST_CASE("a connection's death notice runs when it closes, not after disarming 
   CHECK(to_string(watcher.get("dead/x", 0s)) == "1");
   CHECK(watcher.add("count", 0) == 1);
 
-  {  // the first key already set: nothing happens at all
+  {  // the first key already set: only the death mark, the end stays
     Client late(server.client_options());
-    late.set_on_close({"end", "dead/y"}, {to_bytes("y died"), to_bytes("1")}, "count");
+    late.set_on_close({"end", "dead/y", "dead_closed"}, {to_bytes("y died"), to_bytes("1"), to_bytes("y")},
+                      "count");
   }
   {  // disarmed on purpose
     Client leaving(server.client_options());
@@ -47,7 +48,8 @@ TEST_CASE("a connection's death notice runs when it closes, not after disarming 
   }
   CHECK(server.wait_for_state([](ServerThread& s) { return s.connections() == 1; }));
   CHECK(to_string(watcher.get("end", 0s)) == "x died");
-  CHECK_FALSE(watcher.check({"dead/y"}));
+  CHECK(to_string(watcher.get("dead/y", 0s)) == "1");
+  CHECK_FALSE(watcher.check({"dead_closed"}));
   CHECK_FALSE(watcher.check({"end2"}));
   CHECK(watcher.add("count", 0) == 1);
 
