@@ -5,8 +5,9 @@
 // TORCHELASTIC_RESTART_COUNT); writes what it was told to
 // $MN_OUT/<node>.r<round>.l<local_rank> (written whole, then renamed), and
 // waits for $MN_OUT/stop (or $MN_OUT/$MN_STOP_NAME) with inotify (deadline
-// 60 s). With MN_FAIL_RANK=N,
-// global rank N exits 7 right after writing its file.
+// 60 s), then exits 0; or exits 5 once $MN_OUT/$MN_FAIL_FILE appears (when
+// set). With MN_FAIL_RANK=N, global rank N exits 7 right after writing its
+// file.
 #include <poll.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -79,7 +80,9 @@ int main() {
   int fd = inotify_init1(IN_CLOEXEC);
   inotify_add_watch(fd, out.c_str(), IN_CREATE | IN_MOVED_TO);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const std::string fail = env("MN_FAIL_FILE").empty() ? "" : out + "/" + env("MN_FAIL_FILE");
   while (!exists(stop)) {
+    if (!fail.empty() && exists(fail)) std::_Exit(5);
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) std::_Exit(3);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -49,6 +50,37 @@ TEST_CASE("multinode.kill_alone") {
   INFO("node 1:\n" << job.log(1));
   CHECK(job.agents[1]->wait(kDeadline) == 0);
   CHECK(job.log(1).find("(last_call_timeout)") == std::string::npos);
+}
+
+TEST_CASE("multinode.dies_after_end") {
+  // A member that dies after its round already ended is not waited for:
+  // node 3's agent is stopped (its connection open, its heartbeats a minute
+  // apart), node 1's workers fail and end the round, nodes 1 and 2 rejoin
+  // and expect node 3 back (for up to the 120 s last call); node 3 is then
+  // SIGKILLed. Its death notice finds the round's end written and only
+  // marks it dead, and the next round forms with nodes 1 and 2 at once.
+  Job job("dies_after_end");
+  const std::string conf = ",keep_alive_interval=60,last_call_timeout=120,join_timeout=120";
+  job.start_first(1, {"MN_FAIL_FILE=fail-n1"}, agent_args(conf, "1:3"));
+  for (int n = 2; n <= 3; ++n) job.start(n, {}, agent_args(conf, "1:3"));
+  const int first = wait_round(job, 6);
+  job.agents[3]->signal(SIGSTOP);
+  const std::string fail = job.dir.path() + "/fail-n1";
+  std::ofstream(fail) << "fail\n";
+  REQUIRE(wait_in_dir(job.dir.path(), [&] {
+    return count_of(job.log(1), "joining rendezvous") == 2 &&
+           count_of(job.log(2), "joining rendezvous") == 2;
+  }, kDeadline));
+  std::remove(fail.c_str());  // the next round's workers on node 1 stay
+  job.agents[3]->kill_now();
+  const int next = wait_round(job, 4, first);
+  check_round(in_round(read_records(job.dir.path()), next), 4);
+  job.stop_workers();
+  for (int n = 1; n <= 2; ++n) {
+    INFO("node " << n << ":\n" << job.log(n));
+    CHECK(job.agents[n]->wait(kDeadline) == 0);
+  }
+  CHECK(count_of(job.log(1) + job.log(2), "was found dead; round " + std::to_string(next)) == 1);
 }
 
 TEST_CASE("multinode.hostdies") {
