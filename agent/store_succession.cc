@@ -66,15 +66,15 @@ bool ElasticRendezvous::take_over_store() {
 
 std::optional<GroupVerdict> ElasticRendezvous::fail_over(const std::string& why) {
   if (!round_ || !round_->successor) return std::nullopt;
+  // The host's death ends its round like any member's: one restart.
+  if (restart_count_ + 1 > options_.max_restarts)
+    return GroupVerdict{GroupVerdict::kExit, 1, why + "; restart limit reached"};
   const rdzv::NodeInfo successor = *round_->successor;
   const bool me = successor.node_id == rdzv_->node_id();
   if (me && !take_over_store()) return std::nullopt;
   const std::string moved = host_port(successor.addr, port_);
   const std::string next = why + "; node " + successor.node_id + " at " + moved +
                            (me ? " (this node)" : "") + " hosts the store now";
-  // The host's death ends its round like any member's: one restart.
-  if (restart_count_ + 1 > options_.max_restarts)
-    return GroupVerdict{GroupVerdict::kExit, 1, next + "; restart limit reached"};
   spec_.host = host_name_ = successor.addr;
   spec_.address = store_addr_ = moved;
   reconnect_ = true;

@@ -32,6 +32,10 @@ inline std::vector<std::string> agent_args(const std::string& extra_conf = "",
           "--max-restarts=3", "--term-timeout=5", MN_WORKER};
 }
 
+// How long a step of a multi-node test may take (a round forming, an agent
+// exiting).
+inline const Seconds kDeadline(25);
+
 struct Job {
   explicit Job(const std::string& test, int nodes = 3) : net(test, nodes) {}
   Netns net;
@@ -54,9 +58,19 @@ struct Job {
     start(node, std::move(env), std::move(args));
     REQUIRE(wait_in_dir(dir.path(), [&] {
       return log(node).find("joining rendezvous") != std::string::npos;
-    }, std::chrono::seconds(25)));
+    }, kDeadline));
   }
   void stop_workers() { std::ofstream(dir.path() + "/stop") << "stop\n"; }
+  // Stops the workers; nodes first..last each exit 0, and a log that
+  // holds `absent` (when given) is a failure.
+  void finish(int first, int last, const std::string& absent = "") {
+    stop_workers();
+    for (int n = first; n <= last; ++n) {
+      INFO("node " << n << ":\n" << log(n));
+      CHECK(agents[n]->wait(kDeadline) == 0);
+      if (!absent.empty()) CHECK(log(n).find(absent) == std::string::npos);
+    }
+  }
   std::string log(int node) { return agents[node] ? agents[node]->log() : ""; }
   // MN_KEEP_LOGS=<dir>: keep the agents' logs for a look after the test.
   ~Job() {
@@ -124,7 +138,6 @@ inline std::map<std::string, int> group_ranks(const std::vector<Record>& round) 
   return out;
 }
 
-inline const Seconds kDeadline(25);
 
 // Waits (kDeadline) for a round with `world` worker records newer than
 // round `after`; returns its number.

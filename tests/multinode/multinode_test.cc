@@ -91,11 +91,7 @@ TEST_CASE("multinode.scaleup") {
   CHECK(after.at("n3") == 2);
   // A scale-up spends no restart.
   for (const auto& r : round) CHECK(r.num("TORCHELASTIC_RESTART_COUNT") == 0);
-  job.stop_workers();
-  for (int n = 1; n <= 3; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-  }
+  job.finish(1, 3);
   CHECK(job.log(1).find("scale-up") != std::string::npos);
   // Same restart count, two rounds: attempt_0 and attempt_1, both kept.
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -117,11 +113,7 @@ TEST_CASE("multinode.sharedlogs") {
   job.start(1, {}, args);
   job.start(2, {}, args);
   wait_round(job, 4);
-  job.stop_workers();
-  for (int n = 1; n <= 2; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-  }
+  job.finish(1, 2);
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   auto runs = run_folders(shared, "mnjob");
@@ -260,12 +252,7 @@ TEST_CASE("multinode.external") {
   for (int n = 2; n <= 3; ++n) job.start(n, {}, agent_args("", "2"));
   const int round = wait_round(job, 4);
   check_round(in_round(read_records(job.dir.path()), round), 4);
-  job.stop_workers();
-  for (int n = 2; n <= 3; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-    CHECK(job.log(n).find("hosting") == std::string::npos);
-  }
+  job.finish(2, 3, "hosting");
 }
 
 TEST_CASE("multinode.barrier") {
@@ -393,11 +380,7 @@ TEST_CASE("multinode.pauselong") {
   CHECK(wait_records(job.dir.path(), [&](const auto& recs) {
     return (both = round_with(recs, 4, alone)) >= 0;
   }, kDeadline));
-  job.stop_workers();
-  for (int n = 1; n <= 2; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-  }
+  job.finish(1, 2);
 }
 
 TEST_CASE("multinode.partition") {
@@ -433,11 +416,7 @@ TEST_CASE("multinode.partition") {
   auto records = in_round(read_records(job.dir.path()), back);
   check_round(records, 6);
   CHECK(group_ranks(records) == std::map<std::string, int>{{"n1", 0}, {"n2", 1}, {"n3", 2}});
-  job.stop_workers();
-  for (int n = 1; n <= 3; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-  }
+  job.finish(1, 3);
   CHECK(job.log(3).find("rejoining as a late node") != std::string::npos);
 }
 
@@ -472,11 +451,7 @@ TEST_CASE("multinode.preauth_flood") {
   job.start(2, {}, agent_args("", "2"));
   const int round = wait_round(job, 4);
   check_round(in_round(read_records(job.dir.path()), round), 4);
-  job.stop_workers();
-  for (int n = 1; n <= 2; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-  }
+  job.finish(1, 2);
 }
 
 

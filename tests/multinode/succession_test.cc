@@ -75,11 +75,7 @@ TEST_CASE("multinode.dies_after_end") {
   job.agents[3]->kill_now();
   const int next = wait_round(job, 4, first);
   check_round(in_round(read_records(job.dir.path()), next), 4);
-  job.stop_workers();
-  for (int n = 1; n <= 2; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-  }
+  job.finish(1, 2);
   CHECK(count_of(job.log(1) + job.log(2), "was found dead; round " + std::to_string(next)) == 1);
 }
 
@@ -106,11 +102,7 @@ TEST_CASE("multinode.hostdies") {
     CHECK(r.node != "n1");
     CHECK(r.num("TORCHELASTIC_RESTART_COUNT") == 1);
   }
-  job.stop_workers();
-  for (int n = 2; n <= 3; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-  }
+  job.finish(2, 3);
   CHECK(job.log(s).find("this node takes the store over at " + Netns::addr(s) + ":29400") !=
         std::string::npos);
   CHECK(job.log(other).find(" at " + Netns::addr(s) + ":29400 hosts the store now") !=
@@ -139,12 +131,7 @@ TEST_CASE("multinode.hoststop") {
     return (next = round_with(recs, 6, first)) >= 0;
   }, Seconds(60)));
   check_round(in_round(read_records(job.dir.path()), next), 6);
-  job.stop_workers();
-  for (int n = 1; n <= 3; ++n) {
-    INFO("node " << n << ":\n" << job.log(n));
-    CHECK(job.agents[n]->wait(kDeadline) == 0);
-    CHECK(job.log(n).find("takes the store over") == std::string::npos);
-  }
+  job.finish(1, 3, "takes the store over");
 }
 
 TEST_CASE("multinode.pytorch_hostdies") {
