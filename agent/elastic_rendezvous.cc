@@ -86,10 +86,7 @@ ElasticRendezvous::ElasticRendezvous(const Options& options)
   const bool explicit_host = options_.rdzv_conf.count("is_host") > 0;
   if (spec_.etcd && explicit_host && ro.is_host)
     throw RendezvousError("is_host=true: with --rdzv-backend=etcd no node hosts the store");
-  StoreHostOptions so;
-  so.bind_host = host_name_.find(':') != std::string::npos ? "::" : "0.0.0.0";
-  so.port = port_;
-  so.token = token_;
+  const StoreHostOptions so = store_options();
   auto host_now = [&] {
     try {
       host_ = std::make_unique<StoreHost>(so);
@@ -162,6 +159,14 @@ ElasticRendezvous::ElasticRendezvous(const Options& options)
     throw RendezvousError(e.what());
   }
   base::mark_phase(options_.phase_trace, "connected");
+}
+
+StoreHostOptions ElasticRendezvous::store_options() const {
+  StoreHostOptions so;
+  so.bind_host = host_name_.find(':') != std::string::npos ? "::" : "0.0.0.0";
+  so.port = port_;
+  so.token = token_;
+  return so;
 }
 
 ElasticRendezvous::~ElasticRendezvous() {

@@ -114,6 +114,11 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   Reach store_reachable_again();
   // One connection attempt to the store's port within `limit`.
   Reach probe_store_port(rendezvous::Duration limit) const;
+  // How this node serves ddprun's store: every address of the endpoint's
+  // family, its port, the job's token (the host, and a successor).
+  StoreHostOptions store_options() const;
+  // The job-wide budget allows one more restart than the last round's count.
+  bool restart_left() const { return restart_count_ + 1 <= options_.max_restarts; }
   // After a round formed: keeps its Standby when this node is its
   // successor (reads the members), else drops it.
   void stand_by();

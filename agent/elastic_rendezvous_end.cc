@@ -247,8 +247,7 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   if (local_end_ && !lost && (!end || end->kind != rdzv::RoundEnd::kScaleUp)) end = local_end_;
   // With no restart left the job ends here whatever the store does (its
   // host may have ended it already): the restart policy says how, below.
-  if (!lost && !host_left && !host_ && round_ && round_->successor &&
-      restart_count_ + 1 <= options_.max_restarts &&
+  if (!lost && !host_left && !host_ && round_ && round_->successor && restart_left() &&
       probe_store_port(Duration(1000)) == Reach::kGone) {
     end = rdzv::RoundEnd{};
     end->kind = rdzv::RoundEnd::kStoreLost;

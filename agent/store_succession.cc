@@ -46,10 +46,7 @@ void ElasticRendezvous::stand_by() {
 bool ElasticRendezvous::take_over_store() {
   if (host_) return true;
   if (!standby_) return false;
-  StoreHostOptions so;
-  so.bind_host = host_name_.find(':') != std::string::npos ? "::" : "0.0.0.0";
-  so.port = port_;
-  so.token = token_;
+  StoreHostOptions so = store_options();
   so.preload = rdzv::takeover_records(keys_, *standby_, *round_->successor);
   try {
     host_ = std::make_unique<StoreHost>(so);
@@ -67,7 +64,7 @@ bool ElasticRendezvous::take_over_store() {
 std::optional<GroupVerdict> ElasticRendezvous::fail_over(const std::string& why) {
   if (!round_ || !round_->successor) return std::nullopt;
   // The host's death ends its round like any member's: one restart.
-  if (restart_count_ + 1 > options_.max_restarts)
+  if (!restart_left())
     return GroupVerdict{GroupVerdict::kExit, 1, why + "; restart limit reached"};
   const rdzv::NodeInfo successor = *round_->successor;
   const bool me = successor.node_id == rdzv_->node_id();
