@@ -14,6 +14,7 @@
 
 #include "watchdog/agent_hook.h"
 #include "watchdog/live_stack.h"
+#include "watchdog/python_stack.h"
 
 namespace ddprun::watchdog {
 
@@ -27,6 +28,31 @@ Millis evidence_window(Millis bound) {
 
 constexpr Millis kDumpTimeout{2000};
 constexpr Millis kSpinWindow{5000};
+// A loop of bytecode answers within milliseconds; a native call holds the
+// answer until it returns.
+constexpr Millis kProbeTimeout{500};
+
+// Whether every spinning culprit runs a Python loop: its main thread answers
+// the bytecode probe (live_stack.h) in the frame its stack is stuck in (the
+// line may differ: a loop spans its lines). A long native call or a garbage
+// collection cannot answer in time, and a finalizer run by a collection
+// answers in its own frame, so only those are left to the spin window. The
+// answers' bytes are the agent's, not the rank's.
+bool runs_python_loop(const Judgement& j, std::vector<RankSample>& after) {
+  if (j.culprits.empty()) return false;
+  for (const int rank : j.culprits) {
+    auto s = std::find_if(after.begin(), after.end(), [&](const RankSample& r) { return r.rank == rank; });
+    if (s == after.end() || !s->python) return false;
+    const PythonWhere where = parse_python_stack(*s->python);
+    if (!where.found || where.frames.empty()) return false;
+    const BytecodeProbe probe = probe_bytecode(s->pid, kProbeTimeout);
+    s->dump_bytes += probe.bytes;
+    if (!probe.answered || probe.function != where.frames.front().function ||
+        probe.file != where.frames.front().file)
+      return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -103,13 +129,21 @@ void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
         }
         Judgement j = judge(before, after, busy_ticks, other_nodes);
         // A busy rank whose stack stays put may be a long native call or a
-        // full garbage collection of a large heap: spinning is called only
-        // after kSpinWindow of it, dumps every half second meanwhile.
+        // full garbage collection of a large heap: unless it answers the
+        // bytecode probe there, spinning is called only after kSpinWindow
+        // of it, dumps every half second meanwhile.
         const auto spin_until = start + kSpinWindow;
         // The second sample's dump came after its counters: counted from now on.
         if (j.hung && j.state == CulpritState::kSpinning)
           for (auto& s : after)
             if (s.python) s.dump_bytes += s.python->size();
+        if (j.hung && j.state == CulpritState::kSpinning && dumps && runs_python_loop(j, after)) {
+          j.why += " (its main thread answers a Python signal there: a Python loop, not a native "
+                   "call or a garbage collection)";
+          result->first = std::move(j);
+          result->second = std::move(after);
+          return;
+        }
         while (j.hung && j.state == CulpritState::kSpinning && !token.cancelled() &&
                std::chrono::steady_clock::now() < spin_until) {
           std::this_thread::sleep_for(std::chrono::milliseconds(500));

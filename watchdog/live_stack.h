@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace ddprun::watchdog {
@@ -26,5 +27,22 @@ struct LiveDump {
 };
 
 LiveDump dump_python_stack(pid_t pid, std::chrono::milliseconds timeout);
+
+// Whether the worker's main thread runs Python bytecode now, and where. The
+// sitecustomize also catches the signal after the stack signal with a
+// Python-level handler, which appends "ddprun-probe LINE FUNCTION FILE" (where
+// it interrupted the main thread) to the same file. CPython runs such a handler only between
+// two bytecodes of the main thread: a loop of bytecode answers at once, a
+// long native call or a garbage collection only once it is over.
+struct BytecodeProbe {
+  bool answered = false;
+  std::string file;
+  std::string function;
+  int line = 0;
+  uint64_t bytes = 0;  // what the answer made the worker write
+  std::string note;    // why there is no answer
+};
+
+BytecodeProbe probe_bytecode(pid_t pid, std::chrono::milliseconds timeout);
 
 }  // namespace ddprun::watchdog

@@ -6,7 +6,8 @@ client's folder (watchdog/python) beside it. When DDPRUN_PYSTACK_SIGNAL and
 DDPRUN_PYSTACK_DIR are set, faulthandler is registered on that signal (all
 threads, appending to $DDPRUN_PYSTACK_DIR/pystack_<pid>.txt), so
 `ddprun stacks` and `ddprun attach` read the worker's Python stacks without
-stopping it. When DDPRUN_HEARTBEAT_SOCKET is set, ddprun_autobeat's import
+stopping it, and the next signal answers the watchdog's bytecode probe.
+When DDPRUN_HEARTBEAT_SOCKET is set, ddprun_autobeat's import
 hook is installed: optimizer steps, forward passes and checkpoints of an
 unmodified PyTorch program are heartbeats (it never imports torch itself).
 Otherwise nothing happens. Then the sitecustomize this file shadows (the
@@ -29,8 +30,31 @@ def _ddprun_register():
         faulthandler.register(int(sig), file=out, all_threads=True, chain=False)
         # faulthandler keeps only the descriptor: the file must stay open.
         sys._ddprun_pystack_file = out
+        _ddprun_register_probe(int(sig) + 1, out.fileno())
     except Exception:  # never break the worker's start
         pass
+
+
+def _ddprun_register_probe(sig, fd):
+    # The bytecode probe (watchdog/live_stack.h): Python runs this handler
+    # only between two bytecodes of the main thread, so an answer says the
+    # rank runs Python, and where; a long native call answers after it.
+    # Never taken from a handler the program set; syscalls it interrupts
+    # restart (SA_RESTART), as native code may not retry on EINTR.
+    import signal
+    if signal.getsignal(sig) != signal.SIG_DFL:
+        return
+
+    def answer(signum, frame):
+        try:
+            code = frame.f_code
+            where = "%d %s %s" % (frame.f_lineno, code.co_name, code.co_filename)
+            os.write(fd, ("ddprun-probe %s\n" % where).encode("utf-8", "replace"))
+        except Exception:
+            pass
+
+    signal.signal(sig, answer)
+    signal.siginterrupt(sig, False)
 
 
 def _ddprun_autobeat():

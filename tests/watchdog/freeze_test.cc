@@ -215,6 +215,22 @@ TEST_CASE("freeze: a sleeping Python rank is ended at the learned bound, long be
   CHECK(job.console().find("freeze detection is on") != std::string::npos);
 }
 
+TEST_CASE("freeze: a Python rank spinning in its own loop is ended at the learned bound, its "
+          "main thread answering the bytecode probe there") {
+  REQUIRE_TORCH();
+  Job job;
+  job.run({"--hang-timeout-floor=40"}, "spin");
+  CAPTURE(job.console());
+  CHECK(job.exit_code == 124);
+  const auto r = job.report();
+  CHECK(r["culprit_rank"] == 1);
+  CHECK(r["culprit_state"] == "spinning");
+  CHECK(r["timeout_s"].get<double>() < 40.0);
+  // Confirmed by the probe, not by 5 s more of an unchanged stack.
+  CHECK(r["evidence"].get<std::string>().find("answers a Python signal") != std::string::npos);
+  CHECK(r["in_collective_ranks"] == json::array({0}));
+}
+
 TEST_CASE("freeze: a Python rank waiting 8 s for a child process that does I/O is not ended before "
           "the floor") {
   REQUIRE_TORCH();

@@ -1,6 +1,7 @@
 // Stack capture of real hung processes: eu-stack and gdb on a native
 // worker, the fall-through between them, the /proc fallback, and
-// faulthandler's traceback from a Python worker's log.
+// faulthandler's traceback from a Python worker's log, and the bytecode
+// probe that tells a Python loop from one long native call.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/ptrace.h>
@@ -8,11 +9,14 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <map>
 
 #include "tests/common/skip.h"
 #include "tests/watchdog/test_util.h"
 #include "tests/common/test_python.h"
+#include "watchdog/live_stack.h"
 #include "watchdog/proc.h"
+#include "watchdog/python_stack.h"
 #include "watchdog/stack_capture.h"
 
 namespace wd = ddprun::watchdog;
@@ -208,4 +212,65 @@ TEST_CASE("py-spy is found in the tools folder before PATH and run by its path")
   CAPTURE(c.note);
   CHECK(c.method == wd::StackMethod::kPySpy);
   CHECK(c.text == "Thread 1 (idle): " + tool + " dump --pid " + std::to_string(child.pid()) + "\n");
+}
+
+namespace {
+
+// A Python process started as ddprun starts its workers: its sitecustomize
+// registers the stack signal and the bytecode probe (live_stack.h).
+std::map<std::string, std::string> bootstrap_env(const TempDir& dir) {
+  return {{"DDPRUN_PYSTACK_SIGNAL", std::to_string(SIGRTMIN + 6)},
+          {"DDPRUN_PYSTACK_DIR", dir.path()},
+          {"PYTHONPATH", INTROSPECT_PYTHON_DIR}};
+}
+
+}  // namespace
+
+TEST_CASE("the bytecode probe: a Python loop answers in the frame its stack dump names") {
+  TempDir dir;
+  Child child({test_python(), "-c",
+               "def spin():\n    x = 0\n    while True:\n        x += 1\n"
+               "print('ready', flush=True)\nspin()\n"},
+              bootstrap_env(dir), true);
+  REQUIRE(child.wait_for_output("ready"));
+  const auto dump = wd::dump_python_stack(child.pid(), std::chrono::seconds(30));
+  REQUIRE_MESSAGE(dump.ok, dump.note);
+  const auto where = wd::parse_python_stack(dump.text);
+  REQUIRE(where.found);
+  const auto probe = wd::probe_bytecode(child.pid(), std::chrono::seconds(30));
+  REQUIRE_MESSAGE(probe.answered, probe.note);
+  CHECK(probe.function == "spin");
+  CHECK(probe.function == where.frames.front().function);
+  CHECK(probe.file == where.frames.front().file);
+  CHECK((probe.line == 3 || probe.line == 4));
+  CHECK(probe.bytes > 0);
+  CHECK(::kill(child.pid(), 0) == 0);  // the worker runs on
+}
+
+TEST_CASE("the bytecode probe: one long native call holding the interpreter does not answer") {
+  TempDir dir;
+  // sum() over a range runs in C from start to end: no bytecode between.
+  Child child({test_python(), "-c", "print('ready', flush=True)\nsum(range(10**13))\n"},
+              bootstrap_env(dir), true);
+  REQUIRE(child.wait_for_output("ready"));
+  // faulthandler's C handler still dumps it (the evidence's stacks)...
+  const auto dump = wd::dump_python_stack(child.pid(), std::chrono::seconds(30));
+  REQUIRE_MESSAGE(dump.ok, dump.note);
+  // ...but the Python handler waits for the call to return.
+  const auto probe = wd::probe_bytecode(child.pid(), std::chrono::milliseconds(500));
+  CHECK_FALSE(probe.answered);
+  CHECK(probe.note.find("no answer") != std::string::npos);
+  CHECK(::kill(child.pid(), 0) == 0);
+}
+
+TEST_CASE("the bytecode probe is never sent to a process without ddprun's bootstrap") {
+  TempDir dir;
+  auto env = bootstrap_env(dir);
+  env.erase("PYTHONPATH");  // no sitecustomize: a probe signal would kill it
+  Child child({test_python(), "-S", "-c", "print('ready', flush=True)\nwhile True: pass\n"}, env, true);
+  REQUIRE(child.wait_for_output("ready"));
+  const auto probe = wd::probe_bytecode(child.pid(), std::chrono::milliseconds(500));
+  CHECK_FALSE(probe.answered);
+  CHECK(probe.note.find("no handler") != std::string::npos);
+  CHECK(::kill(child.pid(), 0) == 0);
 }

@@ -13,6 +13,8 @@ forward passes, torch.save). Modes (argv[1]):
   stall     rank 1 stalls 8 s at step 30, then the job finishes (60 steps)
   sleep     rank 1 falls asleep outside any collective at step 30 (rank 0
             waits for it in the next gradient all-reduce)
+  spin      rank 1 spins in a Python loop outside any collective at step 30
+            (rank 0 waits for it in the next gradient all-reduce)
   child_io  at step 30 rank 1 waits 8 s for a child process that writes a
             file all along (multiprocessing), then the job finishes (60 steps)
   xnode     40 steps; at step 25 rank 0 alone saves a checkpoint that takes
@@ -80,6 +82,11 @@ def main():
         if mode == "sleep" and rank == 1 and step == 30:
             print("rank 1 falls asleep at step 30", flush=True)
             time.sleep(3600)
+        if mode == "spin" and rank == 1 and step == 30:
+            print("rank 1 spins at step 30", flush=True)
+            x = 0
+            while True:
+                x += 1
         if mode == "child_io" and rank == 1 and step == 30:
             import multiprocessing
             child = multiprocessing.get_context("fork").Process(target=write_for, args=(8.0,))
