@@ -15,10 +15,14 @@
 //   worker to agent
 //     "event=joined generation=<G> rank=<R>"
 //
-// Fields are space-separated key=value pairs in any order; unknown keys are
-// ignored, so fields can be added. G: decimal, >= 0; R: decimal global
-// ranks, 0 <= R < kMaxRank. A packet without event=, with a field that is
-// not key=value, or with a malformed number of a known key is rejected.
+// Fields are space-separated key=value pairs in any order; unknown keys and
+// events are ignored, so both can be added. G: decimal, 0 <= G <=
+// kMaxGeneration; R: decimal global ranks, 0 <= R < kMaxRank. Rejected: a
+// byte outside printable ASCII, a packet without event=, a field that is
+// not key=value, a malformed number of a known key, a known event without
+// a field it needs (above; cause and reason may be left out).
+// ddprun_recovery.py's _parse() keeps these rules; both are held to
+// tests/base/recovery_wire_cases.txt.
 //
 // Header-only and allocation-light: parse() is pure, for tests and fuzzing.
 #pragma once
@@ -72,6 +76,16 @@ inline bool parse_number(std::string_view s, int64_t max, int64_t& out) {
   return true;
 }
 
+// Whether `m`, of a known event, carries every field that event needs.
+inline bool complete(const Message& m) {
+  const bool gen = m.generation >= 0;
+  if (m.event == kEventFailed || m.event == kEventReady || m.event == kEventRecovered)
+    return gen && !m.ranks.empty();
+  if (m.event == kEventJoined) return gen && m.rank >= 0;
+  if (m.event == kEventAssign) return gen && m.rank >= 0 && m.local_rank >= 0;
+  return true;
+}
+
 inline std::string join_ranks(const std::vector<int>& ranks) {
   std::string s;
   for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
@@ -96,6 +110,8 @@ inline std::string format(const Message& m) {
 inline std::optional<Message> parse(std::string_view packet) {
   if (packet.size() > kMaxPacketBytes) return std::nullopt;
   if (!packet.empty() && packet.back() == '\n') packet.remove_suffix(1);
+  for (const char c : packet)
+    if (c < 0x20 || c > 0x7e) return std::nullopt;
   Message m;
   bool have_event = false;
   size_t pos = 0;
@@ -142,7 +158,7 @@ inline std::optional<Message> parse(std::string_view packet) {
       m.reason = std::string(value);
     }  // unknown keys: ignored
   }
-  if (!have_event) return std::nullopt;
+  if (!have_event || !detail::complete(m)) return std::nullopt;
   return m;
 }
 

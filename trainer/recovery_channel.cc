@@ -114,21 +114,15 @@ void RecoveryChannel::take(const std::string& packet) {
     log_error("recovery channel: malformed packet ignored: '%s'", packet.c_str());
     return;
   }
+  // parse() rejected a known event without the fields it needs.
   if (m->event == wire::kEventFailed) {
-    if (m->generation < 0) {
-      log_error("recovery channel: event=failed without generation ignored: '%s'",
-                packet.c_str());
-    } else if (m->generation > failed_generation_) {
+    if (m->generation > failed_generation_) {
       failed_generation_ = m->generation;
       failed_ranks_ = m->ranks;
     }
   } else if (m->event == wire::kEventAssign) {
     if (standby_ == 0 || assigned_) {
       log_error("recovery channel: event=assign to a process that is no standby ignored: '%s'",
-                packet.c_str());
-    } else if (m->generation < 0 || m->rank < 0 || m->local_rank < 0) {
-      log_error("recovery channel: event=assign without generation, rank or local_rank "
-                "ignored: '%s'",
                 packet.c_str());
     } else {
       assigned_ = Assignment{m->rank, m->local_rank, m->generation};

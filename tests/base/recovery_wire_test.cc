@@ -2,6 +2,7 @@
 // formatted and parsed; what a malformed packet is.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <string>
 
 #include "base/recovery_wire.h"
@@ -58,4 +59,44 @@ TEST_CASE("recovery packets: unknown keys and order are free; malformed ones are
   CHECK_FALSE(wire::parse("event=joined junk"));            // not key=value
   CHECK_FALSE(wire::parse("event="));
   CHECK_FALSE(wire::parse("event=joined " + std::string(600, 'x') + "=1"));  // over 512 bytes
+}
+
+namespace {
+
+// A cases-file packet: "\n", "\t" and "\xHH" escapes decoded.
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+    } else if (text[i + 1] == 'n' || text[i + 1] == 't') {
+      out += text[++i] == 'n' ? '\n' : '\t';
+    } else if (text[i + 1] == 'x' && i + 3 < text.size()) {
+      out += static_cast<char>(std::stoi(text.substr(i + 2, 2), nullptr, 16));
+      i += 3;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("recovery packets: the verdicts of recovery_wire_cases.txt, which the Python parser "
+          "reaches too") {
+  std::ifstream in(RECOVERY_WIRE_CASES);
+  REQUIRE(in.good());
+  int cases = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.find(' ');
+    const std::string verdict = line.substr(0, space);
+    REQUIRE((verdict == "accept" || verdict == "reject"));
+    const std::string packet = space == std::string::npos ? "" : unescape(line.substr(space + 1));
+    CAPTURE(line);
+    CHECK(wire::parse(packet).has_value() == (verdict == "accept"));
+    ++cases;
+  }
+  CHECK(cases > 30);
 }

@@ -6,6 +6,8 @@ once), as a worker would:
   - outside ddprun, and with --restart-scope=group, it is a no-op: nothing
     of torch imported, enabled() False, generation() 0, poll() and
     wait_failed() None at once, send_joined() False, recover() re-raises;
+  - its packet parser reaches the C++ parser's verdict on every case of
+    tests/base/recovery_wire_cases.txt;
   - under rank scope, on a real SOCK_SEQPACKET pair: failed/ready/recovered/
     fallback read as docs/RECOVERY.md says, stale and malformed packets
     ignored, joined sent in base/recovery_wire.h's form, wait_failed()'s
@@ -13,6 +15,7 @@ once), as a worker would:
 
 Usage: recovery_python_test.py WATCHDOG_PYTHON_DIR
 """
+import codecs
 import os
 import socket
 import subprocess
@@ -142,12 +145,39 @@ def case_channel(folder, errors, gen):
         errors.append(f"generation {gen}: the worker exited {p.returncode}: {out.strip()}")
 
 
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../base/recovery_wire_cases.txt")
+
+
+def case_wire_verdicts(folder, errors):
+    """_parse() reaches base/recovery_wire.h's verdict on every packet of
+    the shared cases file (tests/base/recovery_wire_test.cc reads it too)."""
+    sys.path.insert(0, folder)
+    sys.dont_write_bytecode = True  # nothing written into the source tree
+    import ddprun_recovery
+    count = 0
+    with open(CASES) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            verdict, _, text = line.partition(" ")
+            packet = codecs.decode(text, "unicode_escape").encode("latin-1")
+            accepted = ddprun_recovery._parse(packet) is not None
+            if accepted != (verdict == "accept"):
+                errors.append(f"_parse({packet!r}): {'accepted' if accepted else 'rejected'}, "
+                              f"the C++ parser {verdict}s it")
+            count += 1
+    if count < 30:
+        errors.append(f"{CASES}: only {count} cases read")
+
+
 def main():
     folder = os.path.abspath(sys.argv[1])
     errors = []
     case_noop(folder, errors)
     case_channel(folder, errors, 0)
     case_channel(folder, errors, 4)
+    case_wire_verdicts(folder, errors)
     for e in errors:
         print("FAILED:", e)
     if not errors:
