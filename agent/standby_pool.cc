@@ -47,23 +47,24 @@ void StandbyPool::refill(int restarts_left, int generation) {
 }
 
 std::optional<WorkerProcess> StandbyPool::assign(int lr, int rank, int generation) {
-  auto it = std::find_if(standbys_.begin(), standbys_.end(), [](const WorkerProcess& s) {
-    return s.alive && s.channel && s.channel->is_open();
-  });
-  if (it == standbys_.end()) return std::nullopt;
   wire::Message m;
   m.event = std::string(wire::kEventAssign);
   m.generation = generation;
   m.rank = rank;
   m.local_rank = lr;
-  if (!it->channel->send(wire::format(m))) {
+  auto it = standbys_.begin();
+  for (; it != standbys_.end(); ++it) {
+    if (!it->alive || !it->channel || !it->channel->is_open()) continue;
+    if (it->channel->send(wire::format(m))) break;
     // Its end is gone (it is dying) or full (it never reads): not a
-    // standby to count on. Its exit, if any, is reported as a standby's.
-    spdlog::warn("standby {} (pid {}) cannot be told its rank; a replacement is started instead",
-                 it->standby, it->info.pid);
+    // standby to count on, now or at a later failure (its channel closed),
+    // but the next one may be. Its exit is reported as a standby's.
+    spdlog::warn("standby {} (pid {}) cannot be told its rank; it is killed", it->standby,
+                 it->info.pid);
     launcher_.signal_group(it->info.pid, SIGKILL);
-    return std::nullopt;
+    it->channel->close();
   }
+  if (it == standbys_.end()) return std::nullopt;
   WorkerProcess s = std::move(*it);
   standbys_.erase(it);
   s.info.local_rank = lr;
