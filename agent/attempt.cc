@@ -294,12 +294,12 @@ void Attempt::begin_teardown(int sig) {
   phase_ = Phase::kTerminating;
   pumps_lossy();
   signal_groups(sig);
-  timer_->arm(clock_.now() + base::millis_from_seconds(options_.term_timeout_s), [this] {
+  timer_->arm(clock_.now() + options_.term_timeout, [this] {
     if (phase_ != Phase::kTerminating) return;
     for (auto& w : workers_)
       if (w.alive)
         spdlog::warn("rank {} (pid {}) still running {} s after the stop signal; sending SIGKILL",
-                     w.info.rank, w.info.pid, options_.term_timeout_s);
+                     w.info.rank, w.info.pid, base::in_seconds(options_.term_timeout));
     kill_now();
   });
   check_progress();

@@ -53,7 +53,7 @@ void ElasticRendezvous::forward_peer_signal(const rdzv::RoundEnd& end, FailReque
   const auto& handled = options_.signals_to_handle;
   if (std::find(handled.begin(), handled.end(), sig) == handled.end()) return;
   req.signal = sig;
-  req.wait = std::chrono::milliseconds(static_cast<long long>(options_.term_timeout_s * 1000));
+  req.wait = options_.term_timeout;
 }
 
 ElasticRendezvous::ElasticRendezvous(const Options& options)

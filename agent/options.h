@@ -114,23 +114,20 @@ struct Options {
   // the recovery channel; docs/RECOVERY.md; on several nodes the agents
   // keep the generation in step through the store). Each replacement spends one of --max-restarts, as a group restart does.
   RestartScope restart_scope = RestartScope::kGroup;
-  // --recovery-timeout: with rank scope, seconds from a rank's failure until
+  // --recovery-timeout: with rank scope, the time from a rank's failure until
   // every rank (of every node) has joined the new generation (the replacement's
   // start-up included); past it the agent falls back to a group restart.
-  double recovery_timeout_s = 300.0;
+  std::chrono::milliseconds recovery_timeout{300000};
   // --standby-workers: with rank scope only, extra workers started with the
   // group that initialise and wait, rank-less, on their recovery channel; a
   // failed rank's slot goes to one of them (event=assign) instead of a
   // fresh process, and another standby starts once that recovery is over.
   // 0: none, every replacement is spawned (docs/RECOVERY.md).
   int standby_workers = 0;
-  // --monitor-interval: accepted for torchrun compatibility; the agent is
-  // event driven and never polls.
-  double monitor_interval_s = 0.1;
   // --start-method: accepted for torchrun compatibility; always fork+exec.
   std::string start_method = "spawn";
-  // --term-timeout: SIGTERM-to-SIGKILL grace period, seconds.
-  double term_timeout_s = 30.0;
+  // --term-timeout: SIGTERM-to-SIGKILL grace period.
+  std::chrono::milliseconds term_timeout{30000};
   // --heartbeat-timeout / --silence-timeout: hang detection (watchdog/);
   // 0 disables. Not interpreted by the agent itself.
   std::chrono::milliseconds heartbeat_timeout{0};

@@ -181,7 +181,7 @@ void RankRecovery::announce_failure(const std::vector<int>& ranks, int except,
   e.detail = line;
   hooks(std::move(e));
   const int generation = generation_;
-  recovery_timer_->arm(clock_.now() + base::millis_from_seconds(options_.recovery_timeout_s),
+  recovery_timer_->arm(clock_.now() + options_.recovery_timeout,
                        [this, generation] { on_timeout(generation); });
 }
 
@@ -196,7 +196,7 @@ void RankRecovery::on_timeout(int generation) {
                                      : "not joined: rank " + (missing.empty() ? "-" : missing);
   const std::string why = "generation " + std::to_string(generation) +
                           " did not form within --recovery-timeout=" +
-                          fmt::format("{:g}", options_.recovery_timeout_s) + " s (" + not_joined +
+                          fmt::format("{:g}", base::in_seconds(options_.recovery_timeout)) + " s (" + not_joined +
                           ")";
   Failure f;
   f.reason = "rank-scoped recovery failed: " + why;

@@ -78,7 +78,7 @@ std::optional<GroupVerdict> ElasticRendezvous::fail_over(const std::string& why)
   // The successor serves the store once its keep-alive finds the host
   // gone, and at the latest after its workers' teardown: a store that
   // does not come within that has died too (two deaths at once).
-  const Duration term(static_cast<int64_t>(options_.term_timeout_s * 1000));
+  const Duration term(options_.term_timeout);
   store_patience_ = std::min(rdzv_->options().join_timeout,
                              std::max(rdzv_->options().close_timeout, keep_alive_window_) * 2 + term);
   return GroupVerdict{GroupVerdict::kRestart, 0, next};

@@ -181,15 +181,15 @@ void check_seconds(const char* flag, double v, double min) {
 void check_ranges(const RawFlags& f, const agent::Options& o) {
   if (o.node_rank < 0) throw UsageError("--node-rank must be >= 0");
   if (o.max_restarts < 0) throw UsageError("--max-restarts must be >= 0");
-  check_seconds("--monitor-interval", o.monitor_interval_s, 0);
-  check_seconds("--term-timeout", o.term_timeout_s, 0);
+  check_seconds("--monitor-interval", f.monitor_interval_s, 0);
+  check_seconds("--term-timeout", f.term_timeout_s, 0);
   check_seconds("--heartbeat-timeout", f.heartbeat_timeout_s, 0);
   check_seconds("--silence-timeout", f.silence_timeout_s, 0);
   check_seconds("--heartbeat-grace", f.heartbeat_grace_s, 0);
   // -1 is the "not given" default (then the heartbeat or silence timeout).
   if (f.stuck_timeout_s != -1) check_seconds("--stuck-timeout", f.stuck_timeout_s, 0);
   check_seconds("--restart-backoff", f.restart_backoff_s, 0);
-  check_seconds("--recovery-timeout", o.recovery_timeout_s, 0.001);
+  check_seconds("--recovery-timeout", f.recovery_timeout_s, 0.001);
   if (o.standby_workers < 0 || o.standby_workers > 64)
     throw UsageError("--standby-workers=" + std::to_string(o.standby_workers) +
                      ": expected 0 to 64");
@@ -230,6 +230,8 @@ void interpret_hang(const RawFlags& f, agent::Options& o) {
   o.straggler_window = base::millis_from_seconds(f.straggler_window_s);
   o.restart_backoff = base::millis_from_seconds(f.restart_backoff_s);
   o.progress_interval = base::millis_from_seconds(f.progress_interval_s);
+  o.recovery_timeout = base::millis_from_seconds(f.recovery_timeout_s);
+  o.term_timeout = base::millis_from_seconds(f.term_timeout_s);
   // CLI11 checked the words (IsMember); not given: restart where a restart
   // is left.
   using agent::OnHang;

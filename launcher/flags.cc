@@ -96,16 +96,16 @@ void define_flags(CLI::App& app, agent::Options& o, RawFlags& f) {
       "(only that one, and on several nodes only its node replaces it; the others keep their "
       "state and re-form with it, docs/RECOVERY.md) [group]")
       ->check(CLI::IsMember({"group", "rank"}));
-  opt("--recovery-timeout,--recovery_timeout", o.recovery_timeout_s, "PET_RECOVERY_TIMEOUT", T,
+  opt("--recovery-timeout,--recovery_timeout", f.recovery_timeout_s, "PET_RECOVERY_TIMEOUT", T,
       "With --restart-scope=rank: seconds for every rank to join the new generation after a "
       "failure, else a group restart [300]");
   opt("--standby-workers,--standby_workers", o.standby_workers, "PET_STANDBY_WORKERS", T,
       "With --restart-scope=rank: extra workers started with the group that initialise and "
       "wait without a rank; a failed rank's slot goes to one of them instead of a process "
       "started then (recovery in milliseconds; Python scripts: ddprun_recovery.wait_assigned) [0]");
-  opt("--monitor-interval,--monitor_interval", o.monitor_interval_s, "PET_MONITOR_INTERVAL", T,
+  opt("--monitor-interval,--monitor_interval", f.monitor_interval_s, "PET_MONITOR_INTERVAL", T,
       "Accepted for torchrun compatibility; exits are seen at once, nothing polls");
-  opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout_s,
+  opt("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", f.term_timeout_s,
       "PET_TERM_TIMEOUT", T, "Seconds between the stop signal and SIGKILL [30]");
   opt("--signals-to-handle,--signals_to_handle", f.signals, "PET_SIGNALS_TO_HANDLE", T,
       "Signals forwarded to the workers before ddprun exits 128+N [SIGTERM,SIGINT,SIGHUP,SIGQUIT]");

@@ -42,6 +42,11 @@ struct RawFlags {
   double straggler_window_s = 60.0;
   double restart_backoff_s = 0.1;
   double progress_interval_s = 10.0;
+  double recovery_timeout_s = 300.0;
+  double term_timeout_s = 30.0;
+  // --monitor-interval: accepted for torchrun compatibility and checked;
+  // the agent is event driven and never polls.
+  double monitor_interval_s = 0.1;
   // --restart-scope: group or rank.
   std::string restart_scope = "group";
   CommandSpec program;  // -m, --no-python, --run-path

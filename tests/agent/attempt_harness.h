@@ -10,6 +10,7 @@
 
 #include "agent/attempt.h"
 #include "base/clock.h"
+#include "base/duration.h"
 #include "tests/agent/fake_launcher.h"
 #include "tests/common/temp_dir.h"
 
@@ -39,7 +40,7 @@ struct Harness {
                    const std::function<void(ag::Options&)>& tweak = {},
                    const std::function<void(ag::AttemptSetup&)>& tweak_setup = {}) {
     options.command = {"/bin/true"};
-    options.term_timeout_s = term_timeout_s;
+    options.term_timeout = ddprun::base::millis_from_seconds(term_timeout_s);
     options.nproc_per_node = workers;
     if (tweak) tweak(options);
     ag::AttemptSetup setup;

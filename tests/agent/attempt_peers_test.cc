@@ -34,7 +34,7 @@ struct TwoNodes {
             [](ag::Options& o) {
               o.restart_scope = ag::RestartScope::kRank;
               o.max_restarts = 3;
-              o.recovery_timeout_s = 10;
+              o.recovery_timeout = std::chrono::seconds(10);
             },
             [this](ag::AttemptSetup& s) {
               s.round.group_world_size = 2;

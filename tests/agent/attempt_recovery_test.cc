@@ -28,7 +28,7 @@ std::function<void(ag::Options&)> rank_scope(int restarts) {
   return [restarts](ag::Options& o) {
     o.restart_scope = ag::RestartScope::kRank;
     o.max_restarts = restarts;
-    o.recovery_timeout_s = 10;
+    o.recovery_timeout = std::chrono::seconds(10);
   };
 }
 

@@ -18,7 +18,7 @@ Options block_options() {
   Options o;
   o.nproc_per_node = 2;
   o.command = {TEST_WORKER, "block"};
-  o.term_timeout_s = 5;
+  o.term_timeout = std::chrono::seconds(5);
   o.signals_to_handle = {SIGINT, SIGTERM};
   for (char** e = environ; *e; ++e) o.base_env.emplace_back(*e);
   return o;

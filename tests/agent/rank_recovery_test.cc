@@ -130,7 +130,7 @@ struct Fixture {
       : host(workers) {
     options.restart_scope = ag::RestartScope::kRank;
     options.max_restarts = restarts;
-    options.recovery_timeout_s = 10;
+    options.recovery_timeout = std::chrono::seconds(10);
     ag::RecoveryPlace place;
     place.run_id = "unit";
     if (tweak) tweak(options, place);

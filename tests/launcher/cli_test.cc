@@ -51,7 +51,7 @@ TEST_CASE("torchrun's defaults") {
   CHECK(o.rdzv_backend == "static");
   CHECK(o.master_addr == "127.0.0.1");
   CHECK_FALSE(o.master_port.has_value());
-  CHECK(o.term_timeout_s == 30.0);
+  CHECK(o.term_timeout == std::chrono::seconds(30));
   CHECK(o.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
   CHECK(o.command == std::vector<std::string>{"train"});
   CHECK_FALSE(o.is_python);
@@ -246,7 +246,7 @@ TEST_CASE("--flag= with an empty value means the default and never takes the nex
   CHECK(o.command == std::vector<std::string>{"x", "y"});
   // Numbers and on/off flags too: the default, not 0 or the next argument.
   o = parse({"--term-timeout=", "--master-port=", "--stuck-timeout=", "--standalone=", "x"});
-  CHECK(o.term_timeout_s == 30.0);
+  CHECK(o.term_timeout == std::chrono::seconds(30));
   CHECK_FALSE(o.master_port.has_value());
   CHECK_FALSE(o.stuck_timeout.has_value());
   CHECK_FALSE(o.standalone);
