@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <mutex>
 #include <optional>
 
@@ -14,36 +13,39 @@
 
 #include "agent/interactive_line.h"
 #include "agent/live_region.h"
+#include "base/mutex.h"
 
 namespace ddprun::agent {
 
 struct Console::Queue {
   explicit Queue(boost::asio::io_context& io) : io(io) {}
   boost::asio::io_context& io;
-  mutable std::mutex mu;
-  std::condition_variable wake;     // writer: bytes queued or stop
-  std::condition_variable drained;  // drain_until: queue emptied or failed
-  std::string pending;              // appended by the loop, swapped out by the writer
-  size_t in_flight = 0;             // bytes the writer is writing now
-  size_t written = 0;
-  bool stop = false;
-  bool failed = false;              // the console is gone (EPIPE, EIO): discard
+  mutable base::Mutex mu;
+  base::CondVar wake;     // writer: bytes queued or stop
+  base::CondVar drained;  // drain_until: queue emptied or failed
+  std::string pending GUARDED_BY(mu);  // appended by the loop, swapped out by the writer
+  size_t in_flight GUARDED_BY(mu) = 0;  // bytes the writer is writing now
+  size_t written GUARDED_BY(mu) = 0;
+  bool stop GUARDED_BY(mu) = false;
+  bool failed GUARDED_BY(mu) = false;  // the console is gone (EPIPE, EIO): discard
   // The source whose line is open (write_line() from other threads ends it
   // too, so it lives under mu) and the one a typed line ended.
-  const void* open = nullptr;
-  const void* typed_over = nullptr;
-  std::vector<std::function<void()>> waiting;  // resumes, run on the loop
-  LiveRegion live;  // terminal only: the progress bars' lines
+  const void* open GUARDED_BY(mu) = nullptr;
+  const void* typed_over GUARDED_BY(mu) = nullptr;
+  std::vector<std::function<void()>> waiting GUARDED_BY(mu);  // resumes, run on the loop
+  LiveRegion live GUARDED_BY(mu);  // terminal only: the progress bars' lines
   // Raw passthrough: the source whose readline has the keyboard, its line,
   // and whether that line is on the screen (the cursor in it, below the
   // bars when they are drawn).
-  const void* ia_source = nullptr;
-  std::optional<InteractiveLine> ia;
-  bool ia_shown = false;
+  const void* ia_source GUARDED_BY(mu) = nullptr;
+  std::optional<InteractiveLine> ia GUARDED_BY(mu);
+  bool ia_shown GUARDED_BY(mu) = false;
 
+  // Everything queued is written (or never will be).
+  bool idle() const REQUIRES(mu) { return failed || (pending.empty() && in_flight == 0); }
   // Before other output: the interactive line's row is cleared and the
   // cursor goes where the region (or the next line) expects it.
-  void take_down() {
+  void take_down() REQUIRES(mu) {
     if (!ia_source || !ia_shown) return;
     pending += "\r\x1b[K";
     if (live.drawn() > 0) pending += "\x1b[A";  // to the bars' last line
@@ -51,7 +53,7 @@ struct Console::Queue {
     if (open == ia_source) open = nullptr;
   }
   // After it: the interactive line drawn again, last on the screen.
-  void bring_up() {
+  void bring_up() REQUIRES(mu) {
     if (!ia_source || ia_shown) return;
     if (open) {
       pending += '\n';  // another source's prompt line ends above it
@@ -102,7 +104,7 @@ void Console::wake_writer() {
 
 Console::~Console() {
   {
-    std::lock_guard<std::mutex> lk(q_->mu);
+    base::MutexLock lk(q_->mu);
     q_->stop = true;
     // A writer left stuck below must never post a resume to the loop,
     // which goes away with the agent (TSan: SEGV in post() at exit once
@@ -124,9 +126,9 @@ Console::~Console() {
 
 void Console::writer_main(std::shared_ptr<Queue> q, int fd) {
   std::string batch;
-  std::unique_lock<std::mutex> lk(q->mu);
+  base::MutexLock lk(q->mu);
   for (;;) {
-    q->wake.wait(lk, [&] { return !q->pending.empty() || q->stop; });
+    while (q->pending.empty() && !q->stop) q->wake.wait(q->mu);
     if (q->pending.empty()) return;  // stopping, nothing left
     batch.clear();
     batch.swap(q->pending);
@@ -153,7 +155,7 @@ void Console::write(const void* source, std::string_view bytes, bool leaves_line
   if (bytes.empty()) return;
   bool was_empty;
   {
-    std::lock_guard<std::mutex> lk(q_->mu);
+    base::MutexLock lk(q_->mu);
     if (q_->failed) {
       q_->open = nullptr;
       return;
@@ -180,7 +182,7 @@ void Console::write(const void* source, std::string_view bytes, bool leaves_line
 bool Console::write_line(std::string_view line) {
   bool was_empty;
   {
-    std::lock_guard<std::mutex> lk(q_->mu);
+    base::MutexLock lk(q_->mu);
     if (q_->failed) return false;
     if (q_->pending.size() + q_->in_flight + line.size() > kHighWater + kLogRoom) return false;
     was_empty = q_->pending.empty();
@@ -200,12 +202,12 @@ bool Console::write_line(std::string_view line) {
 }
 
 const void* Console::open_line() const {
-  std::lock_guard<std::mutex> lk(q_->mu);
+  base::MutexLock lk(q_->mu);
   return q_->open;
 }
 
 bool Console::holds_line(const void* source) const {
-  std::lock_guard<std::mutex> lk(q_->mu);
+  base::MutexLock lk(q_->mu);
   return q_->open == source || q_->live.holds(source);
 }
 
@@ -213,7 +215,7 @@ void Console::write_untouched(std::string_view bytes) {
   if (bytes.empty()) return;
   bool was_empty;
   {
-    std::lock_guard<std::mutex> lk(q_->mu);
+    base::MutexLock lk(q_->mu);
     if (q_->failed) return;
     was_empty = q_->pending.empty();
     q_->pending.append(bytes.data(), bytes.size());
@@ -226,7 +228,7 @@ void Console::begin_interactive(const void* source, std::string prefix, std::str
                                 std::optional<size_t> shown, const void* companion) {
   bool was_empty;
   {
-    std::lock_guard<std::mutex> lk(q_->mu);
+    base::MutexLock lk(q_->mu);
     was_empty = q_->pending.empty();
     if (q_->ia_source && q_->ia_source != source && q_->ia_shown && q_->open == q_->ia_source) {
       q_->pending += '\n';  // the previous one's prompt stays where it is
@@ -259,7 +261,7 @@ void Console::begin_interactive(const void* source, std::string prefix, std::str
 bool Console::write_interactive(const void* source, std::string_view bytes) {
   bool was_empty;
   {
-    std::lock_guard<std::mutex> lk(q_->mu);
+    base::MutexLock lk(q_->mu);
     if (q_->ia_source != source) return false;
     if (q_->failed || bytes.empty()) return true;
     was_empty = q_->pending.empty();
@@ -292,7 +294,7 @@ bool Console::write_interactive(const void* source, std::string_view bytes) {
 void Console::end_interactive(const void* source) {
   bool queued = false;
   {
-    std::lock_guard<std::mutex> lk(q_->mu);
+    base::MutexLock lk(q_->mu);
     if (q_->ia_source != source) return;
     if (q_->open == source) {
       q_->pending += '\n';  // a prompt left open (the worker died in it) ends here
@@ -307,26 +309,26 @@ void Console::end_interactive(const void* source) {
 }
 
 void Console::line_typed() {
-  std::lock_guard<std::mutex> lk(q_->mu);
+  base::MutexLock lk(q_->mu);
   if (q_->open) q_->typed_over = q_->open;
   q_->open = nullptr;
   q_->live.cursor_moved();
 }
 
 bool Console::take_typed_over(const void* source) {
-  std::lock_guard<std::mutex> lk(q_->mu);
+  base::MutexLock lk(q_->mu);
   if (q_->typed_over != source) return false;
   q_->typed_over = nullptr;
   return true;
 }
 
 bool Console::full() const {
-  std::lock_guard<std::mutex> lk(q_->mu);
+  base::MutexLock lk(q_->mu);
   return !q_->failed && q_->pending.size() + q_->in_flight >= kHighWater;
 }
 
 void Console::when_room(std::function<void()> resume) {
-  std::lock_guard<std::mutex> lk(q_->mu);
+  base::MutexLock lk(q_->mu);
   if (q_->failed || q_->pending.size() < kHighWater / 2) {
     boost::asio::post(io_, std::move(resume));
     return;
@@ -335,27 +337,25 @@ void Console::when_room(std::function<void()> resume) {
 }
 
 bool Console::drain_until(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lk(q_->mu);
-  auto idle = [&] { return q_->failed || (q_->pending.empty() && q_->in_flight == 0); };
-  while (!idle()) {
+  base::MutexLock lk(q_->mu);
+  while (!q_->idle()) {
     // The writer notifies when it has emptied the queue; in_flight turns 0
     // just after, so wake up now and then to see it.
-    if (q_->drained.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() +
-                                                          std::chrono::milliseconds(20))) ==
-            std::cv_status::timeout &&
+    if (!q_->drained.wait_until(q_->mu, std::min(deadline, std::chrono::steady_clock::now() +
+                                                              std::chrono::milliseconds(20))) &&
         std::chrono::steady_clock::now() >= deadline)
       break;
   }
-  return idle();
+  return q_->idle();
 }
 
 size_t Console::bytes_queued() const {
-  std::lock_guard<std::mutex> lk(q_->mu);
+  base::MutexLock lk(q_->mu);
   return q_->failed ? 0 : q_->pending.size() + q_->in_flight;
 }
 
 size_t Console::bytes_written() const {
-  std::lock_guard<std::mutex> lk(q_->mu);
+  base::MutexLock lk(q_->mu);
   return q_->written;
 }
 

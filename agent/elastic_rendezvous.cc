@@ -208,7 +208,7 @@ RoundInfo ElasticRendezvous::next_round(int) {
   drain_ = false;
   uint64_t generation;
   {  // after the resets: whoever sees the new generation sees them too
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     remote_end_.reset();
     generation = ++generation_;
   }
@@ -294,7 +294,7 @@ void ElasticRendezvous::linger_after_failed_join() {
 
 void ElasticRendezvous::on_round_end(uint64_t generation, const rdzv::RoundEnd& end) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     if (generation != generation_ || remote_end_) return;
     remote_end_ = end;
   }
@@ -321,7 +321,7 @@ FailRequest ElasticRendezvous::fail_request(const rdzv::RoundEnd& end) const {
 void ElasticRendezvous::apply_end(uint64_t generation) {
   std::optional<rdzv::RoundEnd> end;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     if (generation != generation_) return;
     end = remote_end_;
   }
@@ -339,7 +339,7 @@ void ElasticRendezvous::workers_started(const AttemptInfo&, AttemptControl& cont
   control_attempt_ = &control;
   uint64_t generation;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     generation = generation_;
   }
   apply_end(generation);  // a round that ended before the workers were up

@@ -38,7 +38,6 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -49,6 +48,7 @@
 #include "agent/rendezvous_store.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/store_host.h"
+#include "base/mutex.h"
 #include "rendezvous/canceller.h"
 #include "rendezvous/job_protocol.h"
 #include "rendezvous/rendezvous.h"
@@ -175,9 +175,9 @@ class ElasticRendezvous : public RendezvousHandler, public AgentHooks {
   bool reconnect_ = false;  // the store was lost and reached again: fresh connections
   bool store_closed_ = false;  // the round's end said its host left with the store
 
-  std::mutex mu_;  // guards the two below (written by KeepAlive's thread)
-  uint64_t generation_ = 0;
-  std::optional<rendezvous::RoundEnd> remote_end_;
+  base::Mutex mu_;  // the two below are written by KeepAlive's thread too
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
+  std::optional<rendezvous::RoundEnd> remote_end_ GUARDED_BY(mu_);
 };
 
 }  // namespace ddprun::agent

@@ -156,7 +156,7 @@ bool ElasticRendezvous::exit_barrier() {
       store_error = e.what();
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      base::MutexLock lock(mu_);
       if (remote_end_ && (remote_end_->kind == rdzv::RoundEnd::kPeerDead ||
                           remote_end_->kind == rdzv::RoundEnd::kStoreLost))
         throw RendezvousError("while waiting for the other nodes to finish: " +
@@ -184,13 +184,13 @@ GroupVerdict ElasticRendezvous::group_ended(GroupOutcome outcome) {
   struct Bump {
     ElasticRendezvous* self;
     ~Bump() {
-      std::lock_guard<std::mutex> lock(self->mu_);
+      base::MutexLock lock(self->mu_);
       ++self->generation_;
     }
   } bump{this};
   std::optional<rdzv::RoundEnd> end;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(mu_);
     end = remote_end_;
   }
   auto record_failed = [&] {

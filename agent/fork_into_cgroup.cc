@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
+
+#include "base/mutex.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define DDPRUN_TSAN 1
@@ -54,8 +55,8 @@ struct Start {
 // mprotect) sent a TLB shoot-down to their CPUs, an interrupt that leaves a
 // virtual machine (docs/BENCHMARKS.md, "one child stack").
 struct ChildStack {
-  std::mutex mu;
-  void* mapping = MAP_FAILED;  // the guard page, then kChildStack
+  base::Mutex mu;
+  void* mapping GUARDED_BY(mu) = MAP_FAILED;  // the guard page, then kChildStack
 };
 
 ChildStack& child_stack() {
@@ -121,7 +122,7 @@ pid_t start_in_cgroup(int cgroup_dir_fd, ChildMain child, const void* arg, bool*
   // glibc has no clone3 wrapper (nor the wheel's 2.34 floor).
 #if defined(DDPRUN_SHARED_MEMORY_CHILD)
   ChildStack& stack = child_stack();
-  std::unique_lock<std::mutex> lock(stack.mu);
+  base::MutexLock lock(stack.mu);
   if (stack.mapping == MAP_FAILED && clone3_works.load(std::memory_order_relaxed)) {
     void* m = mmap(nullptr, kChildStack + 4096, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);

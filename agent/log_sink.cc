@@ -1,18 +1,30 @@
 #include "agent/log_sink.h"
 
+#include <spdlog/pattern_formatter.h>
 #include <unistd.h>
 
 #include "base/contract.h"
 
 namespace ddprun::agent {
 
+LogSink::LogSink() : formatter_(std::make_unique<spdlog::pattern_formatter>()) {}
+
+void LogSink::set_pattern(const std::string& pattern) {
+  set_formatter(std::make_unique<spdlog::pattern_formatter>(pattern));
+}
+
+void LogSink::set_formatter(std::unique_ptr<spdlog::formatter> formatter) {
+  base::MutexLock lock(mu_);
+  formatter_ = std::move(formatter);
+}
+
 void LogSink::attach_console(std::shared_ptr<Console> console) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mu_);
   console_ = std::move(console);
 }
 
 void LogSink::attach_file(base::ScopedFd file) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mu_);
   file_ = base::QueuedFile();
   if (file) {
     // No on_error: the writer must not log (its line would come back here).
@@ -32,7 +44,7 @@ void LogSink::attach_file(base::ScopedFd file) {
 void LogSink::close_file(std::chrono::steady_clock::time_point deadline) {
   std::unique_ptr<base::QueuedWriter> writer;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mu_);
     file_ = base::QueuedFile();
     writer = std::move(writer_);
   }
@@ -45,11 +57,12 @@ void LogSink::close_file(std::chrono::steady_clock::time_point deadline) {
 }
 
 size_t LogSink::lines_not_shown() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mu_);
   return not_shown_;
 }
 
-void LogSink::sink_it_(const spdlog::details::log_msg& msg) {
+void LogSink::log(const spdlog::details::log_msg& msg) {
+  base::MutexLock lock(mu_);
   spdlog::memory_buf_t line;
   formatter_->format(msg, line);
   const std::string_view text(line.data(), line.size());

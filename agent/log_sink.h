@@ -14,25 +14,28 @@
 // the file (base/queued_writer.h), so a stalled log folder stalls no
 // thread that logs either.
 //
-// Thread safety: every method on any thread (spdlog's sink mutex).
+// Thread safety: every method on any thread (one mutex, mu_). A sink of
+// its own rather than spdlog's base_sink<Mutex>: spdlog's compiled library
+// instantiates that for std::mutex only, which the analysis cannot see.
 #pragma once
 
-#include <spdlog/sinks/base_sink.h>
+#include <spdlog/formatter.h>
+#include <spdlog/sinks/sink.h>
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "agent/console.h"
+#include "base/mutex.h"
 #include "base/queued_writer.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::agent {
 
-class LogSink : public spdlog::sinks::base_sink<std::mutex> {
+class LogSink : public spdlog::sinks::sink {
  public:
-  LogSink() = default;
+  LogSink();
   // `console` null: back to stderr directly.
   void attach_console(std::shared_ptr<Console> console);
   // Every line from now on is appended to `file` too (an invalid fd: none).
@@ -43,20 +46,24 @@ class LogSink : public spdlog::sinks::base_sink<std::mutex> {
   // Lines the console had no room for.
   size_t lines_not_shown();
 
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override;
-  void flush_() override {}
+  // spdlog::sinks::sink
+  void log(const spdlog::details::log_msg& msg) override;
+  void flush() override {}
+  void set_pattern(const std::string& pattern) override;
+  void set_formatter(std::unique_ptr<spdlog::formatter> formatter) override;
 
  private:
-  std::shared_ptr<Console> console_;
-  std::unique_ptr<base::QueuedWriter> writer_;  // made by attach_file
-  base::QueuedFile file_;
-  size_t not_shown_ = 0;
+  base::Mutex mu_;
+  std::unique_ptr<spdlog::formatter> formatter_ GUARDED_BY(mu_);
+  std::shared_ptr<Console> console_ GUARDED_BY(mu_);
+  std::unique_ptr<base::QueuedWriter> writer_ GUARDED_BY(mu_);  // made by attach_file
+  base::QueuedFile file_ GUARDED_BY(mu_);
+  size_t not_shown_ GUARDED_BY(mu_) = 0;
   // Lines logged before attach_file, kept for the file (bounded: a run
   // without --log-dir never attaches one).
   static constexpr size_t kEarlyBytes = 64 * 1024;
-  std::string early_;
-  bool early_closed_ = false;
+  std::string early_ GUARDED_BY(mu_);
+  bool early_closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ddprun::agent

@@ -26,16 +26,30 @@ class CAPABILITY("mutex") Mutex {
   std::mutex mu_;
 };
 
-// Holds `mu` from construction to destruction.
+// Holds `mu` from construction to destruction, unless let go early:
+// unlock() for a slow call that must not hold it (a write, a callback),
+// lock() to take it back; the destructor releases it only if held.
 class SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-  ~MutexLock() RELEASE() { mu_.unlock(); }
+  ~MutexLock() RELEASE() {
+    if (held_) mu_.unlock();
+  }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
+  void unlock() RELEASE() {
+    mu_.unlock();
+    held_ = false;
+  }
+  void lock() ACQUIRE() {
+    mu_.lock();
+    held_ = true;
+  }
+
  private:
   Mutex& mu_;
+  bool held_ = true;
 };
 
 // Waits take the Mutex the caller holds and return with it held, as

@@ -3,15 +3,18 @@
 #include <errno.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <deque>
 #include <exception>
 #include <mutex>
 #include <vector>
 
+#include "base/mutex.h"
+
 namespace ddprun::base {
 namespace queued_writer_detail {
 
+// Once added, the fields from `pending` on are guarded by its State's
+// `mu`: not annotated, as a File cannot name another object's mutex.
 struct File {
   ScopedFd fd;  // touched by the writer thread only, once added
   std::string name;
@@ -38,22 +41,24 @@ struct Job {
 struct State {
   size_t max_queued = 0;
   std::function<void(const std::string&)> on_error;
-  std::mutex mu;
-  std::condition_variable wake;  // the thread: work queued, or stop
-  std::condition_variable idle;  // flush(): a write or a job finished
-  std::deque<std::shared_ptr<File>> ready;  // files with bytes (or a close) to do
-  std::vector<std::shared_ptr<File>> files;  // every file not yet closed
-  std::deque<Job> jobs;
-  size_t job_bytes = 0;
-  std::string running_job;  // its name while one runs
-  bool job_running = false;
-  File* writing = nullptr;
-  bool stop = false;     // close(): nothing more is taken
-  bool abandon = false;  // close() past its deadline: the thread leaves
+  Mutex mu;
+  CondVar wake;  // the thread: work queued, or stop
+  CondVar idle;  // flush(): a write or a job finished
+  std::deque<std::shared_ptr<File>> ready GUARDED_BY(mu);  // files with bytes (or a close) to do
+  std::vector<std::shared_ptr<File>> files GUARDED_BY(mu);  // every file not yet closed
+  std::deque<Job> jobs GUARDED_BY(mu);
+  size_t job_bytes GUARDED_BY(mu) = 0;
+  std::string running_job GUARDED_BY(mu);  // its name while one runs
+  bool job_running GUARDED_BY(mu) = false;
+  File* writing GUARDED_BY(mu) = nullptr;
+  bool stop GUARDED_BY(mu) = false;     // close(): nothing more is taken
+  bool abandon GUARDED_BY(mu) = false;  // close() past its deadline: the thread leaves
 
-  bool drained() const { return ready.empty() && jobs.empty() && !job_running && !writing; }
-  // Under mu: queue `f` for the thread unless it is queued or being written.
-  void make_ready(const std::shared_ptr<File>& f) {
+  bool drained() const REQUIRES(mu) {
+    return ready.empty() && jobs.empty() && !job_running && !writing;
+  }
+  // Queue `f` for the thread unless it is queued or being written.
+  void make_ready(const std::shared_ptr<File>& f) REQUIRES(mu) {
     if (f->in_ready || f->writing) return;
     f->in_ready = true;
     ready.push_back(f);
@@ -85,7 +90,7 @@ QueuedFile& QueuedFile::operator=(QueuedFile&& other) noexcept {
 void QueuedFile::release() {
   if (!file_) return;
   {
-    std::lock_guard<std::mutex> lk(state_->mu);
+    MutexLock lk(state_->mu);
     file_->released = true;
     if (!state_->stop) state_->make_ready(file_);  // the thread closes it
   }
@@ -95,7 +100,7 @@ void QueuedFile::release() {
 
 void QueuedFile::write(std::string_view bytes) {
   if (!file_ || bytes.empty()) return;
-  std::lock_guard<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   File& f = *file_;
   if (f.error) return;
   if (state_->stop || f.dropping ||
@@ -120,31 +125,31 @@ void QueuedFile::write(std::string_view bytes) {
 
 int QueuedFile::error() const {
   if (!file_) return 0;
-  std::lock_guard<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   return file_->error;
 }
 
 std::string QueuedFile::take_unwritten() {
   if (!file_) return "";
-  std::lock_guard<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   return std::move(file_->unwritten);
 }
 
 size_t QueuedFile::queued() const {
   if (!file_) return 0;
-  std::lock_guard<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   return file_->pending.size() + file_->in_flight;
 }
 
 size_t QueuedFile::written() const {
   if (!file_) return 0;
-  std::lock_guard<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   return file_->written;
 }
 
 size_t QueuedFile::dropped() const {
   if (!file_) return 0;
-  std::lock_guard<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   return file_->dropped;
 }
 
@@ -186,14 +191,14 @@ QueuedFile QueuedWriter::add(ScopedFd fd, std::string name,
   if (!notice) notice = [n = name](size_t dropped) { return drop_notice(dropped, n); };
   f->name = std::move(name);
   f->notice = std::move(notice);
-  std::lock_guard<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   if (!state_->stop) state_->files.push_back(f);
   return QueuedFile(state_, std::move(f));
 }
 
 bool QueuedWriter::run(std::string name, size_t bytes, std::function<void()> job) {
   start_thread();
-  std::unique_lock<std::mutex> lk(state_->mu);
+  MutexLock lk(state_->mu);
   if (state_->stop || state_->job_bytes + bytes > state_->max_queued) {
     lk.unlock();
     if (options_.on_error) options_.on_error("not written: " + name + " (its writer did not keep up)");
@@ -206,8 +211,11 @@ bool QueuedWriter::run(std::string name, size_t bytes, std::function<void()> job
 }
 
 bool QueuedWriter::flush(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lk(state_->mu);
-  return state_->idle.wait_until(lk, deadline, [&] { return state_->drained(); });
+  MutexLock lk(state_->mu);
+  while (!state_->drained()) {
+    if (!state_->idle.wait_until(state_->mu, deadline)) return state_->drained();
+  }
+  return true;
 }
 
 std::string QueuedWriter::close(std::chrono::steady_clock::time_point deadline) {
@@ -216,14 +224,14 @@ std::string QueuedWriter::close(std::chrono::steady_clock::time_point deadline) 
   // Never started: nothing was ever queued, and nothing will be.
   std::call_once(started_, [] {});
   if (!thread_.joinable()) {
-    std::lock_guard<std::mutex> lk(state_->mu);
+    MutexLock lk(state_->mu);
     state_->stop = true;
     return "";
   }
   (void)flush(deadline);
   std::string left;
   {
-    std::lock_guard<std::mutex> lk(state_->mu);
+    MutexLock lk(state_->mu);
     state_->stop = true;  // nothing more comes: drained() is final, or the thread is busy
     if (!state_->drained()) {
       state_->abandon = true;
@@ -255,9 +263,9 @@ std::string QueuedWriter::close(std::chrono::steady_clock::time_point deadline) 
 
 void QueuedWriter::thread_main(std::shared_ptr<State> s) {
   std::string batch;
-  std::unique_lock<std::mutex> lk(s->mu);
+  MutexLock lk(s->mu);
   for (;;) {
-    s->wake.wait(lk, [&] { return s->abandon || s->stop || !s->ready.empty() || !s->jobs.empty(); });
+    while (!(s->abandon || s->stop || !s->ready.empty() || !s->jobs.empty())) s->wake.wait(s->mu);
     if (s->abandon) return;
     if (!s->jobs.empty()) {
       queued_writer_detail::Job job = std::move(s->jobs.front());

@@ -32,11 +32,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "base/contract.h"
+#include "base/mutex.h"
 #include "base/scoped_fd.h"
 #include "watchdog/heartbeat_wire.h"
 
@@ -119,7 +119,7 @@ class HeartbeatClient {
     try {
       const std::string key = section_name(name);
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        base::MutexLock lock(mu_);
         int& depth = open_sections_[key];
         const int before = depth;
         depth = start ? depth + 1 : (depth > 0 ? depth - 1 : 0);
@@ -149,8 +149,8 @@ class HeartbeatClient {
   }
 
   base::ScopedFd fd_;
-  std::mutex mu_;
-  std::map<std::string, int> open_sections_;  // guarded by mu_
+  base::Mutex mu_;
+  std::map<std::string, int> open_sections_ GUARDED_BY(mu_);
   int64_t rank_ = 0;
   sockaddr_un addr_{};
   socklen_t addr_len_ = 0;

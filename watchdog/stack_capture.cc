@@ -201,19 +201,19 @@ bool python_faulthandler_enabled(pid_t pid) {
 }
 
 void CaptureCancel::cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   cancelled_ = true;
   if (running_ > 0) ::kill(-running_, SIGKILL);
 }
 
 bool CaptureCancel::start(pid_t pgid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   running_ = pgid;
   return !cancelled_;
 }
 
 void CaptureCancel::finish() {
-  std::lock_guard<std::mutex> lock(mu_);
+  base::MutexLock lock(mu_);
   running_ = 0;
 }
 

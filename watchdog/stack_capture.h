@@ -39,8 +39,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <string>
+
+#include "base/mutex.h"
 
 namespace ddprun::watchdog {
 
@@ -101,9 +102,11 @@ class CaptureCancel {
   void finish();
 
  private:
-  std::mutex mu_;
+  base::Mutex mu_;
+  // Atomic for cancelled(), and set under mu_ so that start() either sees
+  // it or leaves running_ for cancel() to kill.
   std::atomic<bool> cancelled_{false};
-  pid_t running_ = 0;  // guarded by mu_
+  pid_t running_ GUARDED_BY(mu_) = 0;
 };
 
 // True when `pid` runs Python with faulthandler enabled (reads
