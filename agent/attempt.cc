@@ -57,7 +57,7 @@ Attempt::Attempt(boost::asio::io_context& io, base::Clock& clock, ProcessLaunche
 }
 
 Attempt::~Attempt() {
-  *alive_ = false;
+  alive_.revoke();
   for (auto* list : {&workers_, &standbys_.workers()})
     for (auto& w : *list) launcher_.release(w.info.pid);
 }

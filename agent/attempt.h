@@ -48,6 +48,7 @@
 #include "agent/worker_process.h"
 #include "agent/worker_streams.h"
 #include "base/clock.h"
+#include "base/liveness.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::agent {
@@ -212,7 +213,7 @@ class Attempt : public AttemptControl, private RecoveryHost, private StandbySpaw
   std::vector<Worker> retired_;  // replaced workers: their pumps drain to EOF
   StandbyPool standbys_;         // --standby-workers
   AttemptResult result_;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  base::Liveness alive_;
 };
 
 }  // namespace ddprun::agent

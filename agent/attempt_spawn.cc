@@ -104,8 +104,8 @@ Attempt::Worker Attempt::spawn_worker(int lr, int standby, bool replacement) {
   if (channel.agent) {
     worker.channel = std::move(channel.agent);
     // By slot, not `lr`: a standby's packets count for the rank it became.
-    worker.channel->start([this, slot = worker.slot, alive = alive_](std::string_view packet) {
-      if (*alive && *slot >= 0) recovery_.on_packet(*slot, packet);
+    worker.channel->start([this, slot = worker.slot, alive = alive_.token()](std::string_view packet) {
+      if (alive && *slot >= 0) recovery_.on_packet(*slot, packet);
     });
   }
   return worker;
@@ -121,8 +121,8 @@ void Attempt::forward_input(Worker& worker, WorkerStreams& streams) {
     out->set_before_console([forwarder = setup_.stdin_forwarder, pid = w.pid] {
       forwarder->output_from(pid);
     });
-    set_interactive = [out, err = worker.err.get(), alive = alive_](bool on) {
-      if (*alive) out->set_interactive(on, err);
+    set_interactive = [out, err = worker.err.get(), alive = alive_.token()](bool on) {
+      if (alive) out->set_interactive(on, err);
     };
   }
   setup_.stdin_forwarder->add_target(w.rank, w.pid, std::move(streams.input),
@@ -200,11 +200,11 @@ std::unique_ptr<OutputPump> Attempt::make_pump(const WorkerInfo& w, std::shared_
   }
   // Pumps are closed in finish(), but a callback may already be queued on
   // the loop when the attempt is destroyed: `alive` tells.
-  c.on_eof = [this, alive = alive_] {
-    if (*alive) check_progress();
+  c.on_eof = [this, alive = alive_.token()] {
+    if (alive) check_progress();
   };
-  c.on_log_error = [this, slot, alive = alive_](const std::string& path, int err) {
-    if (!*alive) return;
+  c.on_log_error = [this, slot, alive = alive_.token()](const std::string& path, int err) {
+    if (!alive) return;
     const int lr = *slot;
     std::string error = base::errno_text(err);
     spdlog::warn("cannot write {}: {}; its output goes on to the console", path, error);

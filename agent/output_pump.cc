@@ -21,8 +21,6 @@ OutputPump::OutputPump(boost::asio::io_context& io, base::ScopedFd read_fd, Pump
   }
 }
 
-OutputPump::~OutputPump() { *alive_ = false; }
-
 void OutputPump::start() { read_more(); }
 
 void OutputPump::set_lossy() {
@@ -35,8 +33,8 @@ void OutputPump::set_lossy() {
 
 void OutputPump::read_more() {
   pipe_.async_read_some(boost::asio::buffer(buf_),
-                        [this, alive = alive_](const boost::system::error_code& ec, size_t n) {
-                          if (!*alive || !open_) return;
+                        [this, alive = alive_.token()](const boost::system::error_code& ec, size_t n) {
+                          if (!alive || !open_) return;
                           if (n > 0) handle(buf_.data(), n);
                           // EOF; EIO from a pseudo-terminal whose worker side closed.
                           if (ec) {
@@ -46,7 +44,7 @@ void OutputPump::read_more() {
                           if (!lossy_ && config_.console && config_.console->full()) {
                             paused_ = true;  // back-pressure: the worker waits, not the agent
                             config_.console->when_room([this, alive] {
-                              if (!*alive || !open_ || !paused_) return;
+                              if (!alive || !open_ || !paused_) return;
                               paused_ = false;
                               read_more();
                             });
@@ -190,8 +188,8 @@ void OutputPump::arm_quiet_timer() {
   if (quiet_armed_) return;
   quiet_armed_ = true;
   quiet_.expires_at(last_data_ + kQuiet);
-  quiet_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
-    if (!*alive) return;
+  quiet_.async_wait([this, alive = alive_.token()](const boost::system::error_code& ec) {
+    if (!alive) return;
     quiet_armed_ = false;
     if (ec || !open_ || interactive_ || splitter_.pending() == 0) return;
     if (std::chrono::steady_clock::now() < last_data_ + kQuiet) {

@@ -33,6 +33,7 @@
 
 #include "agent/console.h"
 #include "agent/line_splitter.h"
+#include "base/liveness.h"
 #include "base/queued_writer.h"
 #include "base/scoped_fd.h"
 
@@ -66,7 +67,6 @@ class OutputPump {
 
   // Takes ownership of `read_fd`.
   OutputPump(boost::asio::io_context& io, base::ScopedFd read_fd, PumpConfig config);
-  ~OutputPump();
   OutputPump(const OutputPump&) = delete;
   OutputPump& operator=(const OutputPump&) = delete;
 
@@ -130,8 +130,9 @@ class OutputPump {
   std::string line_;  // the bytes after the last newline (for set_interactive)
   bool open_ = true;
   // Handlers may run after this object is gone (aborted operations are
-  // still delivered); they check this flag first.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  // still delivered); they check this first. Last, so it clears before the
+  // other members go.
+  base::Liveness alive_;
 };
 
 }  // namespace ddprun::agent

@@ -30,8 +30,6 @@ RankRecovery::RankRecovery(RecoveryHost& host, base::Clock& clock, const Options
       recovery_timer_(clock.make_timer()),
       victim_timer_(clock.make_timer()) {}
 
-RankRecovery::~RankRecovery() { *alive_ = false; }
-
 int RankRecovery::restarts_left() const {
   return options_.max_restarts - place_.restart_count - rank_restarts_;
 }

@@ -42,6 +42,7 @@
 #include "agent/rendezvous_handler.h"
 #include "agent/spawn.h"
 #include "base/clock.h"
+#include "base/liveness.h"
 
 namespace ddprun::agent {
 
@@ -90,7 +91,6 @@ class RankRecovery {
   // `host`, `clock`, `options`, `io` and the hooks must outlive it.
   RankRecovery(RecoveryHost& host, base::Clock& clock, const Options& options, RecoveryPlace place,
                std::vector<AgentHooks*> hooks, boost::asio::io_context& io);
-  ~RankRecovery();
   RankRecovery(const RankRecovery&) = delete;
   RankRecovery& operator=(const RankRecovery&) = delete;
 
@@ -173,7 +173,8 @@ class RankRecovery {
   std::unique_ptr<base::Timer> recovery_timer_;  // --recovery-timeout
   std::unique_ptr<base::Timer> victim_timer_;    // a hung rank's traceback wait, then SIGKILL
   std::unique_ptr<PeerRecovery> peers_;          // several nodes only
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  // Posted peer news checks it. Last, so it clears before the other members go.
+  base::Liveness alive_;
 };
 
 }  // namespace ddprun::agent

@@ -30,9 +30,9 @@ void RankRecovery::start_peers() {
   if (!multi_node()) return;
   PeerRecovery::Place place{place_.round.open_agents_store, place_.run_id, place_.round.round,
                             place_.round.group_world_size};
-  auto post = [&io = io_, alive = alive_](std::function<void()> fn) {
+  auto post = [&io = io_, alive = alive_.token()](std::function<void()> fn) {
     boost::asio::post(io, [alive, fn = std::move(fn)] {
-      if (*alive) fn();
+      if (alive) fn();
     });
   };
   PeerRecovery::Handlers h;

@@ -32,7 +32,7 @@ RecoveryChannel::RecoveryChannel(boost::asio::io_context& io, base::ScopedFd fd)
     : sock_(io, fd.release()) {}
 
 RecoveryChannel::~RecoveryChannel() {
-  *alive_ = false;
+  alive_.revoke();
   close();
 }
 
@@ -44,8 +44,8 @@ void RecoveryChannel::start(OnPacket on_packet) {
 void RecoveryChannel::wait() {
   if (!sock_.is_open()) return;
   sock_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                   [this, alive = alive_](const boost::system::error_code& ec) {
-                     if (!*alive || ec) return;
+                   [this, alive = alive_.token()](const boost::system::error_code& ec) {
+                     if (!alive || ec) return;
                      read_ready();
                    });
 }
@@ -69,9 +69,9 @@ void RecoveryChannel::read_ready() {
                     base::recovery_wire::kMaxPacketBytes);
       continue;
     }
-    auto alive = alive_;
+    auto alive = alive_.token();
     if (on_packet_) on_packet_(std::string_view(buf.data(), static_cast<size_t>(n)));
-    if (!*alive || !sock_.is_open()) return;  // the callback closed or destroyed us
+    if (!alive || !sock_.is_open()) return;  // the callback closed or destroyed us
   }
   wait();
 }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string_view>
 
+#include "base/liveness.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::agent {
@@ -54,7 +55,7 @@ class RecoveryChannel {
   boost::asio::posix::stream_descriptor sock_;
   OnPacket on_packet_;
   // False once destroyed: a readiness handler still queued must not land.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  base::Liveness alive_;
 };
 
 struct RecoveryChannel::Pair {

@@ -13,6 +13,7 @@
 
 #include "agent/elastic_rendezvous.h"
 #include "base/scoped_fd.h"
+#include "rendezvous/client.h"
 
 namespace ddprun::agent {
 namespace {
@@ -20,11 +21,6 @@ namespace {
 namespace rdzv = rendezvous;
 using rdzv::Duration;
 using Clock = std::chrono::steady_clock;
-
-std::string host_port(const std::string& host, uint16_t port) {
-  const bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
 
 }  // namespace
 
@@ -57,7 +53,7 @@ bool ElasticRendezvous::take_over_store() {
   took_over_ = true;
   spdlog::warn("the store's host at {} is gone; this node takes the store over at {} "
                "(succession, docs/multinode.md)",
-               store_addr_, host_port(round_->successor->addr, port_));
+               store_addr_, rdzv::format_host_port(round_->successor->addr, port_));
   return true;
 }
 
@@ -69,7 +65,7 @@ std::optional<GroupVerdict> ElasticRendezvous::fail_over(const std::string& why)
   const rdzv::NodeInfo successor = *round_->successor;
   const bool me = successor.node_id == rdzv_->node_id();
   if (me && !take_over_store()) return std::nullopt;
-  const std::string moved = host_port(successor.addr, port_);
+  const std::string moved = rdzv::format_host_port(successor.addr, port_);
   const std::string next = why + "; node " + successor.node_id + " at " + moved +
                            (me ? " (this node)" : "") + " hosts the store now";
   spec_.host = host_name_ = successor.addr;

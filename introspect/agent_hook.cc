@@ -144,7 +144,7 @@ void IntrospectHook::serve() {
 }
 
 IntrospectHook::~IntrospectHook() {
-  *alive_ = false;
+  alive_.revoke();
   cancel_->cancel();  // kills a stack tool still running
   capture_.cancel();
   // Bounded: a tool that outlives its cancel is left behind (it holds copies).
@@ -183,15 +183,15 @@ void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::A
   // The watchdog opened the event log as this attempt began (its hook runs
   // first); counting from it keeps status and events.jsonl in step.
   if (auto* ev = events_ ? events_() : nullptr) {
-    ev->set_tap([this, alive = alive_](const nlohmann::json& event) {
-      if (*alive) counters_.count(event);
+    ev->set_tap([this, alive = alive_.token()](const nlohmann::json& event) {
+      if (alive) counters_.count(event);
     });
   }
   if (round.group_world_size > 1 && round.open_agents_store && server_) {
     // Another node's `ddprun stacks`: capture here, answer through the store.
-    auto on_request = [this, alive = alive_](nlohmann::json request) {
+    auto on_request = [this, alive = alive_.token()](nlohmann::json request) {
       boost::asio::post(io_, [this, alive, request] {
-        if (!*alive) return;
+        if (!alive) return;
         const std::string id = request.value("id", "");
         const int rank = request.contains("rank") && request["rank"].is_number_integer()
                              ? request["rank"].get<int>()
@@ -242,8 +242,8 @@ void IntrospectHook::schedule_sample() {
   if (sampling_) return;
   sampling_ = true;
   timer_.expires_after(options_.sample_interval);
-  timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
-    if (ec || !*alive) return;
+  timer_.async_wait([this, alive = alive_.token()](const boost::system::error_code& ec) {
+    if (ec || !alive) return;
     sampling_ = false;
     sample();
     schedule_sample();
@@ -415,11 +415,11 @@ void IntrospectHook::status_reply(bool all_nodes, ControlServer::Reply reply) {
     reply(status());
     return;
   }
-  board_->fetch([this, alive = alive_, reply](std::vector<nlohmann::json> peers,
+  board_->fetch([this, alive = alive_.token(), reply](std::vector<nlohmann::json> peers,
                                               std::string error) {
     boost::asio::post(io_, [this, alive, reply, peers = std::move(peers),
                             error = std::move(error)] {
-      if (!*alive) return;
+      if (!alive) return;
       nlohmann::json r = status();
       r["peers"] = peers;
       if (!error.empty()) r["peers_error"] = error;

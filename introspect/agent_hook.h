@@ -34,6 +34,7 @@
 
 #include "agent/hooks.h"
 #include "agent/options.h"
+#include "base/liveness.h"
 #include "base/off_loop_task.h"
 #include "introspect/control_server.h"
 #include "introspect/job_counters.h"
@@ -146,7 +147,7 @@ class IntrospectHook : public agent::AgentHooks {
   base::OffLoopTask capture_;  // `ddprun stacks`' capture (agent_hook_stacks.cc)
   std::shared_ptr<watchdog::CaptureCancel> cancel_ = std::make_shared<watchdog::CaptureCancel>();
   bool capturing_ = false;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  base::Liveness alive_;
 };
 
 }  // namespace ddprun::introspect

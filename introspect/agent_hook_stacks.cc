@@ -48,11 +48,11 @@ void IntrospectHook::stacks_all_nodes(int rank, ControlServer::Reply reply) {
     join->local = r;
     finish();
   });
-  board_->ask_stacks(rank, [this, alive = alive_, join, finish](std::vector<nlohmann::json> replies,
+  board_->ask_stacks(rank, [this, alive = alive_.token(), join, finish](std::vector<nlohmann::json> replies,
                                                                  std::vector<std::string> errors) {
     boost::asio::post(io_, [alive, join, finish, replies = std::move(replies),
                             errors = std::move(errors)] {
-      if (!*alive) return;
+      if (!alive) return;
       join->peers = replies;
       join->errors = errors;
       finish();
@@ -97,8 +97,8 @@ void IntrospectHook::stacks(int rank, ControlServer::Reply reply) {
         *result = {{"run_id", run_id}, {"host", host}, {"stacks", list}};
       },
       [this](std::function<void()> done) { boost::asio::post(io_, std::move(done)); },
-      [this, alive = alive_, reply, result] {
-        if (!*alive) return;
+      [this, alive = alive_.token(), reply, result] {
+        if (!alive) return;
         capturing_ = false;
         reply(*result);
       });

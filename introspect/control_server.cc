@@ -79,7 +79,7 @@ ControlServer::ControlServer(asio::io_context& io, std::string path, Handler han
 }
 
 ControlServer::~ControlServer() {
-  *alive_ = false;
+  alive_.revoke();
   boost::system::error_code ec;
   acceptor_.close(ec);
   ::unlink(path_.c_str());
@@ -87,9 +87,9 @@ ControlServer::~ControlServer() {
 
 void ControlServer::accept() {
   auto conn = std::make_shared<Connection>(io_);
-  acceptor_.async_accept(conn->socket, [this, conn, alive = alive_](
+  acceptor_.async_accept(conn->socket, [this, conn, alive = alive_.token()](
                                            const boost::system::error_code& ec) {
-    if (!*alive || ec == asio::error::operation_aborted) return;
+    if (!alive || ec == asio::error::operation_aborted) return;
     accept();  // keep accepting whatever happens to this client
     if (ec) return;
     if (!same_user(conn->socket.native_handle())) {
@@ -100,7 +100,7 @@ void ControlServer::accept() {
     asio::async_read_until(
         conn->socket, conn->buffer, '\n',
         [this, conn, alive](const boost::system::error_code& ec, std::size_t n) {
-          if (!*alive || ec) {
+          if (!alive || ec) {
             conn->close();
             return;
           }

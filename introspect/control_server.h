@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/liveness.h"
+
 namespace ddprun::introspect {
 
 class ControlServer {
@@ -40,7 +42,7 @@ class ControlServer {
   boost::asio::local::stream_protocol::acceptor acceptor_;
   std::string path_;
   Handler handler_;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  base::Liveness alive_;
 };
 
 }  // namespace ddprun::introspect

@@ -93,7 +93,7 @@ MetricsServer::MetricsServer(asio::io_context& io, MetricsServerOptions options,
 }
 
 MetricsServer::~MetricsServer() {
-  *alive_ = false;
+  alive_.revoke();
   boost::system::error_code ec;
   acceptor_.close(ec);
 }
@@ -106,9 +106,9 @@ std::string MetricsServer::url() const {
 
 void MetricsServer::accept() {
   auto conn = std::make_shared<Connection>(io_, open_);
-  acceptor_.async_accept(conn->socket, [this, conn, alive = alive_](
+  acceptor_.async_accept(conn->socket, [this, conn, alive = alive_.token()](
                                            const boost::system::error_code& ec) {
-    if (!*alive || ec == asio::error::operation_aborted) return;
+    if (!alive || ec == asio::error::operation_aborted) return;
     accept();  // keep accepting whatever happens to this scraper
     if (ec) return;
     // This connection counts itself, the one accept() just made too.
@@ -121,7 +121,7 @@ void MetricsServer::accept() {
         conn->socket, conn->buffer, "\r\n\r\n",
         [this, conn, alive](const boost::system::error_code& ec, std::size_t n) {
           // A read error, an oversized request, the deadline: nothing to say.
-          if (!*alive || ec) {
+          if (!alive || ec) {
             conn->close();
             return;
           }

@@ -30,6 +30,8 @@
 #include <memory>
 #include <string>
 
+#include "base/liveness.h"
+
 namespace ddprun::observe {
 
 struct MetricsServerOptions {
@@ -71,7 +73,7 @@ class MetricsServer {
   boost::asio::ip::tcp::acceptor acceptor_;
   uint16_t port_ = 0;
   std::shared_ptr<int> open_ = std::make_shared<int>(0);  // connections open now
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  base::Liveness alive_;
 };
 
 // The reply to one request (its first line and headers, as read): status

@@ -56,9 +56,7 @@ int Client::ms_left(Clock::time_point deadline) {
 
 Client::Client(ClientOptions options)
     : options_(std::move(options)),
-      address_((options_.host.find(':') != std::string::npos ? "[" + options_.host + "]"
-                                                              : options_.host) +
-               ":" + std::to_string(options_.port)) {
+      address_(format_host_port(options_.host, options_.port)) {
   connect();
 }
 

@@ -170,5 +170,7 @@ std::string token_from_env();
 
 // Splits "host:port" or "[v6]:port"; throws StoreError naming `what`.
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what);
+// The reverse: "host:port", an IPv6 host in brackets.
+std::string format_host_port(const std::string& host, uint16_t port);
 
 }  // namespace ddprun::rendezvous

@@ -24,6 +24,11 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const 
   return {host, static_cast<uint16_t>(p)};
 }
 
+std::string format_host_port(const std::string& host, uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 std::string token_from_env() {
   const char* name = base::kEnvRdzvToken;
   const char* token = std::getenv(name);

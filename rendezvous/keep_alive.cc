@@ -121,7 +121,6 @@ void KeepAlive::run() {
             store_->append(keys_.dead_seen(round_.round), to_bytes(peers[i]->node_id + "\n"));
             if (publish_end(*store_, keys_, round_.round, dead_end)) {
               spdlog::warn("rendezvous '{}': {}", options_.run_id, dead_end.reason);
-              end_written_ = true;
               return end(dead_end);
             }
             // Someone else ended the round first: report theirs below.
@@ -130,7 +129,7 @@ void KeepAlive::run() {
       }
       // Where members' death notices wait for a participant to apply them
       // (etcd: an ended lease), every watcher looks for them often.
-      const bool settles = settles_ = store_->settle_closed(prefix_);
+      const bool settles = store_->settle_closed(prefix_);
       auto wait = std::min(settles ? kSettleSlice : kMaxBlock,
                            std::chrono::duration_cast<Duration>(beats.next() - Clock::now()));
       if (wait.count() < 1) wait = Duration(1);
@@ -144,7 +143,6 @@ void KeepAlive::run() {
           e.kind = RoundEnd::kFailed;
           e.reason = std::string("the round ended with a record this node cannot read: ") + bad.what();
         }
-        end_written_ = true;  // await_end read it
         return end(e);
       } catch (const TimeoutError&) {
         // the round goes on

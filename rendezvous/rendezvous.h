@@ -272,9 +272,6 @@ class KeepAlive {
   std::function<void(const RoundEnd&)> on_end_;
   std::atomic<bool> stop_{false};
   bool on_close_armed_ = false;  // the store ends the round if our connection closes
-  // Written by the thread, read after it is joined.
-  bool end_written_ = false;  // the thread saw the round's end record
-  bool settles_ = true;       // the store leaves notices to participants (settle_closed)
   std::thread thread_;
 };
 

@@ -41,7 +41,7 @@ WatchdogHook::WatchdogHook(boost::asio::io_context& io, HookOptions options, Hoo
 }
 
 WatchdogHook::~WatchdogHook() {
-  *alive_ = false;
+  alive_.revoke();
   peers_.reset();
   join_capture();
   // Bounded like the capture: a dump still waiting is left behind (it holds copies).

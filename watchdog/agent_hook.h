@@ -39,6 +39,7 @@
 
 #include "agent/hooks.h"
 #include "base/clock.h"
+#include "base/liveness.h"
 #include "base/off_loop_task.h"
 #include "watchdog/event_log.h"
 #include "watchdog/file_timer_server.h"
@@ -205,7 +206,7 @@ class WatchdogHook : public agent::AgentHooks {
   std::optional<Judgement> judgement_;
   std::shared_ptr<CaptureCancel> capture_cancel_;
   // False once destroyed: a capture's result still queued must not land.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  base::Liveness alive_;
   // Outcome of the attempt that ended last.
   std::optional<HangEvent> last_hang_;
   int64_t last_max_step_ = -1;

@@ -166,9 +166,9 @@ void WatchdogHook::judge_stall(const HangEvent& event, Watchdog::Verdict done) {
         result->second = std::move(after);
       },
       [this](std::function<void()> f) { boost::asio::post(io_, std::move(f)); },
-      [this, result, dog, attempt = attempt_, alive = alive_, done = std::move(done)] {
+      [this, result, dog, attempt = attempt_, alive = alive_.token(), done = std::move(done)] {
         // The watchdog asked is gone (a new attempt): its verdict with it.
-        if (!*alive || dog != dog_.get() || attempt != attempt_) return;
+        if (!alive || dog != dog_.get() || attempt != attempt_) return;
         evidence_samples_ = std::move(result->second);
         judgement_ = result->first;
         done(result->first.hung, result->first.why);

@@ -166,8 +166,8 @@ void WatchdogHook::start_capture(std::vector<std::pair<pid_t, int>> natives,
         }
       },
       [this](std::function<void()> done) { boost::asio::post(io_, std::move(done)); },
-      [this, captured, attempt = attempt_, cancel = capture_cancel_, alive = alive_] {
-        if (!*alive || attempt != attempt_ || cancel != capture_cancel_ || !report_) return;
+      [this, captured, attempt = attempt_, cancel = capture_cancel_, alive = alive_.token()] {
+        if (!alive || attempt != attempt_ || cancel != capture_cancel_ || !report_) return;
         report_->stacks.insert(report_->stacks.end(), captured->begin(), captured->end());
         finish_hang();
       });

@@ -23,9 +23,10 @@ void WatchdogHook::share_guards(const agent::AttemptInfo& attempt) {
   if (!(dog_->learning() || options_.rank_scope) || round.group_world_size < 2 ||
       round.store_addr.empty())
     return;
-  auto changed = [this, alive = alive_, generation = peers_generation_](std::vector<NodeGuards> fresh) {
+  auto changed = [this, alive = alive_.token(),
+                  generation = peers_generation_](std::vector<NodeGuards> fresh) {
     boost::asio::post(io_, [this, alive, generation, fresh = std::move(fresh)] {
-      if (!*alive || generation != peers_generation_ || !dog_) return;
+      if (!alive || generation != peers_generation_ || !dog_) return;
       for (const auto& n : fresh) on_peer_record(n);
     });
   };

@@ -56,7 +56,7 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path, ExpiryH
 }
 
 FileTimerServer::~FileTimerServer() {
-  *alive_ = false;
+  alive_.revoke();
   boost::system::error_code ec;
   timer_.cancel();
   reader_.close(ec);
@@ -65,10 +65,10 @@ FileTimerServer::~FileTimerServer() {
 }
 
 void FileTimerServer::read() {
-  reader_.async_read_some(asio::buffer(buf_), [this, alive = alive_](
+  reader_.async_read_some(asio::buffer(buf_), [this, alive = alive_.token()](
                                                   const boost::system::error_code& ec,
                                                   std::size_t n) {
-    if (!*alive || ec == asio::error::operation_aborted) return;
+    if (!alive || ec == asio::error::operation_aborted) return;
     if (ec) {
       spdlog::error("timer file {}: read failed: {}; torch file timers are no longer served",
                     path_, ec.message());
@@ -121,8 +121,8 @@ void FileTimerServer::arm() {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const auto delay = std::chrono::duration<double>(std::max(0.0, earliest - now_wall));
   timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(delay));
-  timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
-    if (!ec && *alive) on_timer();
+  timer_.async_wait([this, alive = alive_.token()](const boost::system::error_code& ec) {
+    if (!ec && alive) on_timer();
   });
 }
 

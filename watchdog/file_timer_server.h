@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/liveness.h"
 #include "base/scoped_fd.h"
 
 namespace ddprun::watchdog {
@@ -98,7 +99,7 @@ class FileTimerServer {
   std::map<std::pair<pid_t, std::string>, FileTimerRequest> timers_;
   uint64_t requests_ = 0;
   // False once destroyed: queued completions must not touch `this`.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  base::Liveness alive_;
 };
 
 }  // namespace ddprun::watchdog

@@ -127,7 +127,7 @@ HeartbeatServer::HeartbeatServer(asio::io_context& io, std::string path, BeatHan
 }
 
 HeartbeatServer::~HeartbeatServer() {
-  *alive_ = false;
+  alive_.revoke();
   boost::system::error_code ec;
   socket_.close(ec);
   ::unlink(path_.c_str());
@@ -137,10 +137,10 @@ HeartbeatServer::~HeartbeatServer() {
 }
 
 void HeartbeatServer::receive() {
-  socket_.async_receive(asio::buffer(buf_), [this, alive = alive_](
+  socket_.async_receive(asio::buffer(buf_), [this, alive = alive_.token()](
                                                  const boost::system::error_code& ec,
                                                  std::size_t n) {
-    if (!*alive || ec == asio::error::operation_aborted) return;  // `this` may be gone
+    if (!alive || ec == asio::error::operation_aborted) return;  // `this` may be gone
     if (ec) {
       spdlog::warn("heartbeat socket {}: receive failed: {}", path_, ec.message());
     } else {

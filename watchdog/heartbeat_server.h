@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "base/contract.h"
+#include "base/liveness.h"
 
 namespace ddprun::watchdog {
 
@@ -77,7 +78,7 @@ class HeartbeatServer {
   uint64_t suppressed_warnings_ = 0;
   // False once destroyed: a completion already queued when the socket closes
   // still runs (with success), and must not touch `this`.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  base::Liveness alive_;
 };
 
 }  // namespace ddprun::watchdog

@@ -1,5 +1,5 @@
 // base/: the fd owner, the /proc/<pid>/stat reader and the pidfd wait, on
-// real descriptors and real processes.
+// real descriptors and real processes; the liveness token.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -14,11 +14,13 @@
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "base/liveness.h"
 #include "base/pidfd.h"
 #include "base/proc_stat.h"
 #include "base/terminal_modes.h"
@@ -47,6 +49,28 @@ pid_t child_waiting_on(Pipe& p) {
 }
 
 }  // namespace
+
+TEST_CASE("Liveness tokens say alive until the owner is revoked or destroyed") {
+  std::optional<Liveness::Token> kept;
+  {
+    Liveness owner;
+    const Liveness::Token token = owner.token();
+    kept = token;  // copies share the owner's flag
+    CHECK(token.alive());
+    CHECK(static_cast<bool>(*kept));
+    owner.revoke();
+    CHECK_FALSE(token);
+    CHECK_FALSE(kept->alive());
+    CHECK_FALSE(owner.token());  // taken after revoke: dead too
+  }
+  CHECK_FALSE(kept->alive());
+  {
+    Liveness owner;
+    kept = owner.token();
+    CHECK(kept->alive());
+  }
+  CHECK_FALSE(kept->alive());  // destroyed without revoke
+}
 
 TEST_CASE("ScopedFd closes on destruction and on reset, not after release") {
   Pipe p = make_pipe();
