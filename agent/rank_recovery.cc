@@ -60,7 +60,7 @@ bool RankRecovery::on_exit(const WorkerEnd& end) {
   if (end.status.success()) return false;
   const std::string what = worker_name(end.worker) + " failed with " + end.status.describe();
   if (recovery_) {
-    fall_back("second_failure", what + " during the recovery of generation " +
+    fall_back(wire::Fallback::kSecondFailure, what + " during the recovery of generation " +
                                     std::to_string(recovery_->generation));
     return false;
   }
@@ -68,11 +68,11 @@ bool RankRecovery::on_exit(const WorkerEnd& end) {
   if (!end.status.signaled && std::count(codes.begin(), codes.end(), end.status.code)) {
     // --no-restart-exit-codes: a replacement would fail the same way; the
     // restart policy says why the job ends.
-    fall_back("no_restart_exit_code", what + ", listed in --no-restart-exit-codes");
+    fall_back(wire::Fallback::kNoRestartExitCode, what + ", listed in --no-restart-exit-codes");
     return false;
   }
   if (restarts_left() <= 0) {
-    fall_back("no_restart_left",
+    fall_back(wire::Fallback::kNoRestartLeft,
               what + " and no restart is left (--max-restarts=" +
                   std::to_string(options_.max_restarts) + ")");
     return false;
@@ -82,7 +82,7 @@ bool RankRecovery::on_exit(const WorkerEnd& end) {
   f.status = end.status;
   f.exit_code = end.status.shell_code();
   f.when = end.when;
-  begin(lr, std::string(wire::kCauseExit), what, std::move(f));
+  begin(lr, wire::Cause::kExit, what, std::move(f));
   respawn(lr);
   return true;
 }
@@ -94,12 +94,12 @@ bool RankRecovery::on_hang(const FailRequest& req) {
   const WorkerInfo& w = host_.slot(lr);
   const std::string what = worker_name(w) + " hung";
   if (recovery_) {
-    fall_back("second_failure", what + " during the recovery of generation " +
+    fall_back(wire::Fallback::kSecondFailure, what + " during the recovery of generation " +
                                     std::to_string(recovery_->generation));
     return false;
   }
   if (restarts_left() <= 0) {
-    fall_back("no_restart_left", what + " and no restart is left (--max-restarts=" +
+    fall_back(wire::Fallback::kNoRestartLeft, what + " and no restart is left (--max-restarts=" +
                                      std::to_string(options_.max_restarts) + ")");
     return false;
   }
@@ -109,7 +109,7 @@ bool RankRecovery::on_hang(const FailRequest& req) {
   f.exit_code = req.exit_code;
   f.when = clock_.now();
   const pid_t pid = w.pid;
-  begin(lr, std::string(wire::kCauseHang), what, std::move(f));
+  begin(lr, wire::Cause::kHang, what, std::move(f));
   recovery_->victim = pid;
   // Its traceback first where the hook asked for one (SIGABRT to a Python
   // worker with faulthandler), bounded by req.wait; then SIGKILL. A
@@ -131,7 +131,7 @@ bool RankRecovery::on_hang(const FailRequest& req) {
   return true;
 }
 
-void RankRecovery::begin(int lr, const std::string& cause, const std::string& what,
+void RankRecovery::begin(int lr, wire::Cause cause, const std::string& what,
                          Failure failure) {
   ++generation_;
   ++rank_restarts_;
@@ -154,7 +154,7 @@ void RankRecovery::begin(int lr, const std::string& cause, const std::string& wh
     rendezvous::RankFailure f;
     f.generation = generation_;
     f.ranks = recovery_->ranks;
-    f.cause = cause == wire::kCauseHang ? rendezvous::RankFailure::kHang
+    f.cause = cause == wire::Cause::kHang ? rendezvous::RankFailure::kHang
                                         : rendezvous::RankFailure::kExit;
     f.node = place_.round.node_id;
     peers_->open_generation(f);
@@ -166,7 +166,7 @@ void RankRecovery::announce_failure(const std::vector<int>& ranks, int except,
   // At once, before the replacement exists: a survivor may be waiting on
   // the failed rank (or on another survivor) in a collective.
   wire::Message m;
-  m.event = std::string(wire::kEventFailed);
+  m.event = wire::Event::kFailed;
   m.generation = generation_;
   m.ranks = ranks;
   m.cause = recovery_->cause;
@@ -175,7 +175,7 @@ void RankRecovery::announce_failure(const std::vector<int>& ranks, int except,
   e.kind = RecoveryEvent::Kind::kFailed;
   e.generation = generation_;
   e.ranks = ranks;
-  e.cause = recovery_->cause;
+  e.cause = std::string(wire::name(recovery_->cause));
   e.detail = line;
   hooks(std::move(e));
   const int generation = generation_;
@@ -200,10 +200,10 @@ void RankRecovery::on_timeout(int generation) {
   f.reason = "rank-scoped recovery failed: " + why;
   f.exit_code = 1;
   f.when = clock_.now();
-  give_up("timeout", why, std::move(f));
+  give_up(wire::Fallback::kTimeout, why, std::move(f));
 }
 
-void RankRecovery::give_up(const std::string& reason, const std::string& why, Failure root) {
+void RankRecovery::give_up(wire::Fallback reason, const std::string& why, Failure root) {
   fall_back(reason, why);
   host_.stop_group(std::move(root));
 }
@@ -211,7 +211,7 @@ void RankRecovery::give_up(const std::string& reason, const std::string& why, Fa
 void RankRecovery::group_stopping(const std::string& why) {
   // Ranks waiting to re-form (on another node's replacement, say) stop
   // waiting at once.
-  if (recovery_) fall_back("group_stopped", why);
+  if (recovery_) fall_back(wire::Fallback::kGroupStopped, why);
 }
 
 void RankRecovery::respawn(int lr) {
@@ -219,7 +219,7 @@ void RankRecovery::respawn(int lr) {
   const RecoveryHost::Replaced r = host_.replace_slot(lr, generation_);
   if (r.error) {
     spdlog::error("cannot start the replacement for rank {}: {}", old.rank, r.error->what());
-    give_up("spawn_failed", std::string("the replacement could not start: ") + r.error->what(),
+    give_up(wire::Fallback::kSpawnFailed, std::string("the replacement could not start: ") + r.error->what(),
             recovery_->failure);
     return;
   }
@@ -233,7 +233,7 @@ void RankRecovery::replaced(int lr, const WorkerInfo& old, int standby) {
   e.kind = RecoveryEvent::Kind::kReplaced;
   e.generation = generation_;
   e.ranks = {now.rank};
-  e.cause = recovery_->cause;
+  e.cause = std::string(wire::name(recovery_->cause));
   e.replacement = now;
   e.replaced = old;
   e.standby = standby;
@@ -243,7 +243,7 @@ void RankRecovery::replaced(int lr, const WorkerInfo& old, int standby) {
              ", generation " + std::to_string(generation_);
   hooks(std::move(e));
   wire::Message m;
-  m.event = std::string(wire::kEventReady);
+  m.event = wire::Event::kReady;
   m.generation = generation_;
   m.ranks = {now.rank};
   host_.tell_workers(wire::format(m), lr);
@@ -255,7 +255,7 @@ void RankRecovery::on_packet(int lr, std::string_view packet) {
     spdlog::debug("recovery channel of local rank {}: malformed packet ignored", lr);
     return;
   }
-  if (m->event != wire::kEventJoined) return;  // nothing else is the worker's to send
+  if (m->event != wire::Event::kJoined) return;  // nothing else is the worker's to send
   if (!host_.running() || !recovery_ || m->generation != recovery_->generation) {
     spdlog::debug("recovery channel of local rank {}: joined generation {} ignored (current {})",
                   lr, m->generation, generation_);
@@ -291,11 +291,11 @@ void RankRecovery::complete() {
   e.kind = RecoveryEvent::Kind::kJoined;
   e.generation = recovery_->generation;
   e.ranks = recovery_->ranks;
-  e.cause = recovery_->cause;
+  e.cause = std::string(wire::name(recovery_->cause));
   e.detail = line;
   recovery_timer_->cancel();
   wire::Message m;
-  m.event = std::string(wire::kEventRecovered);
+  m.event = wire::Event::kRecovered;
   m.generation = recovery_->generation;
   m.ranks = recovery_->ranks;
   recovery_.reset();
@@ -307,22 +307,22 @@ void RankRecovery::complete() {
   host_.recovery_over();
 }
 
-void RankRecovery::fall_back(const std::string& reason, const std::string& why) {
+void RankRecovery::fall_back(wire::Fallback reason, const std::string& why) {
   victim_timer_->cancel();
   recovery_timer_->cancel();
   const int generation = recovery_ ? recovery_->generation : generation_;
   recovery_.reset();
-  const std::string line = "rank-scoped recovery gives up (" + reason + "): " + why +
+  const std::string line = "rank-scoped recovery gives up (" + std::string(wire::name(reason)) + "): " + why +
                            "; the whole group stops (and restarts, --max-restarts permitting)";
   spdlog::warn("{}", line);
   wire::Message m;
-  m.event = std::string(wire::kEventFallback);
+  m.event = wire::Event::kFallback;
   m.reason = reason;
   host_.tell_workers(wire::format(m));
   RecoveryEvent e;
   e.kind = RecoveryEvent::Kind::kFallback;
   e.generation = generation;
-  e.reason = reason;
+  e.reason = std::string(wire::name(reason));
   e.detail = line;
   hooks(std::move(e));
 }

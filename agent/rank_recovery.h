@@ -38,6 +38,7 @@
 #include "agent/attempt_types.h"
 #include "agent/hooks.h"
 #include "agent/options.h"
+#include "base/recovery_wire.h"
 #include "agent/peer_recovery.h"
 #include "agent/rendezvous_handler.h"
 #include "agent/spawn.h"
@@ -125,7 +126,7 @@ class RankRecovery {
     std::vector<int> ranks;
     // Several nodes: every local rank joined; the other nodes' are awaited.
     bool joined_here = false;
-    std::string cause;  // "exit" or "hang"
+    base::recovery_wire::Cause cause = base::recovery_wire::Cause::kExit;
     base::TimePoint began{};
     std::set<int> joined;  // local ranks that joined `generation`
     bool spawned = false;  // the replacement exists
@@ -135,7 +136,8 @@ class RankRecovery {
     Failure failure;
   };
 
-  void begin(int local_rank, const std::string& cause, const std::string& what, Failure failure);
+  void begin(int local_rank, base::recovery_wire::Cause cause, const std::string& what,
+             Failure failure);
   void respawn(int local_rank);
   // The replacement in `local_rank`'s slot exists: the hooks' kReplaced,
   // `ready` to the survivors.
@@ -149,8 +151,8 @@ class RankRecovery {
   void on_timeout(int generation);
   // Gives up: the fallback message to every worker, one console line, the
   // event; the caller stops the group (give_up does both).
-  void fall_back(const std::string& reason, const std::string& why);
-  void give_up(const std::string& reason, const std::string& why, Failure root);
+  void fall_back(base::recovery_wire::Fallback reason, const std::string& why);
+  void give_up(base::recovery_wire::Fallback reason, const std::string& why, Failure root);
   void hooks(RecoveryEvent event);
 
   // rank_recovery_peers.cc: several nodes.

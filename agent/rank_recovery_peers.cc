@@ -57,7 +57,7 @@ void RankRecovery::peer_failed(const rendezvous::RankFailure& f) {
   root.exit_code = 1;
   root.when = clock_.now();
   if (recovery_ || f.generation != generation_ + 1) {
-    give_up("second_failure",
+    give_up(base::recovery_wire::Fallback::kSecondFailure,
             what + " during the recovery of generation " + std::to_string(generation_),
             std::move(root));
     return;
@@ -65,7 +65,7 @@ void RankRecovery::peer_failed(const rendezvous::RankFailure& f) {
   if (restarts_left() <= 0) {
     // Its own node checked the same budget: only a job whose nodes count
     // differently gets here.
-    give_up("no_restart_left",
+    give_up(base::recovery_wire::Fallback::kNoRestartLeft,
             what + " and no restart is left (--max-restarts=" +
                 std::to_string(options_.max_restarts) + ")",
             std::move(root));
@@ -77,7 +77,8 @@ void RankRecovery::peer_failed(const rendezvous::RankFailure& f) {
   r.generation = generation_;
   r.local_rank = -1;
   r.ranks = f.ranks;
-  r.cause = rendezvous::cause_name(f.cause);
+  r.cause = f.cause == rendezvous::RankFailure::kHang ? base::recovery_wire::Cause::kHang
+                                                       : base::recovery_wire::Cause::kExit;
   r.began = clock_.now();
   r.spawned = true;  // the replacement is that node's to start
   r.failure = std::move(root);
@@ -93,7 +94,7 @@ void RankRecovery::peer_failed(const rendezvous::RankFailure& f) {
 
 void RankRecovery::generation_published(int64_t g, bool opened) {
   if (opened || !host_.running() || !recovery_ || recovery_->generation != g) return;
-  give_up("second_failure",
+  give_up(base::recovery_wire::Fallback::kSecondFailure,
           "another node opened generation " + std::to_string(g) +
               " first: ranks failed on two nodes at once",
           recovery_->failure);
@@ -118,7 +119,7 @@ void RankRecovery::peers_lost(const std::string& why) {
     root.exit_code = 1;
     root.when = clock_.now();
   }
-  give_up("store_lost", "the agents' store: " + why, std::move(root));
+  give_up(base::recovery_wire::Fallback::kStoreLost, "the agents' store: " + why, std::move(root));
 }
 
 }  // namespace ddprun::agent

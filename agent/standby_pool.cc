@@ -48,7 +48,7 @@ void StandbyPool::refill(int restarts_left, int generation) {
 
 std::optional<WorkerProcess> StandbyPool::assign(int lr, int rank, int generation) {
   wire::Message m;
-  m.event = std::string(wire::kEventAssign);
+  m.event = wire::Event::kAssign;
   m.generation = generation;
   m.rank = rank;
   m.local_rank = lr;

@@ -41,26 +41,47 @@ inline constexpr int64_t kMaxRank = 1 << 24;
 // No generation past this (a job that replaced this many ranks is broken).
 inline constexpr int64_t kMaxGeneration = 1 << 30;
 
-inline constexpr std::string_view kEventFailed = "failed";
-inline constexpr std::string_view kEventReady = "ready";
-inline constexpr std::string_view kEventRecovered = "recovered";
-inline constexpr std::string_view kEventFallback = "fallback";
-inline constexpr std::string_view kEventJoined = "joined";
-// To a pre-started standby (--standby-workers): become rank R (local rank
-// L) and join generation G as its replacement.
-inline constexpr std::string_view kEventAssign = "assign";
-inline constexpr std::string_view kCauseExit = "exit";
-inline constexpr std::string_view kCauseHang = "hang";
+// What a packet says (event=). kOther: an event added later, accepted and
+// ignored by whoever does not know it.
+enum class Event { kOther, kFailed, kReady, kRecovered, kFallback, kJoined, kAssign };
+// Why the ranks of event=failed failed (cause=): kNone when left out or
+// not known here.
+enum class Cause { kNone, kExit, kHang };
+// Why the agent gave up rank-scoped recovery (event=fallback reason=WORD,
+// docs/RECOVERY.md); kOther when left out or not known here.
+enum class Fallback {
+  kOther,
+  kSecondFailure,     // another rank failed during a recovery
+  kNoRestartLeft,     // --max-restarts spent
+  kNoRestartExitCode, // the exit status is one of --no-restart-exit-codes
+  kTimeout,           // --recovery-timeout passed
+  kGroupStopped,      // the group stops for another reason
+  kSpawnFailed,       // the replacement could not start
+  kStoreLost,         // the agents' store is gone (several nodes)
+};
 
 struct Message {
-  std::string event;
-  int64_t generation = -1;  // -1: absent
-  std::vector<int> ranks;   // failed, ready
+  Event event = Event::kOther;
+  int generation = -1;      // -1: absent (a generation fits: <= kMaxGeneration)
+  std::vector<int> ranks;   // failed, ready, recovered
   int rank = -1;            // joined, assign; -1: absent
   int local_rank = -1;      // assign; -1: absent
-  std::string cause;        // failed
-  std::string reason;       // fallback: one word (second_failure, ...)
+  Cause cause = Cause::kNone;            // failed
+  Fallback reason = Fallback::kOther;    // fallback
 };
+
+// The wire's words, in the enumerators' order: an event's for kOther is
+// "other", a cause's for kNone "", a fallback's for kOther "unknown".
+inline constexpr std::string_view kEventWords[] = {"other",     "failed", "ready", "recovered",
+                                                   "fallback",  "joined", "assign"};
+inline constexpr std::string_view kCauseWords[] = {"", "exit", "hang"};
+inline constexpr std::string_view kFallbackWords[] = {
+    "unknown", "second_failure", "no_restart_left", "no_restart_exit_code",
+    "timeout", "group_stopped",  "spawn_failed",    "store_lost"};
+
+inline std::string_view name(Event e) { return kEventWords[static_cast<int>(e)]; }
+inline std::string_view name(Cause c) { return kCauseWords[static_cast<int>(c)]; }
+inline std::string_view name(Fallback f) { return kFallbackWords[static_cast<int>(f)]; }
 
 namespace detail {
 
@@ -79,11 +100,24 @@ inline bool parse_number(std::string_view s, int64_t max, int64_t& out) {
 // Whether `m`, of a known event, carries every field that event needs.
 inline bool complete(const Message& m) {
   const bool gen = m.generation >= 0;
-  if (m.event == kEventFailed || m.event == kEventReady || m.event == kEventRecovered)
-    return gen && !m.ranks.empty();
-  if (m.event == kEventJoined) return gen && m.rank >= 0;
-  if (m.event == kEventAssign) return gen && m.rank >= 0 && m.local_rank >= 0;
+  switch (m.event) {
+    case Event::kFailed:
+    case Event::kReady:
+    case Event::kRecovered: return gen && !m.ranks.empty();
+    case Event::kJoined: return gen && m.rank >= 0;
+    case Event::kAssign: return gen && m.rank >= 0 && m.local_rank >= 0;
+    case Event::kFallback:
+    case Event::kOther: break;
+  }
   return true;
+}
+
+// The enumerator whose word is `word`, else the first (kOther, kNone).
+template <typename E, std::size_t N>
+E from_word(std::string_view word, const std::string_view (&words)[N]) {
+  for (std::size_t i = 1; i < N; ++i)
+    if (words[i] == word) return static_cast<E>(i);
+  return static_cast<E>(0);
 }
 
 inline std::string join_ranks(const std::vector<int>& ranks) {
@@ -96,13 +130,14 @@ inline std::string join_ranks(const std::vector<int>& ranks) {
 
 // The packet for `m`: event first, then the fields it sets, in a fixed order.
 inline std::string format(const Message& m) {
-  std::string s = "event=" + m.event;
+  std::string s = "event=" + std::string(name(m.event));
   if (m.generation >= 0) s += " generation=" + std::to_string(m.generation);
   if (!m.ranks.empty()) s += " ranks=" + detail::join_ranks(m.ranks);
   if (m.rank >= 0) s += " rank=" + std::to_string(m.rank);
   if (m.local_rank >= 0) s += " local_rank=" + std::to_string(m.local_rank);
-  if (!m.cause.empty()) s += " cause=" + m.cause;
-  if (!m.reason.empty()) s += " reason=" + m.reason;
+  if (m.cause != Cause::kNone) s += " cause=" + std::string(name(m.cause));
+  if (m.event == Event::kFallback && m.reason != Fallback::kOther)
+    s += " reason=" + std::string(name(m.reason));
   return s;
 }
 
@@ -130,11 +165,11 @@ inline std::optional<Message> parse(std::string_view packet) {
     int64_t n = 0;
     if (key == "event") {
       if (value.empty()) return std::nullopt;
-      m.event = std::string(value);
+      m.event = detail::from_word<Event>(value, kEventWords);
       have_event = true;
     } else if (key == "generation") {
       if (!detail::parse_number(value, kMaxGeneration, n)) return std::nullopt;
-      m.generation = n;
+      m.generation = static_cast<int>(n);
     } else if (key == "rank") {
       if (!detail::parse_number(value, kMaxRank - 1, n)) return std::nullopt;
       m.rank = static_cast<int>(n);
@@ -153,9 +188,9 @@ inline std::optional<Message> parse(std::string_view packet) {
         p = comma + 1;
       }
     } else if (key == "cause") {
-      m.cause = std::string(value);
+      m.cause = detail::from_word<Cause>(value, kCauseWords);
     } else if (key == "reason") {
-      m.reason = std::string(value);
+      m.reason = detail::from_word<Fallback>(value, kFallbackWords);
     }  // unknown keys: ignored
   }
   if (!have_event || !detail::complete(m)) return std::nullopt;

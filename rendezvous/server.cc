@@ -110,12 +110,7 @@ Server::Server(asio::io_context& io, ServerOptions options)
   const auto& o = impl_->options;
   std::string where = o.host + ":" + std::to_string(o.port);
   try {
-    tcp::endpoint ep(asio::ip::make_address(o.host), o.port);
-    impl_->acceptor.open(ep.protocol());
-    impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
-    impl_->acceptor.bind(ep);
-    impl_->acceptor.listen(o.backlog);
-    impl_->acceptor.non_blocking(true);  // the accept loop drains the queue without blocking
+    listen_on(impl_->acceptor, o.host, o.port, o.backlog);
   } catch (const boost::system::system_error& e) {
     throw StoreError("store server: cannot listen on " + where + ": " + e.code().message());
   }

@@ -30,6 +30,20 @@ namespace ddprun::rendezvous {
 // soon as they are empty, so an idle connection that once carried a big
 // frame does not keep holding it.
 constexpr size_t kKeepCapacity = 1024;
+
+// Opens `acceptor` on host:port (an address literal), with SO_REUSEADDR so
+// a restarted store need not wait out TIME_WAIT, and listens; non-blocking,
+// as accept_connections drains the queue without blocking. Throws
+// boost::system::system_error.
+inline void listen_on(boost::asio::ip::tcp::acceptor& acceptor, const std::string& host,
+                      uint16_t port, int backlog) {
+  const boost::asio::ip::tcp::endpoint ep(boost::asio::ip::make_address(host), port);
+  acceptor.open(ep.protocol());
+  acceptor.set_option(boost::asio::ip::tcp::acceptor::reuse_address(true));
+  acceptor.bind(ep);
+  acceptor.listen(backlog);
+  acceptor.non_blocking(true);
+}
 inline void release_if_empty(std::vector<uint8_t>& b) {
   if (b.empty() && b.capacity() > kKeepCapacity) std::vector<uint8_t>().swap(b);
 }

@@ -239,14 +239,10 @@ TcpStoreServer::TcpStoreServer(asio::io_context& io, TcpStoreServerOptions optio
       impl_->acceptor.assign(ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), o.listen_fd);
       o.listen_fd = -1;  // the acceptor owns it now
       impl_->acceptor.listen(o.backlog);
+      impl_->acceptor.non_blocking(true);  // the accept loop drains the queue without blocking
     } else {
-      tcp::endpoint ep(asio::ip::make_address(o.host), o.port);
-      impl_->acceptor.open(ep.protocol());
-      impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
-      impl_->acceptor.bind(ep);
-      impl_->acceptor.listen(o.backlog);
+      listen_on(impl_->acceptor, o.host, o.port, o.backlog);
     }
-    impl_->acceptor.non_blocking(true);  // the accept loop drains the queue without blocking
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error("tcpstore: cannot listen on " + where + ": " + e.code().message());
   }

@@ -54,20 +54,23 @@ bool Reader::u8(uint8_t& v) {
   v = *p_++;
   return true;
 }
-bool Reader::u32(uint32_t& v) {
-  if (left() < 4) return false;
+namespace {
+
+// A little-endian unsigned of sizeof(T) bytes at `p`, advanced past it;
+// false, reading nothing, when fewer are `left`.
+template <typename T>
+bool read_le(const uint8_t*& p, size_t left, T& v) {
+  if (left < sizeof(T)) return false;
   v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p_[i]) << (8 * i);
-  p_ += 4;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(p[i]) << (8 * i);
+  p += sizeof(T);
   return true;
 }
-bool Reader::u64(uint64_t& v) {
-  if (left() < 8) return false;
-  v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p_[i]) << (8 * i);
-  p_ += 8;
-  return true;
-}
+
+}  // namespace
+
+bool Reader::u32(uint32_t& v) { return read_le(p_, left(), v); }
+bool Reader::u64(uint64_t& v) { return read_le(p_, left(), v); }
 bool Reader::str(std::string& s, size_t max_len) {
   uint32_t n;
   if (!u32(n) || n > max_len || n > left()) return false;
@@ -145,6 +148,26 @@ bool read_value(Reader& in, Request& r, std::string& error) {
   return true;
 }
 
+// Reads `count, (str key, bytes value)[count]` with min_count <= count <=
+// kMaxKeysPerRequest. Each pair needs its two 4-byte lengths: counts the
+// payload cannot hold are refused before anything is reserved.
+bool read_pairs(Reader& in, Request& q, uint32_t min_count, std::string& error) {
+  uint32_t count;
+  if (!in.u32(count)) return error = "truncated pair count", false;
+  if (count < min_count || count > kMaxKeysPerRequest || count > in.left() / 8) {
+    error = "pair count " + std::to_string(count) +
+            (min_count ? " outside 1.." : " over ") + std::to_string(kMaxKeysPerRequest) +
+            " or truncated";
+    return false;
+  }
+  q.keys.resize(count);
+  q.values.resize(count);
+  for (uint32_t i = 0; i < count; ++i)
+    if (!in.str(q.keys[i], kMaxKeySize) || !in.bytes(q.values[i], kMaxValueSize))
+      return error = "key or value over its limit, or truncated", false;
+  return true;
+}
+
 bool read_timeout(Reader& in, Request& r, std::string& error) {
   if (!in.u64(r.timeout_ms)) return error = "truncated timeout", false;
   if (r.timeout_ms > kMaxTimeoutMs) r.timeout_ms = kMaxTimeoutMs;
@@ -210,37 +233,13 @@ ParseResult parse_request(const uint8_t* data, size_t size) {
     case Op::kNumKeys:
     case Op::kPing:
       break;
-    case Op::kMultiSet: {
-      uint32_t count;
-      if (!in.u32(count)) {
-        ok = false, error = "truncated pair count";
-      } else if (count == 0 || count > kMaxKeysPerRequest || count > in.left() / 8) {
-        ok = false, error = "pair count " + std::to_string(count) + " outside 1.." +
-                            std::to_string(kMaxKeysPerRequest) + " or truncated";
-      } else {
-        q.keys.resize(count);
-        q.values.resize(count);
-        for (uint32_t i = 0; ok && i < count; ++i) {
-          ok = in.str(q.keys[i], kMaxKeySize) && in.bytes(q.values[i], kMaxValueSize);
-        }
-        if (!ok) error = "key or value over its limit, or truncated";
-      }
+    case Op::kMultiSet:
+      ok = read_pairs(in, q, 1, error);
       break;
-    }
     case Op::kOnClose: {
-      uint32_t count;
-      if (!in.u32(count)) {
-        ok = false, error = "truncated pair count";
-      } else if (count > kMaxKeysPerRequest || count > in.left() / 8) {
-        ok = false, error = "pair count " + std::to_string(count) + " over " +
-                            std::to_string(kMaxKeysPerRequest) + " or truncated";
-      } else {
-        q.keys.resize(count);
-        q.values.resize(count);
-        for (uint32_t i = 0; ok && i < count; ++i) {
-          ok = in.str(q.keys[i], kMaxKeySize) && in.bytes(q.values[i], kMaxValueSize);
-        }
-        ok = ok && in.str(q.counter, kMaxKeySize);
+      ok = read_pairs(in, q, 0, error);
+      if (ok) {
+        ok = in.str(q.counter, kMaxKeySize);
         if (!ok) error = "key, value or counter over its limit, or truncated";
       }
       break;

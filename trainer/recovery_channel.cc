@@ -115,21 +115,21 @@ void RecoveryChannel::take(const std::string& packet) {
     return;
   }
   // parse() rejected a known event without the fields it needs.
-  if (m->event == wire::kEventFailed) {
+  if (m->event == wire::Event::kFailed) {
     if (m->generation > failed_generation_) {
       failed_generation_ = m->generation;
       failed_ranks_ = m->ranks;
     }
-  } else if (m->event == wire::kEventAssign) {
+  } else if (m->event == wire::Event::kAssign) {
     if (standby_ == 0 || assigned_) {
       log_error("recovery channel: event=assign to a process that is no standby ignored: '%s'",
                 packet.c_str());
     } else {
       assigned_ = Assignment{m->rank, m->local_rank, m->generation};
     }
-  } else if (m->event == wire::kEventFallback) {
+  } else if (m->event == wire::Event::kFallback) {
     fallback_ = true;
-    fallback_reason_ = m->reason.empty() ? "unknown" : m->reason;
+    fallback_reason_ = wire::name(m->reason);
   }
   // ready (informational) and events added later: nothing to do.
 }
@@ -183,8 +183,8 @@ std::optional<Assignment> RecoveryChannel::wait_assigned(const volatile std::sig
 
 void RecoveryChannel::joined(int rank) {
   wire::Message m;
-  m.event = std::string(wire::kEventJoined);
-  m.generation = generation_;
+  m.event = wire::Event::kJoined;
+  m.generation = static_cast<int>(generation_);  // <= wire::kMaxGeneration, as parsed
   m.rank = rank;
   const std::string packet = wire::format(m);
   if (closed_) return;

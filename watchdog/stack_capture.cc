@@ -217,12 +217,23 @@ void CaptureCancel::finish() {
   running_ = 0;
 }
 
-StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string& dir,
-                                  const StackCaptureOptions& options, CaptureCancel* cancel) {
+namespace {
+
+// A capture of `pid` (rank `global_rank`) to be saved in `dir` as
+// stack_rank<R><suffix>.txt.
+StackCapture capture_for(pid_t pid, int global_rank, const std::string& dir, const char* suffix) {
   StackCapture c;
   c.pid = pid;
   c.global_rank = global_rank;
-  c.path = dir + "/" + base::kFileStackPrefix + std::to_string(global_rank) + ".txt";
+  c.path = dir + "/" + base::kFileStackPrefix + std::to_string(global_rank) + suffix + ".txt";
+  return c;
+}
+
+}  // namespace
+
+StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string& dir,
+                                  const StackCaptureOptions& options, CaptureCancel* cancel) {
+  StackCapture c = capture_for(pid, global_rank, dir, "");
   const std::string pid_s = std::to_string(pid);
   std::vector<std::string> notes;
   std::string failed_output;  // what failed tools printed, kept for the fallback
@@ -292,10 +303,7 @@ StackCapture capture_native_stack(pid_t pid, int global_rank, const std::string&
 
 StackCapture capture_python_stack(pid_t pid, int global_rank, const std::string& dir,
                                   const StackCaptureOptions& options, CaptureCancel* cancel) {
-  StackCapture c;
-  c.pid = pid;
-  c.global_rank = global_rank;
-  c.path = dir + "/" + base::kFileStackPrefix + std::to_string(global_rank) + "_python.txt";
+  StackCapture c = capture_for(pid, global_rank, dir, "_python");
   const std::string pid_s = std::to_string(pid);
   struct Tool {
     const std::string& program;

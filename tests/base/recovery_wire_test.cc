@@ -11,28 +11,28 @@ namespace wire = ddprun::base::recovery_wire;
 
 TEST_CASE("recovery packets round-trip: failed, ready, recovered, fallback, joined, assign") {
   wire::Message m;
-  m.event = "failed";
+  m.event = wire::Event::kFailed;
   m.generation = 3;
   m.ranks = {1, 7};
-  m.cause = "hang";
+  m.cause = wire::Cause::kHang;
   CHECK(wire::format(m) == "event=failed generation=3 ranks=1,7 cause=hang");
   auto back = wire::parse(wire::format(m));
   REQUIRE(back);
-  CHECK(back->event == "failed");
+  CHECK(back->event == wire::Event::kFailed);
   CHECK(back->generation == 3);
   CHECK(back->ranks == std::vector<int>{1, 7});
-  CHECK(back->cause == "hang");
+  CHECK(back->cause == wire::Cause::kHang);
   wire::Message f;
-  f.event = "fallback";
-  f.reason = "second_failure";
+  f.event = wire::Event::kFallback;
+  f.reason = wire::Fallback::kSecondFailure;
   CHECK(wire::format(f) == "event=fallback reason=second_failure");
   auto j = wire::parse("event=joined generation=2 rank=5\n");  // a newline is allowed
   REQUIRE(j);
-  CHECK(j->event == "joined");
+  CHECK(j->event == wire::Event::kJoined);
   CHECK(j->generation == 2);
   CHECK(j->rank == 5);
   wire::Message a;
-  a.event = "assign";
+  a.event = wire::Event::kAssign;
   a.generation = 1;
   a.rank = 3;
   a.local_rank = 1;
@@ -82,6 +82,41 @@ std::string unescape(const std::string& text) {
 }
 
 }  // namespace
+
+TEST_CASE("recovery packets: every event, cause and fallback reason reads back as itself; words "
+          "not known here read as other, none and unknown") {
+  for (auto e : {wire::Event::kFailed, wire::Event::kReady, wire::Event::kRecovered,
+                 wire::Event::kFallback, wire::Event::kJoined, wire::Event::kAssign}) {
+    wire::Message m;
+    m.event = e;
+    m.generation = 1;
+    m.ranks = {0};
+    m.rank = 0;
+    m.local_rank = 0;
+    CAPTURE(wire::name(e));
+    const auto back = wire::parse(wire::format(m));
+    REQUIRE(back);
+    CHECK(back->event == e);
+  }
+  for (auto f : {wire::Fallback::kSecondFailure, wire::Fallback::kNoRestartLeft,
+                 wire::Fallback::kNoRestartExitCode, wire::Fallback::kTimeout,
+                 wire::Fallback::kGroupStopped, wire::Fallback::kSpawnFailed,
+                 wire::Fallback::kStoreLost}) {
+    wire::Message m;
+    m.event = wire::Event::kFallback;
+    m.reason = f;
+    CAPTURE(wire::name(f));
+    CHECK(wire::parse(wire::format(m))->reason == f);
+  }
+  const auto later = wire::parse("event=migrated generation=2 cause=oom reason=x");
+  REQUIRE(later);
+  CHECK(later->event == wire::Event::kOther);
+  CHECK(later->cause == wire::Cause::kNone);
+  const auto fb = wire::parse("event=fallback reason=preempted");
+  REQUIRE(fb);
+  CHECK(fb->reason == wire::Fallback::kOther);
+  CHECK(wire::name(fb->reason) == "unknown");
+}
 
 TEST_CASE("recovery packets: the verdicts of recovery_wire_cases.txt, which the Python parser "
           "reaches too") {

@@ -205,10 +205,10 @@ TrialResult run_trial(const Config& c, Fault fault, int kill_step, int victim,
   }
   const Clock::time_point failed_at = Clock::now();
   wire::Message failed;
-  failed.event = std::string(wire::kEventFailed);
+  failed.event = wire::Event::kFailed;
   failed.generation = 1;
   failed.ranks = {victim};
-  failed.cause = std::string(fault == Fault::kKill ? wire::kCauseExit : wire::kCauseHang);
+  failed.cause = fault == Fault::kKill ? wire::Cause::kExit : wire::Cause::kHang;
   for (int r = 0; r < c.world; ++r) {
     if (r != victim) chans[r].send(failed);
   }
@@ -219,7 +219,7 @@ TrialResult run_trial(const Config& c, Fault fault, int kill_step, int victim,
       std::vector<std::pair<int, int>>{{chans[victim].theirs.get(), kChildFd}});
   chans[victim].theirs.reset();
   wire::Message ready;
-  ready.event = std::string(wire::kEventReady);
+  ready.event = wire::Event::kReady;
   ready.generation = 1;
   ready.ranks = {victim};
   for (int r = 0; r < c.world; ++r) {
@@ -241,7 +241,7 @@ TrialResult run_trial(const Config& c, Fault fault, int kill_step, int victim,
       REQUIRE(n > 0);  // EOF: the rank died before it joined
       const std::optional<wire::Message> m = wire::parse(std::string_view(buf, size_t(n)));
       REQUIRE(m.has_value());
-      CHECK(m->event == wire::kEventJoined);
+      CHECK(m->event == wire::Event::kJoined);
       CHECK(m->generation == 1);
       CHECK(m->rank == r);
       joined.insert(r);
