@@ -34,16 +34,9 @@ std::string read_from(const std::string& path, uint64_t offset) {
 
 // What the worker appended to its stack file after being sent the stack
 // signal plus `signal_offset`, once `complete` says it is whole.
-struct Appended {
-  bool ok = false;
-  bool instrumented = true;
-  std::string text;
-  std::string note;
-};
-
-Appended signal_and_read(pid_t pid, int signal_offset, std::chrono::milliseconds timeout,
+LiveDump signal_and_read(pid_t pid, int signal_offset, std::chrono::milliseconds timeout,
                          const std::function<bool(const std::string&)>& complete) {
-  Appended out;
+  LiveDump out;
   const auto sig_text = base::proc_environ_value(pid, base::kEnvPyStackSignal);
   const auto dir = base::proc_environ_value(pid, base::kEnvPyStackDir);
   if (!sig_text || !dir) {
@@ -98,13 +91,7 @@ constexpr char kProbeMark[] = "ddprun-probe ";
 LiveDump dump_python_stack(pid_t pid, std::chrono::milliseconds timeout) {
   // faulthandler writes from the signal handler with a few write(2) calls:
   // done once the file stops growing.
-  auto a = signal_and_read(pid, 0, timeout, [](const std::string&) { return true; });
-  LiveDump out;
-  out.ok = a.ok;
-  out.instrumented = a.instrumented;
-  out.text = std::move(a.text);
-  out.note = std::move(a.note);
-  return out;
+  return signal_and_read(pid, 0, timeout, [](const std::string&) { return true; });
 }
 
 BytecodeProbe probe_bytecode(pid_t pid, std::chrono::milliseconds timeout) {
