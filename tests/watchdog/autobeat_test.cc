@@ -17,11 +17,9 @@
 #include "watchdog/heartbeat_server.h"
 
 namespace wd = ddprun::watchdog;
+using namespace wd::testing;
 using ddprun::testing::test_python;
 using wd::BeatKind;
-using wd::testing::Child;
-using wd::testing::run_until;
-using wd::testing::TempDir;
 
 namespace {
 

@@ -16,9 +16,8 @@
 
 namespace wd = ddprun::watchdog;
 using namespace std::chrono_literals;
+using namespace wd::testing;
 using ddprun::base::ManualClock;
-using wd::testing::Child;
-using wd::testing::run_until;
 
 namespace {
 

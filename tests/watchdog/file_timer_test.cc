@@ -13,10 +13,8 @@
 #include "watchdog/watchdog.h"
 
 namespace wd = ddprun::watchdog;
+using namespace wd::testing;
 using ddprun::testing::test_python;
-using wd::testing::Child;
-using wd::testing::run_until;
-using wd::testing::TempDir;
 
 namespace {
 

@@ -20,10 +20,8 @@
 #include "watchdog/stack_capture.h"
 
 namespace wd = ddprun::watchdog;
+using namespace wd::testing;
 using ddprun::testing::test_python;
-using wd::testing::Child;
-using wd::testing::TempDir;
-using wd::testing::tool_installed;
 
 namespace {
 
