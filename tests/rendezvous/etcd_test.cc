@@ -26,15 +26,13 @@ namespace {
 
 using Etcd = ddprun::testing::EtcdServer;
 
+// join, last call, close, keep-alive interval and attempts.
+constexpr ddprun::rendezvous::testing::Deadlines kDeadlines{30s, 1s, 5s, 300ms, 5};
+
 RendezvousOptions node(int i, int min, int max) {
-  RendezvousOptions o =
-      ddprun::rendezvous::testing::member(i, min, max, "job" + std::to_string(getpid()));
+  RendezvousOptions o = ddprun::rendezvous::testing::member(i, min, max, kDeadlines,
+                                                            "job" + std::to_string(getpid()));
   o.local_world_size = 2;
-  o.join_timeout = 30s;
-  o.last_call_timeout = 1s;
-  o.close_timeout = 5s;
-  o.keep_alive_interval = 300ms;
-  o.keep_alive_max_attempt = 5;
   return o;
 }
 

@@ -19,15 +19,12 @@ namespace {
 // blocked call gives up on a reply 2.5 s after it was sent.
 Rendezvous::StoreFactory through(uint16_t port) { return loopback_clients(port, 10s, 10s); }
 
+// join, last call, close, keep-alive interval and attempts: a 6 s window.
+constexpr Deadlines kDeadlines{20s, 300ms, 2s, 1s, 6};
+
 RendezvousOptions node(int i) {
-  RendezvousOptions o = member(i, 2, 2, "ka");
-  o.local_world_size = 1;
+  RendezvousOptions o = member(i, 2, 2, kDeadlines, "ka");
   o.master_port = 29500 + i;
-  o.join_timeout = 20s;
-  o.last_call_timeout = 300ms;
-  o.close_timeout = 2s;
-  o.keep_alive_interval = 1s;  // window 6 s
-  o.keep_alive_max_attempt = 6;
   return o;
 }
 

@@ -11,17 +11,12 @@ using namespace ddprun::rendezvous::testing;
 
 namespace {
 
-RendezvousOptions node(int i) {
-  RendezvousOptions o = member(i, 2, 3);
-  o.join_timeout = 120s;
-  // Far beyond the test's waits: only a closed connection can end a round
-  // in time, and only the live-members rule can close the next one.
-  o.last_call_timeout = 120s;
-  o.close_timeout = 5s;
-  o.keep_alive_interval = 60s;
-  o.keep_alive_max_attempt = 3;
-  return o;
-}
+// join, last call, close, keep-alive interval and attempts. The last call
+// far beyond the test's waits: only a closed connection can end a round in
+// time, and only the live-members rule can close the next one.
+constexpr Deadlines kDeadlines{120s, 120s, 5s, 60s, 3};
+
+RendezvousOptions node(int i) { return member(i, 2, 3, kDeadlines); }
 
 }  // namespace
 

@@ -32,15 +32,33 @@ inline Rendezvous::StoreFactory loopback_clients(uint16_t port, Duration connect
   return [c] { return std::make_unique<Client>(c); };
 }
 
-// Node `i` of job `run_id` (node<i> at 10.0.0.<i>) for min..max nodes;
-// each test sets the timeouts its scenario needs.
-inline RendezvousOptions member(int i, int min, int max, const std::string& run_id = "job") {
+// The deadlines of a scenario, each test's own: how long a round may take
+// to form (join, last call) and to close, and how long a member may stay
+// silent (keep_alive_interval x keep_alive_attempts) before it is lost.
+// Spelled in one place so a test reads its scenario's pace in one line.
+struct Deadlines {
+  Duration join;                 // join_timeout
+  Duration last_call;            // last_call_timeout
+  Duration close;                // close_timeout
+  Duration keep_alive_interval;  // keep_alive_interval
+  int keep_alive_attempts;       // keep_alive_max_attempt
+};
+
+// Node `i` of job `run_id` (node<i> at 10.0.0.<i>) for min..max nodes,
+// under the scenario's `deadlines`.
+inline RendezvousOptions member(int i, int min, int max, const Deadlines& deadlines,
+                                const std::string& run_id = "job") {
   RendezvousOptions o;
   o.run_id = run_id;
   o.min_nodes = min;
   o.max_nodes = max;
   o.node_id = "node" + std::to_string(i);
   o.local_addr = "10.0.0." + std::to_string(i);
+  o.join_timeout = deadlines.join;
+  o.last_call_timeout = deadlines.last_call;
+  o.close_timeout = deadlines.close;
+  o.keep_alive_interval = deadlines.keep_alive_interval;
+  o.keep_alive_max_attempt = deadlines.keep_alive_attempts;
   return o;
 }
 

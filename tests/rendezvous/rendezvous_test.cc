@@ -19,17 +19,15 @@ namespace {
 
 Rendezvous::StoreFactory factory(uint16_t port) { return loopback_clients(port, 1s, 2s, 1s); }
 
+// join, last call, close, keep-alive interval and attempts. The keep-alive
+// generous enough that a loaded CI machine never starves a heartbeat into a
+// false death.
+constexpr Deadlines kDeadlines{20s, 300ms, 2s, 200ms, 5};
+
 RendezvousOptions node(int i, int min, int max) {
-  RendezvousOptions o = member(i, min, max);
+  RendezvousOptions o = member(i, min, max, kDeadlines);
   o.local_world_size = 2;
   o.master_port = 29500 + i;
-  o.join_timeout = 20s;
-  o.last_call_timeout = 300ms;
-  o.close_timeout = 2s;
-  // Generous enough that a loaded CI machine never starves a heartbeat
-  // into a false death.
-  o.keep_alive_interval = 200ms;
-  o.keep_alive_max_attempt = 5;
   return o;
 }
 
