@@ -20,15 +20,10 @@ import sys
 import tempfile
 import time
 
+from agent_cost import add_load_args, cpu_s  # same folder
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "beat_cost_worker.py")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def run(path, args):
@@ -58,11 +53,7 @@ def run(path, args):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ddprun", action="append", required=True, help="NAME=PATH")
-    p.add_argument("--ranks", type=int, default=8)
-    p.add_argument("--step-ms", type=float, default=1.0)
-    p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--warmup", type=float, default=2.0)
-    p.add_argument("--reps", type=int, default=3)
+    add_load_args(p, step_ms=1.0, seconds=10.0, warmup=2.0)
     args = p.parse_args()
     rows = {}
     for rep in range(args.reps):

@@ -25,15 +25,10 @@ import threading
 import time
 import urllib.request
 
+from agent_cost import add_load_args, cpu_s  # same folder
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "..", "tests", "observe", "workers", "steady_worker.py")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def memory_kib(pid):
@@ -95,12 +90,8 @@ def run(ddprun, args, exporter):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("ddprun")
-    p.add_argument("--ranks", type=int, default=8)
-    p.add_argument("--step-ms", type=float, default=10)
-    p.add_argument("--seconds", type=float, default=30)
-    p.add_argument("--warmup", type=float, default=3)
+    add_load_args(p, step_ms=10, seconds=30, warmup=3)
     p.add_argument("--scrape-s", type=float, default=1)
-    p.add_argument("--reps", type=int, default=3)
     args = p.parse_args()
     results = {False: [], True: []}
     for _ in range(args.reps):
