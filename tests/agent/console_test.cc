@@ -23,6 +23,7 @@
 #include "base/procfs.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/skip.h"
+#include "tests/common/slurp.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/thread_count.h"
 #include "tests/common/time_scale.h"
@@ -33,13 +34,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kWorker = std::string(WORKERS_DIR) + "/console_worker.py";
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Every file called `name` below `root`, concatenated.
 std::string files_named(const std::string& root, const std::string& name) {

@@ -20,21 +20,13 @@
 #include "base/queued_writer.h"
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/run_folder.h"
+#include "tests/common/slurp.h"
 #include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 
 }  // namespace
 

@@ -13,22 +13,17 @@
 
 #include "base/safe_file.h"
 #include "tests/common/skip.h"
+#include "tests/common/slurp.h"
 #include "tests/common/temp_dir.h"
 
 using ddprun::base::FileError;
 using ddprun::base::SafeDir;
+using ddprun::testing::slurp;
 using ddprun::testing::TempDir;
 
 namespace {
 
 constexpr uid_t kNobody = 65534;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void spit(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;

@@ -12,9 +12,11 @@
 #include "observe/report_cli.h"
 #include "observe/report_html.h"
 #include "observe/run_history.h"
+#include "tests/common/slurp.h"
 #include "tests/common/temp_dir.h"
 
 using namespace ddprun::observe;
+using ddprun::testing::slurp;
 using ddprun::testing::TempDir;
 
 namespace {
@@ -40,13 +42,6 @@ const char* kHangReport =
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 size_t count(const std::string& text, const std::string& what) {

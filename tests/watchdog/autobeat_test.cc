@@ -7,17 +7,17 @@
 #include <doctest/doctest.h>
 
 #include <boost/asio/io_context.hpp>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/common/slurp.h"
 #include "tests/common/test_python.h"
 #include "tests/watchdog/test_util.h"
 #include "watchdog/heartbeat_server.h"
 
 namespace wd = ddprun::watchdog;
 using namespace wd::testing;
+using ddprun::testing::slurp;
 using ddprun::testing::test_python;
 using wd::BeatKind;
 
@@ -25,13 +25,6 @@ namespace {
 
 // Torch imports slowly on a busy machine: a generous deadline, no threshold.
 constexpr auto kScriptDeadline = std::chrono::seconds(180);
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 // Runs `script` as a worker of rank 1 under a heartbeat socket and returns
 // every datagram it sent, reading them while it runs (an AF_UNIX datagram

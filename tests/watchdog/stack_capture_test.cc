@@ -12,6 +12,7 @@
 #include <map>
 
 #include "tests/common/skip.h"
+#include "tests/common/slurp.h"
 #include "tests/watchdog/test_util.h"
 #include "tests/common/test_python.h"
 #include "watchdog/live_stack.h"
@@ -21,16 +22,8 @@
 
 namespace wd = ddprun::watchdog;
 using namespace wd::testing;
+using ddprun::testing::slurp;
 using ddprun::testing::test_python;
-
-namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-}  // namespace
 
 TEST_CASE("eu-stack captures the stack of a hung native worker") {
   if (!tool_installed("eu-stack")) {
