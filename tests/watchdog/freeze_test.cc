@@ -9,18 +9,17 @@
 #include <sys/wait.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "tests/common/run_folder.h"
 #include "tests/common/skip.h"
+#include "tests/common/slurp.h"
 #include "tests/common/test_python.h"
+#include "tests/watchdog/ddprun_job.h"
 #include "tests/watchdog/test_util.h"
 
+using namespace ddprun::watchdog::testing;
+using ddprun::testing::slurp;
 using ddprun::testing::test_python;
-using ddprun::watchdog::testing::Child;
-using ddprun::watchdog::testing::TempDir;
 using nlohmann::json;
 
 namespace {
@@ -31,45 +30,25 @@ const std::string kScript = std::string(WATCHDOG_SCRIPTS) + "/unmodified_ddp.py"
 // Floor of the learned timeouts in these tests (the default is 60 s).
 const std::string kFloor = "--hang-timeout-floor=3";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 bool torch_importable() {
   Child py({test_python(), "-c", "import torch, torch.distributed"});
   auto status = py.wait_for(std::chrono::seconds(120));
   return status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
 }
 
-struct Job {
-  TempDir dir;
-  int exit_code = -1;
-  std::string run_dir() const { return ddprun::testing::run_folder(dir.path() + "/logs", "fz"); }
-  std::string attempt(int n) const { return run_dir() + "/attempt_" + std::to_string(n); }
-  std::string console() const { return slurp(dir.path() + "/ddprun.stderr"); }
+struct Job : DdprunJob {
+  Job() : DdprunJob("fz") {}
   bool has_report(int n) const { return std::filesystem::exists(attempt(n) + "/hang_report.json"); }
-  json report(int n = 0) const {
-    std::ifstream in(attempt(n) + "/hang_report.json");
-    REQUIRE_MESSAGE(in.good(), "no hang report in attempt ", n);
-    return json::parse(in);
-  }
   // ddprun [flags] unmodified_ddp.py <mode>, in this job's folder as cwd,
   // with `ulimit -c unlimited` (a core dump would land right here).
   void run(std::vector<std::string> flags, const std::string& mode) {
     std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$1\" && ulimit -c unlimited && shift && exec \"$@\"",
                                      "sh", dir.path(), DDPRUN_BIN, "--nproc-per-node=2",
-                                     "--rdzv-id=fz", "--log-dir=" + dir.path() + "/logs"};
+                                     "--rdzv-id=" + rdzv_id, "--log-dir=" + log_dir()};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.push_back(kScript);
     argv.push_back(mode);
-    Child ddprun(argv, {{"DDPRUN_PYTHON", test_python()}}, false, dir.path() + "/ddprun.stderr",
-                 dir.path() + "/ddprun.stdout");
-    auto status = ddprun.wait_for(kJobDeadline);
-    REQUIRE_MESSAGE(status.has_value(), "ddprun did not finish within its deadline");
-    exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+    run_argv(argv, {}, kJobDeadline);
   }
   std::vector<std::string> cores() const {
     std::vector<std::string> out;

@@ -10,48 +10,34 @@
 #include <sstream>
 
 #include "base/version.h"
+#include "tests/common/python_stack_tools.h"
 #include "tests/common/run_folder.h"
 #include "tests/common/skip.h"
-#include "tests/watchdog/test_util.h"
-#include "tests/common/python_stack_tools.h"
-#include "watchdog/stack_capture.h"
+#include "tests/common/slurp.h"
 #include "tests/common/test_python.h"
+#include "tests/watchdog/ddprun_job.h"
+#include "tests/watchdog/test_util.h"
+#include "watchdog/stack_capture.h"
 
+using namespace ddprun::watchdog::testing;
+using ddprun::testing::slurp;
 using ddprun::testing::test_python;
-using ddprun::watchdog::testing::Child;
-using ddprun::watchdog::testing::TempDir;
-using ddprun::watchdog::testing::tool_installed;
 using nlohmann::json;
 
 namespace {
 
 constexpr auto kJobDeadline = std::chrono::seconds(90);
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-struct Job {
-  TempDir dir;
-  int exit_code = -1;
-  std::string run_dir() const { return ddprun::testing::run_folder(dir.path() + "/logs", "wd"); }
-  std::string attempt(int n) const { return run_dir() + "/attempt_" + std::to_string(n); }
-  std::string console() const { return slurp(dir.path() + "/ddprun.stderr"); }
+struct Job : DdprunJob {
+  Job() : DdprunJob("wd") {}
 
   // Runs ddprun with `flags` then `program...`, bounded by kJobDeadline.
   void run(std::vector<std::string> flags, const std::vector<std::string>& program,
            std::map<std::string, std::string> env = {}) {
-    std::vector<std::string> argv = {DDPRUN_BIN, "--rdzv-id=wd", "--log-dir=" + dir.path() + "/logs"};
+    std::vector<std::string> argv = {DDPRUN_BIN, "--rdzv-id=" + rdzv_id, "--log-dir=" + log_dir()};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), program.begin(), program.end());
-    env.emplace("DDPRUN_PYTHON", test_python());  // with torch (tests/common/test_python.h)
-    Child ddprun(argv, env, false, dir.path() + "/ddprun.stderr", dir.path() + "/ddprun.stdout");
-    auto status = ddprun.wait_for(kJobDeadline);
-    REQUIRE_MESSAGE(status.has_value(), "ddprun did not finish within its deadline");
-    exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+    run_argv(argv, std::move(env), kJobDeadline);
   }
 
   std::vector<json> events() const {
@@ -67,11 +53,6 @@ struct Job {
       if (e["event"] != "worker_exit" && e["event"] != "progress") names.push_back(e["event"]);
     }
     return names;
-  }
-  json report(int attempt_no = 0) const {
-    std::ifstream in(attempt(attempt_no) + "/hang_report.json");
-    REQUIRE_MESSAGE(in.good(), "no hang report in attempt ", attempt_no);
-    return json::parse(in);
   }
 };
 
