@@ -19,8 +19,7 @@
 namespace ag = ddprun::agent;
 namespace rdzv = ddprun::rendezvous;
 using namespace std::chrono_literals;
-using ag::test::exited_with;
-using ag::test::Harness;
+using namespace ag::test;
 
 namespace {
 

@@ -17,9 +17,7 @@
 
 namespace ag = ddprun::agent;
 using namespace std::chrono_literals;
-using ag::test::exited_with;
-using ag::test::Harness;
-using ag::test::killed_by;
+using namespace ag::test;
 
 namespace {
 

@@ -15,10 +15,7 @@
 
 namespace ag = ddprun::agent;
 using namespace std::chrono_literals;
-using ag::test::exited_with;
-using ag::test::FakeLauncher;
-using ag::test::Harness;
-using ag::test::killed_by;
+using namespace ag::test;
 
 TEST_CASE("every worker exiting 0 is success, and nothing is signalled before they are reaped") {
   Harness h(3);

@@ -16,9 +16,7 @@
 
 namespace {
 
-using ddprun::testing::DdprunProcess;
-using ddprun::testing::run_ddprun;
-using ddprun::testing::TempDir;
+using namespace ddprun::testing;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 constexpr const char* kPython = "/usr/bin/python3";
