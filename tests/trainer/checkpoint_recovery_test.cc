@@ -9,7 +9,6 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <sched.h>
-#include <poll.h>
 #include <sys/inotify.h>
 #include <sys/mount.h>
 
@@ -22,13 +21,16 @@
 #include <random>
 #include <regex>
 
+#include "tests/common/folder_names.h"
 #include "tests/common/skip.h"
+#include "tests/trainer/inotify_events.h"
 #include "tests/trainer/process.h"
 #include "tests/trainer/temp_dir.h"
 #include "trainer/checkpoint.h"
 
 using namespace ddprun::trainer;
 using namespace ddprun::trainer::testing;
+using ddprun::testing::names_in;
 using namespace std::chrono_literals;
 
 namespace {
@@ -62,15 +64,6 @@ void write_corrupt(const std::string& folder, int count) {
   for (int i = 0; i < count; ++i) {
     std::ofstream(other.payload_path(900 + i), std::ios::binary | std::ios::in) << "rot";
   }
-}
-
-std::vector<std::string> sorted_names(const std::string& folder) {
-  std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(folder)) {
-    names.push_back(e.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 std::vector<std::string> single(std::vector<std::string> argv, const std::string& dir) {
@@ -184,7 +177,7 @@ TEST_CASE("a tmpfs sized for --keep checkpoints: pruning makes room, training ne
     CHECK(final_of(run.outputs[0]).steps == 40);
     CHECK(run.outputs[0].find("pruning older checkpoints and retrying once") != std::string::npos);
     CheckpointDir check(CheckpointOptions{dir, keep});
-    for (const std::string& name : sorted_names(dir)) {
+    for (const std::string& name : names_in(dir)) {
       CAPTURE(name);
       CHECK(name.find(".tmp.") == std::string::npos);
     }
@@ -234,20 +227,7 @@ bool wait_written(const std::string& folder, const std::string& name,
   const int watch = ::inotify_init1(IN_CLOEXEC);
   if (watch < 0 || ::inotify_add_watch(watch, folder.c_str(), IN_MODIFY | IN_CLOSE_WRITE) < 0)
     return false;
-  bool seen = false;
-  while (!seen && std::chrono::steady_clock::now() < deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{watch, POLLIN, 0};
-    if (::poll(&p, 1, int(std::max<long long>(1, left.count()))) <= 0) continue;
-    alignas(inotify_event) char buf[4096];
-    const ssize_t n = ::read(watch, buf, sizeof(buf));
-    for (ssize_t off = 0; off < n;) {
-      const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
-      if (ev->len > 0 && name == ev->name) seen = true;
-      off += ssize_t(sizeof(inotify_event) + ev->len);
-    }
-  }
+  const bool seen = until_event(watch, deadline, [&](uint32_t, const std::string& n) { return n == name; });
   ::close(watch);
   return seen;
 }

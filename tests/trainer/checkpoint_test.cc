@@ -1,6 +1,5 @@
 #include <doctest/doctest.h>
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -16,12 +15,16 @@
 #include <optional>
 #include <random>
 
+#include "tests/common/folder_names.h"
+#include "tests/trainer/inotify_events.h"
 #include "tests/trainer/temp_dir.h"
 #include "trainer/checkpoint.h"
 #include "trainer/error.h"
 
 using namespace ddprun::trainer;
+using ddprun::testing::names_in;
 using ddprun::trainer::testing::TempDir;
+using ddprun::trainer::testing::until_event;
 
 namespace {
 
@@ -125,15 +128,6 @@ void write_corrupt(const std::string& folder, const std::vector<int64_t>& steps)
   for (int64_t step : steps) flip_byte(other.payload_path(step), 3);
 }
 
-std::vector<std::string> names_in(const std::string& folder) {
-  std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(folder)) {
-    names.push_back(e.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 }  // namespace
 
 TEST_CASE("checkpoint: corrupt newest ones never push a new good one out") {
@@ -231,26 +225,13 @@ TEST_CASE("checkpoint: SIGKILL mid-write, then start-up clean-up leaves only who
   }
   // inotify tells when step 1 is complete and the next write has begun.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  bool first_done = false, mid_write = false;
-  while (!mid_write && std::chrono::steady_clock::now() < deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{watch, POLLIN, 0};
-    if (::poll(&p, 1, int(std::max<long long>(1, left.count()))) <= 0) continue;
-    alignas(inotify_event) char buf[4096];
-    const ssize_t n = ::read(watch, buf, sizeof(buf));
-    for (ssize_t off = 0; off < n;) {
-      const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
-      const std::string name = ev->len > 0 ? ev->name : "";
-      if ((ev->mask & IN_MOVED_TO) && name == "step-0000000001.json") first_done = true;
-      // A temp name appears (O_TMPFILE: once its data is written and it is
-      // linked in; else at once): the kill lands inside a checkpoint write.
-      if ((ev->mask & IN_CREATE) && first_done && name.find(".tmp") != std::string::npos) {
-        mid_write = true;
-      }
-      off += ssize_t(sizeof(inotify_event) + ev->len);
-    }
-  }
+  bool first_done = false;
+  const bool mid_write = until_event(watch, deadline, [&](uint32_t mask, const std::string& name) {
+    if ((mask & IN_MOVED_TO) && name == "step-0000000001.json") first_done = true;
+    // A temp name appears (O_TMPFILE: once its data is written and it is
+    // linked in; else at once): the kill lands inside a checkpoint write.
+    return (mask & IN_CREATE) && first_done && name.find(".tmp") != std::string::npos;
+  });
   ::close(watch);
   ::kill(child, SIGKILL);
   int status = 0;
