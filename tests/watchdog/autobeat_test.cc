@@ -17,8 +17,6 @@
 
 namespace wd = ddprun::watchdog;
 using namespace wd::testing;
-using ddprun::testing::slurp;
-using ddprun::testing::test_python;
 using wd::BeatKind;
 
 namespace {

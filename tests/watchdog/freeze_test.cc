@@ -18,8 +18,6 @@
 #include "tests/watchdog/test_util.h"
 
 using namespace ddprun::watchdog::testing;
-using ddprun::testing::slurp;
-using ddprun::testing::test_python;
 using nlohmann::json;
 
 namespace {

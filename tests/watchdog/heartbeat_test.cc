@@ -14,7 +14,6 @@
 
 namespace wd = ddprun::watchdog;
 using namespace wd::testing;
-using ddprun::testing::test_python;
 
 namespace {
 

@@ -20,8 +20,6 @@
 #include "watchdog/stack_capture.h"
 
 using namespace ddprun::watchdog::testing;
-using ddprun::testing::slurp;
-using ddprun::testing::test_python;
 using nlohmann::json;
 
 namespace {

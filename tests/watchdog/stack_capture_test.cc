@@ -22,8 +22,6 @@
 
 namespace wd = ddprun::watchdog;
 using namespace wd::testing;
-using ddprun::testing::slurp;
-using ddprun::testing::test_python;
 
 TEST_CASE("eu-stack captures the stack of a hung native worker") {
   if (!tool_installed("eu-stack")) {

@@ -23,7 +23,9 @@
 extern char** environ;
 
 #include "base/pidfd.h"
+#include "tests/common/slurp.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/test_python.h"
 #include "watchdog/heartbeat_server.h"
 
 namespace ddprun::watchdog::testing {
@@ -167,6 +169,10 @@ inline bool tool_installed(const std::string& tool) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
+// The helpers every component's tests share, named here too, so that one
+// using-directive brings a watchdog test all it needs.
+using ddprun::testing::slurp;
 using ddprun::testing::TempDir;
+using ddprun::testing::test_python;
 
 }  // namespace ddprun::watchdog::testing
