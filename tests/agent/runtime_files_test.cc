@@ -19,17 +19,13 @@
 #include "tests/agent/ddprun_process.h"
 #include "tests/common/env_file.h"
 #include "tests/common/run_folder.h"
+#include "tests/common/slurp.h"
 #include "tests/common/temp_dir.h"
 
 using namespace ddprun::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::vector<std::string> agent_dirs(const std::string& base) {
   std::vector<std::string> out;
@@ -70,10 +66,10 @@ TEST_CASE("two jobs at once with the same --log-dir and --rdzv-id both succeed a
     CAPTURE(run);
     for (int lr = 0; lr < 2; ++lr) {
       std::string d = run + "/attempt_0/" + std::to_string(lr);
-      CHECK(count_of(read_file(d + "/stdout.log"), "waiting rank=" + std::to_string(lr)) == 1);
+      CHECK(count_of(slurp(d + "/stdout.log"), "waiting rank=" + std::to_string(lr)) == 1);
     }
     // One job's event log each, not two jobs mixed in one.
-    CHECK(count_of(read_file(run + "/events.jsonl"), "\"event\":\"start\"") == 1);
+    CHECK(count_of(slurp(run + "/events.jsonl"), "\"event\":\"start\"") == 1);
   }
   // Each job's heartbeat socket in its own agent's private folder.
   auto ea = read_env(go + ".a.env.0"), eb = read_env(go + ".b.env.0");
@@ -97,7 +93,7 @@ TEST_CASE("a second run with the same --rdzv-id and --log-dir keeps the first ru
   auto runs = run_folders(logs, "again");
   REQUIRE(runs.size() == 2);
   for (const auto& run : runs)
-    CHECK(count_of(read_file(run + "/attempt_0/0/stdout.log"), "nofile=") == 1);
+    CHECK(count_of(slurp(run + "/attempt_0/0/stdout.log"), "nofile=") == 1);
 }
 
 TEST_CASE("the private folder lives under XDG_RUNTIME_DIR, is 0700 and goes at exit") {
@@ -216,7 +212,7 @@ TEST_CASE("a job whose program cannot be executed still has its event log's star
   CHECK(r.status == 127);
   auto runs = run_folders(logs, "noexec");
   REQUIRE(runs.size() == 1);
-  const std::string events = read_file(runs[0] + "/events.jsonl");
+  const std::string events = slurp(runs[0] + "/events.jsonl");
   CHECK(count_of(events, "\"event\":\"start\"") == 1);
   CHECK(events.rfind("{", 0) == 0);
   CHECK(events.find("\"event\":\"start\"") < events.find('\n'));  // the first line

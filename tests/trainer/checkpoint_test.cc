@@ -11,11 +11,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <optional>
 #include <random>
 
 #include "tests/common/folder_names.h"
+#include "tests/common/slurp.h"
 #include "tests/trainer/inotify_events.h"
 #include "tests/trainer/temp_dir.h"
 #include "trainer/checkpoint.h"
@@ -23,6 +23,7 @@
 
 using namespace ddprun::trainer;
 using ddprun::testing::names_in;
+using ddprun::testing::slurp;
 using ddprun::trainer::testing::TempDir;
 using ddprun::trainer::testing::until_event;
 
@@ -265,11 +266,6 @@ void flip_bit(const std::string& path, size_t bit) {
   f.put(char(c ^ (1 << (bit % 8))));
 }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 void write_all(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -294,7 +290,7 @@ TEST_CASE("checkpoint: 200 bit flips in the newest manifest never resume wrong, 
   dir.write(make(10));
   dir.write(make(20));
   const std::string newest = dir.manifest_path(20);
-  const std::string intact = read_all(newest);
+  const std::string intact = slurp(newest);
   std::mt19937_64 gen(20261201);  // fixed: a failure names its bit
   int fell_back = 0, harmless = 0;
   for (int i = 0; i < 200; ++i) {
@@ -325,7 +321,7 @@ TEST_CASE("checkpoint: a manifest without its own checksum is not trusted") {
   CheckpointDir dir(CheckpointOptions{tmp.path(), 5});
   dir.write(make(10));
   dir.write(make(20));
-  std::string text = read_all(dir.manifest_path(20));
+  std::string text = slurp(dir.manifest_path(20));
   const size_t at = text.find("\"manifest_sha256\"");
   REQUIRE(at != std::string::npos);
   text.erase(at, text.find('\n', at) + 1 - at);  // its line, as a format-1 writer had it
@@ -371,7 +367,7 @@ TEST_CASE("checkpoint: temp names are unpredictable and a planted symlink is not
   }
   std::filesystem::create_symlink(tmp.file("canary"), tmp.file("ckpt/step-0000000002.bin"));
   dir.write(make(2));
-  CHECK(read_all(tmp.file("canary")) == "precious");
+  CHECK(slurp(tmp.file("canary")) == "precious");
   CHECK(dir.load_step(2).step == 2);
   CHECK(std::filesystem::is_regular_file(
       std::filesystem::symlink_status(tmp.file("ckpt/step-0000000002.bin"))));
