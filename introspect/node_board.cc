@@ -28,7 +28,10 @@ double unix_now() {
 }  // namespace
 
 rdzv::Bytes encode_stacks_request(const StacksRequest& request) {
-  return rdzv::RecordWriter(kStacksRequestRecord).i64(request.rank).text(request.id, kMaxRequestId).take();
+  return rdzv::RecordWriter(kStacksRequestRecord)
+      .i64(request.rank)
+      .text(request.id, kMaxRequestId)
+      .take();
 }
 
 StacksRequest decode_stacks_request(const rdzv::Bytes& bytes) {
@@ -83,7 +86,8 @@ void NodeBoard::fetch(Fetched done) {
 }
 
 void NodeBoard::run() {
-  rdzv::LazyStore store([this] { return place_.open_store(kStoreDeadline, canceller_); }, canceller_,
+  rdzv::LazyStore store([this] { return place_.open_store(kStoreDeadline, canceller_); },
+                        canceller_,
                         [](const std::string& error) { spdlog::debug("status board: {}", error); });
   Loop loop;
   loop.next_poll = SteadyClock::now();
@@ -119,7 +123,8 @@ void NodeBoard::run() {
     collect_replies(store, loop.asks);
     if (!taken.waiting.empty()) read_peers(store, taken.waiting);
   }
-  for (auto& a : loop.asks) a.done(std::move(a.replies), {"the round ended before every node answered"});
+  for (auto& a : loop.asks)
+    a.done(std::move(a.replies), {"the round ended before every node answered"});
 }
 
 void NodeBoard::publish_entry(rdzv::LazyStore& store, nlohmann::json entry) {
@@ -130,7 +135,8 @@ void NodeBoard::publish_entry(rdzv::LazyStore& store, nlohmann::json entry) {
 }
 
 NodeBoard::Ask NodeBoard::send_ask(rdzv::LazyStore& store, Ask a, uint64_t number) {
-  a.id = std::to_string(::getpid()) + "-" + std::to_string(place_.node) + "-" + std::to_string(number);
+  a.id =
+      std::to_string(::getpid()) + "-" + std::to_string(place_.node) + "-" + std::to_string(number);
   a.deadline = SteadyClock::now() + kAskDeadline;
   const rdzv::Bytes request = encode_stacks_request({a.id, a.rank});
   for (int n = 0; n < place_.nodes; ++n) {
@@ -139,8 +145,10 @@ NodeBoard::Ask NodeBoard::send_ask(rdzv::LazyStore& store, Ask a, uint64_t numbe
       const int64_t seq = c.add(keys_.stacks_count(n), 1);
       c.set(keys_.stacks_request(n, seq), request);
     });
-    if (sent) a.left.push_back(n);
-    else a.replies.push_back({{"node", n}, {"error", "could not ask it: " + store.last_error()}});
+    if (sent)
+      a.left.push_back(n);
+    else
+      a.replies.push_back({{"node", n}, {"error", "could not ask it: " + store.last_error()}});
   }
   return a;
 }

@@ -24,8 +24,9 @@ constexpr size_t kMaxMembers = 1 << 24;
 
 void put_node(RecordWriter& w, const NodeInfo& n) {
   if (n.master_port < 0 || n.master_port > 0xffff || n.local_world_size < 0)
-    throw RecordError("node record: port " + std::to_string(n.master_port) + " or local world size " +
-                      std::to_string(n.local_world_size) + " out of range");
+    throw RecordError("node record: port " + std::to_string(n.master_port) +
+                      " or local world size " + std::to_string(n.local_world_size) +
+                      " out of range");
   w.whole_text(n.node_id, kMaxNodeText, "node id")
       .whole_text(n.addr, kMaxNodeText, "address")
       .u16(static_cast<uint16_t>(n.master_port))
@@ -129,7 +130,8 @@ Bytes encode_assignment(const Assignment& a) {
   }
   if (a.master_port < 0 || a.master_port > 0xffff)
     throw RecordError("assignment record: master port " + std::to_string(a.master_port));
-  w.whole_text(a.master_addr, kMaxNodeText, "master address").u16(static_cast<uint16_t>(a.master_port));
+  w.whole_text(a.master_addr, kMaxNodeText, "master address")
+      .u16(static_cast<uint16_t>(a.master_port));
   w.count(a.watched.size(), kWatchedPeers, "watched peers");
   for (const auto& p : a.watched) {
     w.u32(static_cast<uint32_t>(p.group_rank));
@@ -150,13 +152,15 @@ std::optional<Assignment> decode_assignment(const Bytes& bytes) {
     a.rank_base = take_int(r, "rank base");
     a.world_size = take_int(r, "world size");
     if (a.group_rank >= a.group_world_size)
-      r.fail("group rank " + std::to_string(a.group_rank) + " of " + std::to_string(a.group_world_size));
+      r.fail("group rank " + std::to_string(a.group_rank) + " of " +
+             std::to_string(a.group_world_size));
     a.master_addr = r.text(kMaxNodeText, "master address");
     a.master_port = r.u16("master port");
     a.watched.resize(r.count(kWatchedPeers, 4 + kMinNodeBytes, "watched peers"));
     for (auto& p : a.watched) {
       p.group_rank = take_int(r, "peer's group rank");
-      if (p.group_rank >= a.group_world_size) r.fail("peer's group rank " + std::to_string(p.group_rank));
+      if (p.group_rank >= a.group_world_size)
+        r.fail("peer's group rank " + std::to_string(p.group_rank));
       p.node = take_node(r);
     }
     const uint8_t has_successor = r.u8("successor flag");

@@ -17,24 +17,14 @@ RecordWriter::RecordWriter(const RecordKind& kind) : kind_(kind) {
   out_.push_back(kind.version);
 }
 
-RecordWriter& RecordWriter::u8(uint8_t v) {
-  out_.push_back(v);
-  return *this;
-}
+RecordWriter& RecordWriter::u8(uint8_t v) { return put(v, 1); }
+RecordWriter& RecordWriter::u16(uint16_t v) { return put(v, 2); }
+RecordWriter& RecordWriter::u32(uint32_t v) { return put(v, 4); }
+RecordWriter& RecordWriter::u64(uint64_t v) { return put(v, 8); }
 
-RecordWriter& RecordWriter::u16(uint16_t v) {
-  out_.push_back(static_cast<uint8_t>(v >> 8));
-  out_.push_back(static_cast<uint8_t>(v & 0xff));
-  return *this;
-}
-
-RecordWriter& RecordWriter::u32(uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out_.push_back(static_cast<uint8_t>(v >> shift));
-  return *this;
-}
-
-RecordWriter& RecordWriter::u64(uint64_t v) {
-  for (int shift = 56; shift >= 0; shift -= 8) out_.push_back(static_cast<uint8_t>(v >> shift));
+RecordWriter& RecordWriter::put(uint64_t v, int bytes) {
+  for (int shift = 8 * (bytes - 1); shift >= 0; shift -= 8)
+    out_.push_back(static_cast<uint8_t>(v >> shift));
   return *this;
 }
 
@@ -54,15 +44,15 @@ RecordWriter& RecordWriter::whole_text(const std::string& text, size_t limit, co
 
 RecordWriter& RecordWriter::count(size_t n, size_t limit, const char* field) {
   if (n > limit || n > 0xffff)
-    throw RecordError(str(kind_.name) + ": " + std::to_string(n) + " " + field + ", it holds at most " +
-                      std::to_string(std::min<size_t>(limit, 0xffff)));
+    throw RecordError(str(kind_.name) + ": " + std::to_string(n) + " " + field +
+                      ", it holds at most " + std::to_string(std::min<size_t>(limit, 0xffff)));
   return u16(static_cast<uint16_t>(n));
 }
 
 RecordWriter& RecordWriter::wide_count(size_t n, size_t limit, const char* field) {
   if (n > limit || n > 0xffffffffu)
-    throw RecordError(str(kind_.name) + ": " + std::to_string(n) + " " + field + ", it holds at most " +
-                      std::to_string(std::min<size_t>(limit, 0xffffffffu)));
+    throw RecordError(str(kind_.name) + ": " + std::to_string(n) + " " + field +
+                      ", it holds at most " + std::to_string(std::min<size_t>(limit, 0xffffffffu)));
   return u32(static_cast<uint32_t>(n));
 }
 
@@ -71,45 +61,32 @@ RecordReader::RecordReader(const std::vector<uint8_t>& in, const RecordKind& kin
   if (in.size() < header)
     fail(std::to_string(in.size()) + " bytes, shorter than its " + std::to_string(header) +
          "-byte header");
-  if (in[0] != static_cast<uint8_t>(kind.magic[0]) || in[1] != static_cast<uint8_t>(kind.magic[1]) ||
-      in[2] != static_cast<uint8_t>(kind.magic[2]))
+  if (in[0] != static_cast<uint8_t>(kind.magic[0]) ||
+      in[1] != static_cast<uint8_t>(kind.magic[1]) || in[2] != static_cast<uint8_t>(kind.magic[2]))
     fail("no " + std::string(kind.magic, 3) + " magic (written by something other than ddprun)");
   if (in[3] != kind.version)
     fail("version " + std::to_string(in[3]) + ", this ddprun reads " +
          std::to_string(kind.version) + " (every node must run the same ddprun)");
 }
 
-void RecordReader::fail(const std::string& what) const { throw RecordError(str(kind_.name) + ": " + what); }
+void RecordReader::fail(const std::string& what) const {
+  throw RecordError(str(kind_.name) + ": " + what);
+}
 
 void RecordReader::need(size_t n, const char* field) const {
   if (in_.size() - at_ < n) fail(str("truncated inside the ") + field);
 }
 
-uint8_t RecordReader::u8(const char* field) {
-  need(1, field);
-  return in_[at_++];
-}
+uint8_t RecordReader::u8(const char* field) { return static_cast<uint8_t>(take(1, field)); }
+uint16_t RecordReader::u16(const char* field) { return static_cast<uint16_t>(take(2, field)); }
+uint32_t RecordReader::u32(const char* field) { return static_cast<uint32_t>(take(4, field)); }
+uint64_t RecordReader::u64(const char* field) { return take(8, field); }
 
-uint16_t RecordReader::u16(const char* field) {
-  need(2, field);
-  const uint16_t v = static_cast<uint16_t>((in_[at_] << 8) | in_[at_ + 1]);
-  at_ += 2;
-  return v;
-}
-
-uint32_t RecordReader::u32(const char* field) {
-  need(4, field);
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | in_[at_ + i];
-  at_ += 4;
-  return v;
-}
-
-uint64_t RecordReader::u64(const char* field) {
-  need(8, field);
+uint64_t RecordReader::take(size_t bytes, const char* field) {
+  need(bytes, field);
   uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | in_[at_ + i];
-  at_ += 8;
+  for (size_t i = 0; i < bytes; ++i) v = (v << 8) | in_[at_ + i];
+  at_ += bytes;
   return v;
 }
 
@@ -135,8 +112,10 @@ size_t RecordReader::wide_count(size_t limit, size_t item_bytes, const char* fie
   return check_count(u32(field), limit, item_bytes, field);
 }
 
-size_t RecordReader::check_count(size_t n, size_t limit, size_t item_bytes, const char* field) const {
-  if (n > limit) fail(std::to_string(n) + " " + field + ", it holds at most " + std::to_string(limit));
+size_t RecordReader::check_count(size_t n, size_t limit, size_t item_bytes,
+                                 const char* field) const {
+  if (n > limit)
+    fail(std::to_string(n) + " " + field + ", it holds at most " + std::to_string(limit));
   if (in_.size() - at_ < n * item_bytes)
     fail(str("truncated inside the ") + field + " (" + std::to_string(in_.size() - at_) +
          " bytes for " + std::to_string(n) + " " + field + ")");

@@ -59,6 +59,8 @@ class RecordWriter {
   std::vector<uint8_t> take() { return std::move(out_); }
 
  private:
+  RecordWriter& put(uint64_t v, int bytes);  // big-endian, its low `bytes`
+
   RecordKind kind_;
   std::vector<uint8_t> out_;
 };
@@ -89,6 +91,7 @@ class RecordReader {
 
  private:
   void need(size_t n, const char* field) const;
+  uint64_t take(size_t bytes, const char* field);  // big-endian
   size_t check_count(size_t n, size_t limit, size_t item_bytes, const char* field) const;
 
   const std::vector<uint8_t>& in_;  // the caller's, outliving the reader

@@ -12,7 +12,7 @@ using rendezvous::RecordReader;
 using rendezvous::RecordWriter;
 
 constexpr rendezvous::RecordKind kGuardRecord{"guard record", {'D', 'W', 'G'}, 1};
-constexpr size_t kHeader = 3 + 1 + 8 + 2;  // magic, version, seq, guard count
+constexpr size_t kHeader = 3 + 1 + 8 + 2;     // magic, version, seq, guard count
 constexpr size_t kMinGuardBytes = 4 + 2 + 8;  // rank, section length, remaining
 
 uint32_t checked_rank(int rank) {
@@ -36,11 +36,15 @@ std::vector<uint8_t> encode_guards(uint64_t seq, const NodeRecord& record) {
   RecordWriter w(kGuardRecord);
   w.u64(seq).count(record.guards.size(), kMaxGuards, "guards");
   for (const auto& g : record.guards) {
-    w.u32(checked_rank(g.rank)).text(g.section, heartbeat_wire::kMaxSectionBytes).i64(g.remaining.count());
+    w.u32(checked_rank(g.rank))
+        .text(g.section, heartbeat_wire::kMaxSectionBytes)
+        .i64(g.remaining.count());
   }
   w.u8(record.stall ? 1 : 0);
   if (record.stall)
-    w.u32(checked_rank(record.stall->rank)).i64(record.stall->step).i64(record.stall->silent.count());
+    w.u32(checked_rank(record.stall->rank))
+        .i64(record.stall->step)
+        .i64(record.stall->silent.count());
   w.count(record.blamed.size(), kMaxGuards, "blamed ranks");
   for (int rank : record.blamed) w.u32(checked_rank(rank));
   return w.take();
