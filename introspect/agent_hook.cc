@@ -189,14 +189,10 @@ void IntrospectHook::workers_started(const agent::AttemptInfo& attempt, agent::A
   }
   if (round.group_world_size > 1 && round.open_agents_store && server_) {
     // Another node's `ddprun stacks`: capture here, answer through the store.
-    auto on_request = [this, alive = alive_.token()](nlohmann::json request) {
+    auto on_request = [this, alive = alive_.token()](StacksRequest request) {
       boost::asio::post(io_, [this, alive, request] {
         if (!alive) return;
-        const std::string id = request.value("id", "");
-        const int rank = request.contains("rank") && request["rank"].is_number_integer()
-                             ? request["rank"].get<int>()
-                             : -1;
-        stacks(rank, [this, id](const nlohmann::json& result) {
+        stacks(request.rank, [this, id = request.id](const nlohmann::json& result) {
           if (board_) board_->answer(id, result);
         });
       });

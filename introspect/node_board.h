@@ -1,9 +1,11 @@
 // NodeBoard: `ddprun status` across nodes through the job's store.
 //
 // Each agent of a multi-node round publishes its status reply (the JSON of
-// control_wire.h, plus "node" and "published_unix") under
+// control_wire.h, plus "node" and "published_unix": the document `ddprun
+// status --json` prints, relayed as it is) under
 //   rdzv/<run_id>/introspect/round_<n>/node/<group rank>
-// in the agents' store, once per sample (latest wins), and reads the
+// (rendezvous::BoardKeys has every key of the board) in the agents'
+// store, once per sample (latest wins), and reads the
 // other nodes' entries when a status request asks for them. Keys live in the
 // round's prefix, so a new round starts with a clean board and rows of a
 // round that ended are never shown; and inside the run's own folder, which
@@ -19,8 +21,8 @@
 // store may be gone) and joins.
 //
 // Stacks across nodes go through the store too: ask_stacks() writes a
-// request for every other node (a counter per node, then the request under
-// its number); each board looks for new requests of its node once a second
+// request for every other node (a counter per node, then a StacksRequest
+// record under its number); each board looks for new requests of its node once a second
 // and hands them to `on_request` (the agent captures its ranks' stacks and
 // gives the reply to answer()); the asker collects the nodes' replies until
 // every node answered or kAskDeadline passed.
@@ -32,6 +34,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -39,6 +42,8 @@
 #include "base/service_thread.h"
 
 #include "rendezvous/canceller.h"
+#include "rendezvous/job_keys.h"
+#include "rendezvous/lazy_client.h"
 #include "rendezvous/store.h"
 
 namespace ddprun::introspect {
@@ -55,8 +60,16 @@ struct BoardPlace {
   int nodes = 1;             // group world size of the round
 };
 
-// The store key of `node`'s entry in the round of `store_prefix`.
-std::string board_key(const std::string& store_prefix, int node);
+// Another node asks for the stacks of its rank `rank` (-1: all its ranks),
+// to be answered under `id`. On the wire, in rendezvous/record.h's layout:
+//   "DSR" | version u8 (1) | rank i64 (-1..INT_MAX) | id text (<= 64 bytes)
+struct StacksRequest {
+  std::string id;
+  int rank = -1;
+};
+rendezvous::Bytes encode_stacks_request(const StacksRequest& request);
+// Throws rendezvous::RecordError naming the defect.
+StacksRequest decode_stacks_request(const rendezvous::Bytes& bytes);
 
 class NodeBoard {
  public:
@@ -64,8 +77,8 @@ class NodeBoard {
   // some could not be read ("" when all were).
   using Fetched = std::function<void(std::vector<nlohmann::json> peers, std::string error)>;
 
-  // A stacks request from another node: {"id", "rank"}.
-  using Requested = std::function<void(nlohmann::json request)>;
+  // A stacks request from another node.
+  using Requested = std::function<void(StacksRequest request)>;
   // The other nodes' stacks replies, and one line per node that failed to
   // answer in time.
   using Asked = std::function<void(std::vector<nlohmann::json> replies,
@@ -99,10 +112,31 @@ class NodeBoard {
     std::chrono::steady_clock::time_point deadline;
     std::vector<nlohmann::json> replies;
   };
+  using SteadyClock = std::chrono::steady_clock;
+  // What run() keeps across its wakes.
+  struct Loop {
+    std::vector<Ask> asks;      // sent, waiting for replies
+    int64_t seen_requests = 0;  // this node's requests handed on so far
+    uint64_t asked = 0;
+    SteadyClock::time_point next_poll;
+  };
+  // What one wake takes over from the loop's thread.
+  struct Taken {
+    std::optional<nlohmann::json> entry;
+    std::vector<Fetched> waiting;
+    std::vector<Ask> asks;
+    std::vector<std::pair<std::string, nlohmann::json>> answers;
+  };
   void run();
-  std::string key(const std::string& name) const;
+  // The steps of one wake, on the board's thread.
+  void publish_entry(rendezvous::LazyStore& store, nlohmann::json entry);
+  Ask send_ask(rendezvous::LazyStore& store, Ask ask, uint64_t number);
+  void take_requests(rendezvous::LazyStore& store, int64_t& seen);
+  void collect_replies(rendezvous::LazyStore& store, std::vector<Ask>& asks);
+  void read_peers(rendezvous::LazyStore& store, std::vector<Fetched>& waiting);
 
   BoardPlace place_;
+  rendezvous::BoardKeys keys_;
   std::shared_ptr<rendezvous::Canceller> canceller_;
   // Guarded by service_'s mutex (hand_over / wait_until's take):
   bool has_entry_ = false;

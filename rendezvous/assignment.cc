@@ -1,90 +1,93 @@
 // A formed round's records (rendezvous.h): the node record, the stable rank
-// rule, the per-node assignment and the member list. Pure functions but
-// read_members, which reads one key.
+// rule, the per-node assignment and the member list, on record.h's codec.
+// Pure functions but read_members, which reads one key.
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
 
+#include "rendezvous/record.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::rendezvous {
 
 namespace {
 
-// The assignment line naming the store's successor.
-constexpr const char* kSuccessorTag = "successor";
+constexpr RecordKind kNodeRecord{"node record", {'D', 'R', 'N'}, 1};
+constexpr RecordKind kMembersRecord{"members record", {'D', 'R', 'M'}, 1};
+constexpr RecordKind kAssignmentRecord{"assignment record", {'D', 'R', 'A'}, 1};
+// An id or an address is never cut (it names the node): longer ones are
+// refused when written.
+constexpr size_t kMaxNodeText = 4096;
+// id length, addr length, port, local world size, seq
+constexpr size_t kMinNodeBytes = 2 + 2 + 2 + 4 + 8;
+constexpr size_t kMaxMembers = 1 << 24;
 
-// Splits `text` at tabs into exactly `n` fields; false otherwise.
-bool split_fields(const std::string& text, size_t n, std::vector<std::string>& out) {
-  out.clear();
-  size_t pos = 0;
-  for (size_t i = 0; i < n; ++i) {
-    size_t tab = text.find('\t', pos);
-    if ((tab == std::string::npos) != (i + 1 == n)) return false;
-    out.push_back(text.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
-    pos = tab + 1;
-  }
-  return true;
+void put_node(RecordWriter& w, const NodeInfo& n) {
+  if (n.master_port < 0 || n.master_port > 0xffff || n.local_world_size < 0)
+    throw RecordError("node record: port " + std::to_string(n.master_port) +
+                      " or local world size " + std::to_string(n.local_world_size) +
+                      " out of range");
+  w.whole_text(n.node_id, kMaxNodeText, "node id")
+      .whole_text(n.addr, kMaxNodeText, "address")
+      .u16(static_cast<uint16_t>(n.master_port))
+      .u32(static_cast<uint32_t>(n.local_world_size))
+      .i64(n.seq);
 }
 
-// A whole decimal integer that fits `v` (no sign: sizes, ranks and ports
-// are >= 0).
-bool parse_int(const std::string& s, int& v) {
-  if (s.empty() || s.size() > 10) return false;
-  int64_t x = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    x = x * 10 + (c - '0');
-  }
-  if (x > std::numeric_limits<int>::max()) return false;
-  v = static_cast<int>(x);
-  return true;
+// A u32 that is an int's (>= 0), else the record is refused.
+int take_int(RecordReader& r, const char* field) {
+  const uint32_t v = r.u32(field);
+  if (v > static_cast<uint32_t>(std::numeric_limits<int>::max()))
+    r.fail(std::string(field) + " " + std::to_string(v) + " is out of range");
+  return static_cast<int>(v);
 }
 
-// Calls `line` on each line of `text` (the last may lack its newline).
-template <class F>
-void each_line(const std::string& text, F line) {
-  for (size_t pos = 0; pos < text.size();) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    line(text.substr(pos, end - pos));
-    pos = end + 1;
-  }
+NodeInfo take_node(RecordReader& r) {
+  NodeInfo n;
+  n.node_id = r.text(kMaxNodeText, "node id");
+  n.addr = r.text(kMaxNodeText, "address");
+  n.master_port = r.u16("port");
+  n.local_world_size = take_int(r, "local world size");
+  n.seq = r.i64("seq");
+  return n;
 }
 
 }  // namespace
 
-std::string encode_node(const NodeInfo& n) {
-  return n.node_id + "\t" + n.addr + "\t" + std::to_string(n.master_port) + "\t" +
-         std::to_string(n.local_world_size) + "\t" + std::to_string(n.seq);
+Bytes encode_node(const NodeInfo& n) {
+  RecordWriter w(kNodeRecord);
+  put_node(w, n);
+  return w.take();
 }
 
-std::optional<NodeInfo> decode_node(const std::string& text) {
-  std::vector<std::string> f;
-  if (!split_fields(text, 5, f)) return std::nullopt;  // exactly five fields
+std::optional<NodeInfo> decode_node(const Bytes& bytes) {
   try {
-    size_t a = 0, b = 0, c = 0;
-    NodeInfo n{f[0], f[1], std::stoi(f[2], &a), std::stoi(f[3], &b), std::stoll(f[4], &c)};
-    if (a != f[2].size() || b != f[3].size() || c != f[4].size()) return std::nullopt;
+    RecordReader r(bytes, kNodeRecord, 4 + kMinNodeBytes);
+    NodeInfo n = take_node(r);
+    r.finish();
     return n;
-  } catch (const std::exception&) {
+  } catch (const RecordError&) {
     return std::nullopt;
   }
 }
 
-std::string encode_nodes(const std::vector<NodeInfo>& nodes) {
-  std::string s;
-  for (const auto& n : nodes) s += encode_node(n) + "\n";
-  return s;
+Bytes encode_nodes(const std::vector<NodeInfo>& nodes) {
+  RecordWriter w(kMembersRecord);
+  w.wide_count(nodes.size(), kMaxMembers, "nodes");
+  for (const auto& n : nodes) put_node(w, n);
+  return w.take();
 }
 
-std::vector<NodeInfo> decode_nodes(const std::string& text) {
-  std::vector<NodeInfo> nodes;
-  nodes.reserve(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')));
-  each_line(text, [&](const std::string& line) {
-    if (auto n = decode_node(line)) nodes.push_back(std::move(*n));
-  });
-  return nodes;
+std::vector<NodeInfo> decode_nodes(const Bytes& bytes) {
+  try {
+    RecordReader r(bytes, kMembersRecord, 4 + 4);
+    std::vector<NodeInfo> nodes(r.wide_count(kMaxMembers, kMinNodeBytes, "nodes"));
+    for (auto& n : nodes) n = take_node(r);
+    r.finish();
+    return nodes;
+  } catch (const RecordError&) {
+    return {};
+  }
 }
 
 std::vector<NodeInfo> assign_ranks(std::vector<NodeInfo> nodes,
@@ -119,47 +122,55 @@ std::vector<NodeInfo> assign_ranks(std::vector<NodeInfo> nodes,
   return out;
 }
 
-std::string encode_assignment(const Assignment& a) {
-  std::string s = std::to_string(a.group_rank) + "\t" + std::to_string(a.group_world_size) + "\t" +
-                  std::to_string(a.rank_base) + "\t" + std::to_string(a.world_size) + "\t" +
-                  a.master_addr + "\t" + std::to_string(a.master_port) + "\n";
-  for (const auto& p : a.watched) s += std::to_string(p.group_rank) + "\t" + encode_node(p.node) + "\n";
-  if (a.successor) s += std::string(kSuccessorTag) + "\t" + encode_node(*a.successor) + "\n";
-  return s;
+Bytes encode_assignment(const Assignment& a) {
+  RecordWriter w(kAssignmentRecord);
+  for (int v : {a.group_rank, a.group_world_size, a.rank_base, a.world_size}) {
+    if (v < 0) throw RecordError("assignment record: a negative rank or size " + std::to_string(v));
+    w.u32(static_cast<uint32_t>(v));
+  }
+  if (a.master_port < 0 || a.master_port > 0xffff)
+    throw RecordError("assignment record: master port " + std::to_string(a.master_port));
+  w.whole_text(a.master_addr, kMaxNodeText, "master address")
+      .u16(static_cast<uint16_t>(a.master_port));
+  w.count(a.watched.size(), kWatchedPeers, "watched peers");
+  for (const auto& p : a.watched) {
+    w.u32(static_cast<uint32_t>(p.group_rank));
+    put_node(w, p.node);
+  }
+  w.u8(a.successor ? 1 : 0);
+  if (a.successor) put_node(w, *a.successor);
+  return w.take();
 }
 
-std::optional<Assignment> decode_assignment(const std::string& text) {
-  Assignment a;
-  bool ok = true, header = true;
-  std::vector<std::string> f;
-  each_line(text, [&](const std::string& line) {
-    if (!ok) return;
-    if (header) {
-      header = false;
-      ok = split_fields(line, 6, f) && parse_int(f[0], a.group_rank) &&
-           parse_int(f[1], a.group_world_size) && parse_int(f[2], a.rank_base) &&
-           parse_int(f[3], a.world_size) && parse_int(f[5], a.master_port) &&
-           a.group_rank < a.group_world_size;
-      a.master_addr = ok ? f[4] : "";
-      return;
+std::optional<Assignment> decode_assignment(const Bytes& bytes) {
+  try {
+    // magic, version, four u32, the master's address length
+    RecordReader r(bytes, kAssignmentRecord, 4 + 16 + 2);
+    Assignment a;
+    a.group_rank = take_int(r, "group rank");
+    a.group_world_size = take_int(r, "group world size");
+    a.rank_base = take_int(r, "rank base");
+    a.world_size = take_int(r, "world size");
+    if (a.group_rank >= a.group_world_size)
+      r.fail("group rank " + std::to_string(a.group_rank) + " of " +
+             std::to_string(a.group_world_size));
+    a.master_addr = r.text(kMaxNodeText, "master address");
+    a.master_port = r.u16("master port");
+    a.watched.resize(r.count(kWatchedPeers, 4 + kMinNodeBytes, "watched peers"));
+    for (auto& p : a.watched) {
+      p.group_rank = take_int(r, "peer's group rank");
+      if (p.group_rank >= a.group_world_size)
+        r.fail("peer's group rank " + std::to_string(p.group_rank));
+      p.node = take_node(r);
     }
-    const size_t tab = line.find('\t');
-    if (line.compare(0, tab, kSuccessorTag) == 0) {
-      a.successor = tab == std::string::npos ? std::nullopt : decode_node(line.substr(tab + 1));
-      ok = a.successor.has_value();
-      return;
-    }
-    Peer p;
-    auto node = tab == std::string::npos ? std::nullopt : decode_node(line.substr(tab + 1));
-    ok = node && parse_int(line.substr(0, tab), p.group_rank) && p.group_rank < a.group_world_size &&
-         a.watched.size() < kWatchedPeers;
-    if (ok) {
-      p.node = std::move(*node);
-      a.watched.push_back(std::move(p));
-    }
-  });
-  if (!ok || header) return std::nullopt;
-  return a;
+    const uint8_t has_successor = r.u8("successor flag");
+    if (has_successor > 1) r.fail("successor flag " + std::to_string(has_successor));
+    if (has_successor) a.successor = take_node(r);
+    r.finish();
+    return a;
+  } catch (const RecordError&) {
+    return std::nullopt;
+  }
 }
 
 std::vector<Assignment> assignments(const std::vector<NodeInfo>& members,
@@ -198,7 +209,7 @@ std::vector<Assignment> assignments(const std::vector<NodeInfo>& members,
 std::vector<NodeInfo> read_members(Store& store, const JobKeys& keys, int64_t round,
                                    int64_t closer) {
   const std::string key = keys.members(round, closer);
-  auto nodes = decode_nodes(to_string(store.get(key, Duration(0))));
+  auto nodes = decode_nodes(store.get(key, Duration(0)));
   if (nodes.empty()) throw RendezvousError("rendezvous: no node record in " + key);
   return nodes;
 }

@@ -1,6 +1,7 @@
-// The RoundEnd and RankFailure codecs (job_protocol.h has the byte
-// layouts). Depends on nothing but the standard library and the header-only
-// base/recovery_wire.h, so the fuzzer builds it alone.
+// The RoundEnd, RankFailure and Formed records (job_protocol.h has their
+// fields), on record.h's codec. Depends on nothing but the standard library,
+// record.cc and the header-only base/recovery_wire.h, so the fuzzer builds
+// it alone.
 #include "rendezvous/job_protocol.h"
 
 #include "rendezvous/rendezvous_error.h"
@@ -8,57 +9,19 @@
 namespace ddprun::rendezvous {
 namespace {
 
-constexpr uint8_t kMagic[3] = {'D', 'R', 'E'};
-constexpr size_t kFixed = 3 + 1 + 1 + 1 + 1 + 1;  // magic, version, kind, status, signal, flags
+constexpr RecordKind kRoundEndRecord{"round end record", {'D', 'R', 'E'}, kRoundEndVersion};
+// magic, version, kind, status, signal, flags
+constexpr size_t kRoundEndHeader = 3 + 1 + 1 + 1 + 1 + 1;
 constexpr uint8_t kStoreCloses = 1;
 constexpr uint8_t kForwardSignal = 2;
 constexpr uint8_t kKnownFlags = kStoreCloses | kForwardSignal;
 
-void put_text(Bytes& out, const std::string& text, size_t limit) {
-  const size_t n = std::min(text.size(), limit);
-  out.push_back(static_cast<uint8_t>(n >> 8));
-  out.push_back(static_cast<uint8_t>(n & 0xff));
-  out.insert(out.end(), text.begin(), text.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-// Reads a u16-prefixed text at `at`, moving `at` past it.
-std::string take_text(const Bytes& in, size_t& at, size_t limit, const char* what) {
-  if (in.size() - at < 2)
-    throw RecordError(std::string("round end record: truncated before the ") + what + "'s length");
-  const size_t n = (static_cast<size_t>(in[at]) << 8) | in[at + 1];
-  at += 2;
-  if (n > limit)
-    throw RecordError(std::string("round end record: ") + what + " of " + std::to_string(n) +
-                      " bytes, the limit is " + std::to_string(limit));
-  if (in.size() - at < n)
-    throw RecordError(std::string("round end record: truncated inside the ") + what + " (" +
-                      std::to_string(in.size() - at) + " of " + std::to_string(n) + " bytes)");
-  std::string text(in.begin() + static_cast<std::ptrdiff_t>(at),
-                   in.begin() + static_cast<std::ptrdiff_t>(at + n));
-  at += n;
-  return text;
-}
-
-void put_u32(Bytes& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
-}
-
-uint32_t take_u32(const Bytes& in, size_t& at) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | in[at + i];
-  at += 4;
-  return v;
-}
-
-uint16_t take_u16(const Bytes& in, size_t& at) {
-  const uint16_t v = static_cast<uint16_t>((in[at] << 8) | in[at + 1]);
-  at += 2;
-  return v;
-}
-
-constexpr uint8_t kFailureMagic[3] = {'D', 'R', 'F'};
+constexpr RecordKind kRankFailureRecord{"rank failure record", {'D', 'R', 'F'}, kRankFailureVersion};
 // magic, version, cause, generation, rank count
-constexpr size_t kFailureFixed = 3 + 1 + 1 + 4 + 2;
+constexpr size_t kRankFailureHeader = 3 + 1 + 1 + 4 + 2;
+
+constexpr RecordKind kFormedRecord{"round formed record", {'D', 'R', 'C'}, 1};
+constexpr size_t kFormedHeader = 3 + 1 + 8 + 8;  // magic, version, size, closer
 
 bool known_cause(uint8_t c) { return c == RankFailure::kExit || c == RankFailure::kHang; }
 
@@ -84,22 +47,6 @@ void check_failure(int64_t generation, const std::vector<int>& ranks) {
 
 bool known_kind(uint8_t k) { return k >= RoundEnd::kFailed && k <= RoundEnd::kSignalled; }
 
-// The header both records share (size, magic, version); `what` names the
-// record in the RecordError.
-void check_header(const Bytes& in, const char* what, const uint8_t (&magic)[3], uint8_t version,
-                  size_t fixed) {
-  const std::string name(what);
-  if (in.size() < fixed)
-    throw RecordError(name + ": " + std::to_string(in.size()) + " bytes, shorter than its " +
-                      std::to_string(fixed) + "-byte header");
-  if (in[0] != magic[0] || in[1] != magic[1] || in[2] != magic[2])
-    throw RecordError(name + ": no " + std::string(magic, magic + 3) +
-                      " magic (written by something other than ddprun)");
-  if (in[3] != version)
-    throw RecordError(name + ": version " + std::to_string(in[3]) + ", this ddprun reads " +
-                      std::to_string(version) + " (every node must run the same ddprun)");
-}
-
 }  // namespace
 
 const char* kind_name(RoundEnd::Kind kind) {
@@ -121,42 +68,35 @@ Bytes encode_round_end(const RoundEnd& end) {
                       " is outside 0..255");
   if (end.signal < 0 || end.signal > 255)
     throw RecordError("round end record: signal " + std::to_string(end.signal) + " is outside 0..255");
-  Bytes out(kMagic, kMagic + 3);
-  out.push_back(kRoundEndVersion);
-  out.push_back(end.kind);
-  out.push_back(static_cast<uint8_t>(end.exit_status));
-  out.push_back(static_cast<uint8_t>(end.signal));
-  out.push_back(static_cast<uint8_t>((end.store_closes ? kStoreCloses : 0) |
-                                     (end.forward_signal ? kForwardSignal : 0)));
-  put_text(out, end.node, kMaxEndNode);
-  put_text(out, end.reason, kMaxEndReason);
-  return out;
+  return RecordWriter(kRoundEndRecord)
+      .u8(end.kind)
+      .u8(static_cast<uint8_t>(end.exit_status))
+      .u8(static_cast<uint8_t>(end.signal))
+      .u8(static_cast<uint8_t>((end.store_closes ? kStoreCloses : 0) |
+                               (end.forward_signal ? kForwardSignal : 0)))
+      .text(end.node, kMaxEndNode)
+      .text(end.reason, kMaxEndReason)
+      .take();
 }
 
 RoundEnd decode_round_end(const Bytes& in) {
-  check_header(in, "round end record", kMagic, kRoundEndVersion, kFixed);
-  if (!known_kind(in[4]))
-    throw RecordError("round end record: unknown kind " + std::to_string(in[4]));
-  if (in[7] & ~kKnownFlags)
-    throw RecordError("round end record: unknown flags " + std::to_string(in[7]));
+  RecordReader r(in, kRoundEndRecord, kRoundEndHeader);
+  const uint8_t kind = r.u8("kind");
+  if (!known_kind(kind)) r.fail("unknown kind " + std::to_string(kind));
   RoundEnd end;
-  end.kind = static_cast<RoundEnd::Kind>(in[4]);
-  end.exit_status = in[5];
-  end.signal = in[6];
-  end.store_closes = in[7] & kStoreCloses;
-  end.forward_signal = in[7] & kForwardSignal;
-  size_t at = kFixed;
-  end.node = take_text(in, at, kMaxEndNode, "node id");
-  end.reason = take_text(in, at, kMaxEndReason, "reason");
-  if (at != in.size())
-    throw RecordError("round end record: " + std::to_string(in.size() - at) +
-                      " bytes after its end");
+  end.kind = static_cast<RoundEnd::Kind>(kind);
+  end.exit_status = r.u8("exit status");
+  end.signal = r.u8("signal");
+  const uint8_t flags = r.u8("flags");
+  if (flags & ~kKnownFlags) r.fail("unknown flags " + std::to_string(flags));
+  end.store_closes = flags & kStoreCloses;
+  end.forward_signal = flags & kForwardSignal;
+  end.node = r.text(kMaxEndNode, "node id");
+  end.reason = r.text(kMaxEndReason, "reason");
+  r.finish();
   return end;
 }
 
-}  // namespace ddprun::rendezvous
-
-namespace ddprun::rendezvous {
 
 const char* cause_name(RankFailure::Cause cause) {
   return cause == RankFailure::kHang ? "hang" : "exit";
@@ -166,58 +106,43 @@ Bytes encode_rank_failure(const RankFailure& f) {
   if (!known_cause(f.cause))
     throw RecordError("rank failure record: unknown cause " + std::to_string(int(f.cause)));
   check_failure(f.generation, f.ranks);
-  Bytes out(kFailureMagic, kFailureMagic + 3);
-  out.push_back(kRankFailureVersion);
-  out.push_back(f.cause);
-  put_u32(out, static_cast<uint32_t>(f.generation));
-  out.push_back(static_cast<uint8_t>(f.ranks.size() >> 8));
-  out.push_back(static_cast<uint8_t>(f.ranks.size() & 0xff));
-  for (int r : f.ranks) put_u32(out, static_cast<uint32_t>(r));
-  put_text(out, f.node, kMaxEndNode);
-  return out;
+  RecordWriter w(kRankFailureRecord);
+  w.u8(f.cause).u32(static_cast<uint32_t>(f.generation)).count(f.ranks.size(), kMaxFailedRanks, "ranks");
+  for (int r : f.ranks) w.u32(static_cast<uint32_t>(r));
+  return w.text(f.node, kMaxEndNode).take();
 }
 
 RankFailure decode_rank_failure(const Bytes& in) {
-  check_header(in, "rank failure record", kFailureMagic, kRankFailureVersion, kFailureFixed);
-  if (!known_cause(in[4]))
-    throw RecordError("rank failure record: unknown cause " + std::to_string(in[4]));
+  RecordReader r(in, kRankFailureRecord, kRankFailureHeader);
+  const uint8_t cause = r.u8("cause");
+  if (!known_cause(cause)) r.fail("unknown cause " + std::to_string(cause));
   RankFailure f;
-  f.cause = static_cast<RankFailure::Cause>(in[4]);
-  size_t at = 5;
-  f.generation = take_u32(in, at);
-  const size_t count = take_u16(in, at);
-  // Checked before the ranks are read: a count past the bytes present.
-  if (in.size() - at < count * 4)
-    throw RecordError("rank failure record: truncated inside the ranks (" +
-                      std::to_string(in.size() - at) + " bytes for " + std::to_string(count) +
-                      " ranks)");
-  for (size_t i = 0; i < count; ++i) f.ranks.push_back(static_cast<int>(std::min<uint32_t>(
-                                         take_u32(in, at), static_cast<uint32_t>(kMaxFailedRank))));
+  f.cause = static_cast<RankFailure::Cause>(cause);
+  f.generation = r.u32("generation");
+  const size_t count = r.count(kMaxFailedRanks, 4, "ranks");
+  // Clamped so that a huge u32 reads as out of range, not as a negative int.
+  for (size_t i = 0; i < count; ++i)
+    f.ranks.push_back(static_cast<int>(std::min<uint32_t>(r.u32("ranks"), kMaxFailedRank)));
   check_failure(f.generation, f.ranks);
-  f.node = take_text(in, at, kMaxEndNode, "node id");
-  if (at != in.size())
-    throw RecordError("rank failure record: " + std::to_string(in.size() - at) +
-                      " bytes after its end");
+  f.node = r.text(kMaxEndNode, "node id");
+  r.finish();
   return f;
 }
 
 Bytes encode_formed(const Formed& f) {
-  return to_bytes(std::to_string(f.size) + "\t" + std::to_string(f.closer));
+  return RecordWriter(kFormedRecord).i64(f.size).i64(f.closer).take();
 }
 
 Formed decode_formed(const Bytes& b, const std::string& key) {
-  const std::string text = to_string(b);
-  const size_t tab = text.find('\t');
   Formed f;
   try {
-    size_t a = 0, c = 0;
-    if (tab == std::string::npos) throw std::invalid_argument("no tab");
-    f.size = std::stoll(text.substr(0, tab), &a);
-    f.closer = std::stoll(text.substr(tab + 1), &c);
-    if (a != tab || c != text.size() - tab - 1 || f.size < 0) throw std::invalid_argument("");
-  } catch (const std::exception&) {
-    throw RendezvousError("rendezvous: " + key + " holds '" + text.substr(0, 64) +
-                          "', not '<size>\\t<closer>' (every node must run the same ddprun)");
+    RecordReader r(b, kFormedRecord, kFormedHeader);
+    f.size = r.i64("size");
+    f.closer = r.i64("closer");
+    r.finish();
+    if (f.size < 0) r.fail("size " + std::to_string(f.size));
+  } catch (const RecordError& e) {
+    throw RendezvousError("rendezvous: " + key + ": " + e.what());
   }
   return f;
 }

@@ -1,55 +1,22 @@
 // The multi-node job protocol: what the agents of one job write to the
-// store and read back, in one place (the keys, the typed record of a
-// round's end and its codec, the steps of a round's end, the exit barrier,
-// the host's linger; KeepAlive::farewell in rendezvous.h is the farewell). The agent
-// (agent/elastic_rendezvous.cc) and the rendezvous (rendezvous.cc,
-// keep_alive.cc) use these; nothing else spells a key or parses a record.
+// store and read back (the typed records of a round's end, its formation
+// and a rank failure, the steps of a round's end, the exit barrier, the
+// host's linger; KeepAlive::farewell in rendezvous.h is the farewell). The
+// agent (agent/elastic_rendezvous.cc) and the rendezvous (rendezvous.cc,
+// keep_alive.cc) use these. The keys are job_keys.h's, the records'
+// codec record.h's: nothing else spells a key or lays out a record's bytes.
 //
-// Keys, all under "rdzv/<run_id>/" (JobKeys):
-//   current            the round being formed (an integer)
-//   store_host         the node id of the agent that hosts the store
-//   last_closed        the newest formed round
-//   restarts           job-wide restart count
-//   gave_up, gave_up/<n>  nodes that gave up a join that never formed
-//   introspect/round_<N>/  the agents' introspection board of round N
-//   r<N>/joined        join counter of round N (its closer adds 2^40 once
-//                      it is formed); r<N>/node/<slot> = record
-//   r<N>/closed        the round is formed: "<group_world_size>\t<closer seq>",
-//                      naming whose assignment won (the first to write it)
-//   r<N>/a<S>/<node_id>  closer S's assignment of that node (Assignment in
-//                      rendezvous.h: rank, sizes, master, watched peers),
-//                      all written before S tries r<N>/closed
-//   r<N>/m<S>          closer S's members in group-rank order (one node
-//                      record a line): read by few (read_members)
-//   r<N>/closer        the node that claimed closing the round
-//   r<N>/end           why the round ended: an encoded RoundEnd
-//   r<N>/end_seen/<node_id>  the node's keep-alive read r<N>/end
-//   r<N>/hb/<node_id>  heartbeat counter
-//   r<N>/dead/<node_id>  set when the member was seen dead (connection
-//                      closed, or heartbeats missed)
-//   r<N>/dead_closed   the node whose closed connection ended the round
-//   r<N>/dead_seen     nodes seen missing heartbeats, one id a line
-//   r<N>/outcome/<node_id>  "ok" or "failed": the exit barrier's records
-//   r<N>/exited/<node_id>   the node read the finished job's outcome
-//   r<N>/gen/<G>/failed     --restart-scope=rank across nodes: an encoded
-//                      RankFailure, the ranks whose loss opens generation G
-//                      (the first writer wins; a second is a second failure)
-//   r<N>/gen/<G>/joined     how many nodes' ranks joined generation G (a
-//                      counter: each node adds 1 once)
-//   r<N>/gen/<G>/formed     every node joined G: written by the last to join
-//
-// A RoundEnd on the wire (encode_round_end; every integer big-endian):
-//   "DRE" | version u8 (1) | kind u8 | exit_status u8 | signal u8 |
-//   flags u8 (bit 0: store_closes, bit 1: forward_signal) | node_len u16 | node | reason_len u16 |
-//   reason
-// with node at most kMaxEndNode bytes and reason at most kMaxEndReason;
-// nothing may follow. A reader rejects anything else with RecordError.
-//
-// A RankFailure on the wire (encode_rank_failure; big-endian):
-//   "DRF" | version u8 (1) | cause u8 (1 exit, 2 hang) | generation u32 |
-//   rank_count u16 | rank u32 x rank_count | node_len u16 | node
-// with 1..kMaxFailedRanks ranks, each below kMaxFailedRank, generation at
-// most kMaxGeneration, node at most kMaxEndNode bytes; nothing may follow.
+// The records, in record.h's layout (magic, version u8, then the fields;
+// integers big-endian, texts u16-length-prefixed):
+//   RoundEnd    "DRE" 1 | kind u8 | exit_status u8 | signal u8 |
+//               flags u8 (bit 0: store_closes, bit 1: forward_signal) |
+//               node text (<= kMaxEndNode) | reason text (<= kMaxEndReason)
+//   RankFailure "DRF" 1 | cause u8 (1 exit, 2 hang) | generation u32 |
+//               rank_count u16 | rank u32 x rank_count | node text
+//               (1..kMaxFailedRanks ranks, ascending, each below
+//               kMaxFailedRank; generation at most kMaxGeneration)
+//   Formed      "DRC" 1 | size i64 (>= 0) | closer i64
+// A reader rejects anything else (nothing may follow) with RecordError.
 //
 // Thread safety: the functions are reentrant; each takes the Store it uses
 // (Stores are thread-compatible: one per thread).
@@ -63,61 +30,11 @@
 #include <vector>
 
 #include "base/recovery_wire.h"
+#include "rendezvous/job_keys.h"
+#include "rendezvous/record.h"
 #include "rendezvous/store.h"
 
 namespace ddprun::rendezvous {
-
-// The store keys of one job (see the list above).
-class JobKeys {
- public:
-  explicit JobKeys(const std::string& run_id) : base_("rdzv/" + run_id + "/") {}
-  // Every key of the job starts with this: "rdzv/<run_id>/".
-  const std::string& job() const { return base_; }
-  std::string job(const std::string& key) const { return base_ + key; }
-  // "rdzv/<run_id>/r<round>/", and a key inside it.
-  std::string round(int64_t round) const { return base_ + "r" + std::to_string(round) + "/"; }
-  std::string round(int64_t r, const std::string& key) const { return round(r) + key; }
-  std::string restarts() const { return job("restarts"); }
-  std::string current() const { return job("current"); }
-  std::string last_closed() const { return job("last_closed"); }
-  // The node id of the agent hosting the store (the one the closer names a
-  // successor for); rewritten by a successor that takes the store over.
-  std::string store_host() const { return job("store_host"); }
-  // The counter of nodes that gave up a join, and the n-th one's mark.
-  std::string gave_up() const { return job("gave_up"); }
-  std::string gave_up(int64_t n) const { return job("gave_up/" + std::to_string(n)); }
-  std::string joined(int64_t r) const { return round(r, "joined"); }
-  // The record of the node that took join slot `slot` (1-based).
-  std::string node_slot(int64_t r, int64_t slot) const {
-    return round(r, "node/" + std::to_string(slot));
-  }
-  std::string closer(int64_t r) const { return round(r, "closer"); }
-  std::string heartbeat(int64_t r, const std::string& node) const {
-    return round(r, "hb/" + node);
-  }
-  std::string dead_closed(int64_t r) const { return round(r, "dead_closed"); }
-  std::string dead_seen(int64_t r) const { return round(r, "dead_seen"); }
-  std::string closed(int64_t r) const { return round(r, "closed"); }
-  std::string assignment(int64_t r, int64_t closer, const std::string& node) const {
-    return round(r, "a" + std::to_string(closer) + "/" + node);
-  }
-  std::string members(int64_t r, int64_t closer) const { return round(r, "m" + std::to_string(closer)); }
-  std::string end(int64_t r) const { return round(r, "end"); }
-  std::string end_seen(int64_t r, const std::string& node) const { return round(r, "end_seen/" + node); }
-  std::string dead(int64_t r, const std::string& node) const { return round(r, "dead/" + node); }
-  std::string outcome(int64_t r, const std::string& node) const { return round(r, "outcome/" + node); }
-  std::string exited(int64_t r, const std::string& node) const { return round(r, "exited/" + node); }
-  std::string generation(int64_t r, int64_t g, const std::string& key) const {
-    return round(r, "gen/" + std::to_string(g) + "/" + key);
-  }
-  std::string rank_failure(int64_t r, int64_t g) const { return generation(r, g, "failed"); }
-  std::string generation_joined(int64_t r, int64_t g) const { return generation(r, g, "joined"); }
-  std::string generation_formed(int64_t r, int64_t g) const { return generation(r, g, "formed"); }
-  std::string introspect(int64_t r) const { return job("introspect/round_" + std::to_string(r) + "/"); }
-
- private:
-  std::string base_;
-};
 
 // Why a running round ended: written once per round (the first writer
 // wins) and read by every member, so each reports the same root cause and
@@ -157,12 +74,6 @@ struct RoundEnd {
 
 // "failed", "scale-up", "peer-dead", "store-lost", "signalled".
 const char* kind_name(RoundEnd::Kind kind);
-
-// A record that cannot be read; the message says what is wrong with it.
-class RecordError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 constexpr uint8_t kRoundEndVersion = 1;
 constexpr size_t kMaxEndNode = 255;

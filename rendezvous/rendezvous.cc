@@ -80,7 +80,7 @@ void forget_dead(Store& store, const JobKeys& keys, const RendezvousOptions& opt
   try {
     if (!slots.empty())
       for (const auto& b : store.multi_get(slots, Duration(0)))
-        if (auto n = decode_node(to_string(b))) present.insert(n->node_id);
+        if (auto n = decode_node(b)) present.insert(n->node_id);
   } catch (const TimeoutError&) {
     return;  // a slot taken and not yet recorded: look again next slice
   }
@@ -146,7 +146,7 @@ std::string Rendezvous::join_error(int64_t round, const std::string& what) {
     for (int64_t i = 1; i <= joined && i <= 64; ++i) {
       std::string k = keys_.node_slot(round, i);
       if (!store_->check({k})) continue;
-      auto n = decode_node(to_string(store_->get(k, Duration(0))));
+      auto n = decode_node(store_->get(k, Duration(0)));
       if (n) who += (who.empty() ? "" : ", ") + n->node_id + " at " + n->addr;
     }
   } catch (const std::exception&) {
@@ -184,12 +184,12 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
     // One request for the n records, not 2n (requests per node stay flat
     // with the job's size: bench/rendezvous_scale).
     for (const auto& b : store_->multi_get(keys, options_.close_timeout))
-      if (auto node = decode_node(to_string(b))) nodes.push_back(*node);
+      if (auto node = decode_node(b)) nodes.push_back(*node);
   } catch (const TimeoutError&) {
     // A node took a slot and vanished before recording itself: leave it out.
     for (const auto& k : keys) {
       if (!store_->check({k})) continue;
-      if (auto node = decode_node(to_string(store_->get(k, Duration(0))))) nodes.push_back(*node);
+      if (auto node = decode_node(store_->get(k, Duration(0)))) nodes.push_back(*node);
     }
   }
   const auto assigned = assign_ranks(nodes, previous_members());
@@ -207,12 +207,12 @@ void Rendezvous::close_round(int64_t round, int64_t n) {
   std::vector<Bytes> values;
   for (size_t i = 0; i < assigned.size(); ++i) {
     keys.push_back(keys_.assignment(round, seq_, assigned[i].node_id));
-    values.push_back(to_bytes(encode_assignment(each[i])));
+    values.push_back(encode_assignment(each[i]));
     keys.push_back(keys_.heartbeat(round, assigned[i].node_id));
     values.push_back(to_bytes("0"));
   }
   keys.push_back(keys_.members(round, seq_));
-  values.push_back(to_bytes(encode_nodes(assigned)));
+  values.push_back(encode_nodes(assigned));
   multi_set_bounded(*store_, keys, values);
   const Bytes value = encode_formed({static_cast<int64_t>(assigned.size()), seq_});
   if (store_->compare_set(keys_.closed(round), {}, value) == value) {
@@ -394,7 +394,7 @@ RoundResult Rendezvous::next_round() {
       // counter in the store cost every node one more round trip).
       if (seq_ < 0) seq_ = me.seq = (r << 32) | slot;
       if (slot <= max) {
-        store_->set(keys_.node_slot(r, slot), to_bytes(encode_node(me)));
+        store_->set(keys_.node_slot(r, slot), encode_node(me));
       }
       const Bytes formed = await_close(r, slot, deadline);
       // This node's own record of the winner's assignment: constant bytes
@@ -408,7 +408,7 @@ RoundResult Rendezvous::next_round() {
         formed_already = true;
         continue;  // the round filled up without us: wait for the next
       }
-      auto a = decode_assignment(to_string(record));
+      auto a = decode_assignment(record);
       if (!a) {
         throw RendezvousError("rendezvous '" + options_.run_id + "': the assignment at " + mine +
                               " is not one this ddprun reads (every node must run the same ddprun)");
@@ -506,7 +506,7 @@ bool Rendezvous::wait_for_expected(int64_t r, const std::set<std::string>& expec
     }
     size_t found = 0;
     for (const auto& b : records)
-      if (auto n = decode_node(to_string(b))) found += expected.count(n->node_id);
+      if (auto n = decode_node(b)) found += expected.count(n->node_id);
     if (found >= expected.size()) return true;
     extra += static_cast<int64_t>(expected.size() - found);
   }

@@ -278,21 +278,24 @@ class KeepAlive {
 // In a round's end reason when the store saw a member's connection close.
 inline constexpr const char* kConnectionClosed = "closed its store connection";
 
-// Encodes/decodes a node record (tab-separated; ids and addresses cannot
-// hold tabs or newlines).
-std::string encode_node(const NodeInfo& node);
-std::optional<NodeInfo> decode_node(const std::string& text);
-// A list of node records, one a line (lines that are no record are skipped).
-std::string encode_nodes(const std::vector<NodeInfo>& nodes);
-std::vector<NodeInfo> decode_nodes(const std::string& text);
-
-// The assignment record (text): a header line "group_rank group_world_size
-// rank_base world_size master_addr master_port", then a line "group_rank
-// <node record>" per watched peer, and "successor <node record>" when there
-// is one, fields tab-separated. decode_assignment rejects anything else
-// (nullopt).
-std::string encode_assignment(const Assignment& a);
-std::optional<Assignment> decode_assignment(const std::string& text);
+// A round's records, in rendezvous/record.h's layout (big-endian; a node
+// is node id text | address text | port u16 | local world size u32 |
+// seq i64, its id and address never cut: longer than 4096 bytes, encoding
+// throws RecordError):
+//   node record        "DRN" 1 | node
+//   members record     "DRM" 1 | count u32 | node x count
+//   assignment record  "DRA" 1 | group_rank u32 | group_world_size u32 |
+//                      rank_base u32 | world_size u32 | master_addr text |
+//                      master_port u16 | watched u16 (<= kWatchedPeers) |
+//                      (group_rank u32 | node) x watched |
+//                      has_successor u8 (0 or 1) | [node]
+// A decoder returns nullopt (decode_nodes: none) for anything else.
+Bytes encode_node(const NodeInfo& node);
+std::optional<NodeInfo> decode_node(const Bytes& bytes);
+Bytes encode_nodes(const std::vector<NodeInfo>& nodes);
+std::vector<NodeInfo> decode_nodes(const Bytes& bytes);
+Bytes encode_assignment(const Assignment& a);
+std::optional<Assignment> decode_assignment(const Bytes& bytes);
 // Every member's assignment, in group-rank order, from the members in
 // group-rank order (rank bases, the master, the watched ring, and the
 // successor of `store_host`, the id of the member hosting the store: ""

@@ -64,18 +64,10 @@ std::string env_str(const char* name, const std::string& fallback) {
   return v != nullptr && v[0] != '\0' ? std::string(v) : fallback;
 }
 
-int run(const ddprun::trainer::TrainOptions& o, const ddprun::trainer::WorkerInfo& w,
-        const ddprun::trainer::StoreChoice& sc, ddprun::trainer::RecoveryChannel* channel);
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace ddprun::trainer;
-  reexec_if_openblas_misdetects(argv);  // first: it may restart the program
-  TrainOptions o;
-  o.data_dir = default_data_dir();
-  std::string backend = "auto";
-  CLI::App app{"train: LibTorch data-parallel trainer (run it under ddprun or torchrun)"};
+// The flags of `train`: the training, the checkpoints, and the fault
+// injection the tests use.
+void define_flags(CLI::App& app, ddprun::trainer::TrainOptions& o, std::string& backend,
+                  std::string& lr_scale) {
   app.add_option("--backend", backend,
                  "auto (nccl with a GPU build and GPU; else shm when all ranks share this host; "
                  "else gloo), gloo, nccl or shm")
@@ -87,7 +79,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden linear width")->capture_default_str();
   app.add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
-  std::string lr_scale = "none";
   app.add_option("--lr-scale", lr_scale, "linear: multiply --lr by WORLD_SIZE")
       ->check(CLI::IsMember({"none", "linear"}))
       ->capture_default_str();
@@ -129,6 +120,48 @@ int main(int argc, char** argv) {
                  "agent's event=failed")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+}
+
+// This worker's place in the job, from the torchrun environment.
+ddprun::trainer::WorkerInfo worker_from_env() {
+  ddprun::trainer::WorkerInfo w;
+  w.rank = env_int(ddprun::base::kEnvRank, 0);
+  w.world_size = env_int(ddprun::base::kEnvWorldSize, 1);
+  w.local_rank = env_int(ddprun::base::kEnvLocalRank, 0);
+  w.local_world_size = env_int(ddprun::base::kEnvLocalWorldSize, w.world_size);
+  w.restart_count = env_int(ddprun::base::kEnvRestartCount, 0);
+  w.under_ddprun = std::getenv(ddprun::base::kEnvStoreAddr) != nullptr;
+  w.master_addr = env_str(ddprun::base::kEnvMasterAddr, "127.0.0.1");
+  return w;
+}
+
+// Which store the worker's process group uses, and where it is.
+ddprun::trainer::StoreChoice store_choice(const ddprun::trainer::WorkerInfo& w) {
+  ddprun::trainer::StoreChoice sc;
+  sc.ddprun_store = w.under_ddprun;
+  sc.master_addr = w.master_addr;
+  sc.master_port = env_int(ddprun::base::kEnvMasterPort, 29500);
+  sc.agent_hosts_store = env_str(ddprun::base::kEnvUseAgentStore, "") == "True";
+  sc.rank = w.rank;
+  sc.world_size = w.world_size;
+  sc.restart_count = w.restart_count;
+  return sc;
+}
+
+int run(const ddprun::trainer::TrainOptions& o, const ddprun::trainer::WorkerInfo& w,
+        const ddprun::trainer::StoreChoice& sc, ddprun::trainer::RecoveryChannel* channel);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ddprun::trainer;
+  reexec_if_openblas_misdetects(argv);  // first: it may restart the program
+  TrainOptions o;
+  o.data_dir = default_data_dir();
+  std::string backend = "auto";
+  std::string lr_scale = "none";
+  CLI::App app{"train: LibTorch data-parallel trainer (run it under ddprun or torchrun)"};
+  define_flags(app, o, backend, lr_scale);
   CLI11_PARSE(app, argc, argv);
   o.lr_scale_linear = lr_scale == "linear";
   // One folder per job: a restart of this job resumes from it, a new job
@@ -148,14 +181,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  WorkerInfo w;
-  w.rank = env_int(ddprun::base::kEnvRank, 0);
-  w.world_size = env_int(ddprun::base::kEnvWorldSize, 1);
-  w.local_rank = env_int(ddprun::base::kEnvLocalRank, 0);
-  w.local_world_size = env_int(ddprun::base::kEnvLocalWorldSize, w.world_size);
-  w.restart_count = env_int(ddprun::base::kEnvRestartCount, 0);
-  w.under_ddprun = std::getenv(ddprun::base::kEnvStoreAddr) != nullptr;
-  w.master_addr = env_str(ddprun::base::kEnvMasterAddr, "127.0.0.1");
+  const WorkerInfo w = worker_from_env();
   if (w.world_size < 1 || w.rank >= w.world_size) {
     std::fprintf(stderr, "train: RANK=%d is not below WORLD_SIZE=%d\n", w.rank, w.world_size);
     return 2;
@@ -180,14 +206,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  StoreChoice sc;
-  sc.ddprun_store = w.under_ddprun;
-  sc.master_addr = w.master_addr;
-  sc.master_port = env_int(ddprun::base::kEnvMasterPort, 29500);
-  sc.agent_hosts_store = env_str(ddprun::base::kEnvUseAgentStore, "") == "True";
-  sc.rank = w.rank;
-  sc.world_size = w.world_size;
-  sc.restart_count = w.restart_count;
+  const StoreChoice sc = store_choice(w);
 
   struct sigaction sa {};
   sa.sa_handler = on_sigterm;

@@ -4,19 +4,14 @@
 // while every other rank, on every node, waits in the next all-reduce; the
 // other nodes' watchdogs must see that section as their own.
 //
-// Keys, in the round's prefix (a new round starts clean):
-//   ddprun-watchdog/<store prefix>guards/<node>  this node's record (JSON)
-//   ddprun-watchdog/<store prefix>guards/changes a counter every publisher bumps
-// A record is {"seq": n, "guards": [{"rank", "section", "remaining_s"}]}:
-// the time each guard has left by the publisher's clock, so no two nodes'
-// clocks are compared. With --restart-scope=rank it may also say
-// "stall": {"rank", "step", "silent_s"} (this node's ranks are past their
-// deadline, the one blamed here at that step: is a rank elsewhere behind
-// it?) and "blamed": [ranks] (this node acts on a hang of these ranks of its
-// own), so that a hang is blamed on the node whose rank stopped first
-// (peer_stall.h). Readers look at the counter every kPollInterval and
-// read the records only when it moved, so the store's load grows with the
-// nodes, not their square.
+// Each node writes its NodeRecord (watchdog/guard_record.h: the time each
+// guard has left by the publisher's clock; with --restart-scope=rank also
+// the stall it sees, the rank blamed here at that step, so that a hang is
+// blamed on the node whose rank stopped first (peer_stall.h), and the ranks
+// it acts on as hung) under rendezvous::GuardKeys in the round's prefix (a
+// new round starts clean), and bumps a counter. Readers look at the
+// counter every kPollInterval and read the records only when it moved, so
+// the store's load grows with the nodes, not their square.
 //
 // The store is reached only from this object's own thread, with its own
 // client (store calls block; the agent's loop never does): publish() hands
@@ -44,52 +39,13 @@
 #include <vector>
 
 #include "base/service_thread.h"
+#include "watchdog/guard_record.h"
 
 namespace ddprun::rendezvous {
 class Canceller;
 }
 
 namespace ddprun::watchdog {
-
-// A guard as it travels: rank, section ("setup" for a setup), time left.
-struct SharedGuard {
-  int rank = -1;
-  std::string section;
-  std::chrono::milliseconds remaining{0};
-  bool operator==(const SharedGuard& o) const {
-    return rank == o.rank && section == o.section && remaining == o.remaining;
-  }
-};
-
-// A node's stalled ranks, as it tells the others: the rank it would blame,
-// that rank's last step, and how long it has been silent (by its clock).
-struct PeerStall {
-  int rank = -1;
-  int64_t step = -1;
-  std::chrono::milliseconds silent{0};
-  bool operator==(const PeerStall& o) const {
-    return rank == o.rank && step == o.step && silent == o.silent;
-  }
-};
-
-// What one node publishes.
-struct NodeRecord {
-  std::vector<SharedGuard> guards;
-  std::optional<PeerStall> stall;
-  std::vector<int> blamed;  // global ranks this node acts on as hung
-};
-
-// Another node's record as read.
-struct NodeGuards {
-  int node = -1;
-  uint64_t seq = 0;
-  NodeRecord record;
-};
-
-// The record's codec (one place knows the bytes); decode throws
-// std::runtime_error naming what is wrong.
-std::string encode_guards(uint64_t seq, const NodeRecord& record);
-NodeGuards decode_guards(int node, const std::string& text);
 
 struct GuardPlace {
   std::string store_addr;    // "host:port" of the job's store

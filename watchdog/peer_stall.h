@@ -18,7 +18,7 @@
 #include <chrono>
 #include <vector>
 
-#include "watchdog/peer_guards.h"
+#include "watchdog/guard_record.h"
 #include "watchdog/watchdog.h"
 
 namespace ddprun::watchdog {

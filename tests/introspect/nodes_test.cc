@@ -18,6 +18,8 @@
 #include "tests/common/etcd_server.h"
 #include "tests/common/loopback_port.h"
 #include "tests/common/temp_dir.h"
+#include "introspect/node_board.h"
+#include "rendezvous/record.h"
 
 namespace {
 
@@ -242,4 +244,21 @@ TEST_CASE("etcd: status and stacks across nodes show both nodes when the rendezv
   // the agents deleted at the end; nothing of the job is left in it.
   ddprun::rendezvous::EtcdStore left(etcd.options());
   CHECK(left.num_keys() == 0);
+}
+
+TEST_CASE("a stacks request record reads back, and anything else is refused") {
+  namespace in = ddprun::introspect;
+  using ddprun::rendezvous::RecordError;
+  for (const in::StacksRequest& r : {in::StacksRequest{"4242-0-1", -1}, in::StacksRequest{"x", 7}}) {
+    const in::StacksRequest back = in::decode_stacks_request(in::encode_stacks_request(r));
+    CHECK(back.id == r.id);
+    CHECK(back.rank == r.rank);
+  }
+  // The JSON this request was before: a node running an older ddprun.
+  const std::string old = R"({"id":"1-0-1","rank":-1})";
+  CHECK_THROWS_WITH_AS(in::decode_stacks_request({old.begin(), old.end()}),
+                       doctest::Contains("no DSR magic"), RecordError);
+  auto below = in::encode_stacks_request({"x", -1});
+  below[11] = 0xfe;  // rank -2
+  CHECK_THROWS_WITH_AS(in::decode_stacks_request(below), doctest::Contains("rank -2"), RecordError);
 }

@@ -9,6 +9,7 @@
 
 #include "rendezvous/hash_store.h"
 #include "rendezvous/job_protocol.h"
+#include "rendezvous/rendezvous_error.h"
 #include "test_util.h"
 
 using namespace ddprun::rendezvous;
@@ -272,4 +273,46 @@ TEST_CASE("another node's agent wakes on the failure record as the store deliver
   REQUIRE(server.wait_for_state([](auto& s) { return s.waiters() == 1; }));
   stop = true;
   CHECK_FALSE(idle.get());
+}
+
+TEST_CASE("the round formed record reads back, and a value that is none names its key") {
+  const Formed f{3, 17};
+  const Formed back = decode_formed(encode_formed(f), "rdzv/j/r0/closed");
+  CHECK(back.size == 3);
+  CHECK(back.closer == 17);
+  // The text this record was before: a node running an older ddprun.
+  CHECK_THROWS_WITH_AS(decode_formed(to_bytes("3\t17"), "rdzv/j/r0/closed"),
+                       doctest::Contains("rdzv/j/r0/closed: round formed record: 4 bytes"),
+                       RendezvousError);
+  Bytes negative = encode_formed({-1, 0});
+  CHECK_THROWS_WITH_AS(decode_formed(negative, "k"), doctest::Contains("size -1"), RendezvousError);
+}
+
+TEST_CASE("the record codec: integers big-endian, texts cut at their limit, counts bounded") {
+  constexpr RecordKind kind{"test record", {'T', 'S', 'T'}, 2};
+  const Bytes bytes = RecordWriter(kind)
+                          .u8(7)
+                          .u16(0x0102)
+                          .u32(0x03040506)
+                          .i64(-2)
+                          .text("abcdef", 4)
+                          .count(2, 2, "items")
+                          .take();
+  CHECK(bytes == Bytes{'T', 'S', 'T', 2, 7, 1, 2, 3, 4, 5, 6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                       0xff, 0xfe, 0, 4, 'a', 'b', 'c', 'd', 0, 2});
+  RecordReader r(bytes, kind, 5);
+  CHECK(r.u8("a") == 7);
+  CHECK(r.u16("b") == 0x0102);
+  CHECK(r.u32("c") == 0x03040506u);
+  CHECK(r.i64("d") == -2);
+  CHECK_THROWS_WITH_AS(RecordReader(bytes, kind, 5).fail("x"), "test record: x", RecordError);
+  CHECK(r.text(4, "e") == "abcd");
+  // Two items of 1 byte promised, none left: refused before any is read.
+  CHECK_THROWS_WITH_AS(r.count(2, 1, "items"),
+                       doctest::Contains("truncated inside the items (0 bytes for 2 items)"),
+                       RecordError);
+  CHECK_THROWS_WITH_AS(RecordWriter(kind).count(3, 2, "items"),
+                       "test record: 3 items, it holds at most 2", RecordError);
+  RecordReader done(bytes, kind, 5);
+  CHECK_THROWS_WITH_AS(done.finish(), "test record: 23 bytes after its end", RecordError);
 }

@@ -216,7 +216,9 @@ TEST_CASE("every assignment names the store's successor: the lowest group rank n
     for (const auto& a : assignments(members, host)) CHECK_FALSE(a.successor);
   // The host alone: nobody to succeed it.
   CHECK_FALSE(assignments({members[0]}, "n0")[0].successor);
-  CHECK_FALSE(decode_assignment(encode_assignment(assignments(members)[0]) + "successor\tnot a node\n"));
+  Bytes bad_successor = encode_assignment(assignments(members, "n0")[1]);
+  bad_successor.resize(bad_successor.size() - 1);  // the successor's seq, cut short
+  CHECK_FALSE(decode_assignment(bad_successor));
 }
 
 TEST_CASE("a successor's store preloaded with the takeover records re-forms the survivors") {
@@ -273,17 +275,53 @@ TEST_CASE("a successor's store preloaded with the takeover records re-forms the 
 }
 
 TEST_CASE("an assignment record that is not one is refused") {
-  const std::string good = encode_assignment(assignments({{"a", "h", 1, 1, 1}, {"b", "h", 1, 1, 2}})[0]);
-  CHECK(decode_assignment(good));
-  for (const std::string& bad :
-       {std::string(), std::string("0\t1\t0\t1\th"), std::string("1\t1\t0\t1\th\t1\n"),
-        std::string("0\t1\t0\t1\th\t99999999999\n"), std::string("-1\t1\t0\t1\th\t1\n"),
-        good + "x\n", good + "5\tb\th\t1\t1\t2\n",
-        good + good.substr(good.find('\n') + 1) + good.substr(good.find('\n') + 1) +
-            good.substr(good.find('\n') + 1) + good.substr(good.find('\n') + 1)}) {
-    CAPTURE(bad);
+  const auto two = assignments({{"a", "h", 1, 1, 1}, {"b", "h", 1, 1, 2}}, "a");
+  const Bytes good = encode_assignment(two[1]);
+  REQUIRE(decode_assignment(good));
+  for (size_t n = 0; n < good.size(); ++n) {
+    CAPTURE(n);
+    CHECK_FALSE(decode_assignment(Bytes(good.begin(), good.begin() + n)));
+  }
+  auto damaged = [&](size_t at, uint8_t value) {
+    Bytes b = good;
+    b[at] = value;
+    return b;
+  };
+  Bytes trailing = good;
+  trailing.push_back(0);
+  // The header is magic, version, then group rank, group world size, rank
+  // base and world size (u32 each): group rank 1 of 1, a negative size, a
+  // successor flag of 2 (the last node's 20 bytes after it), and the text
+  // this record was before.
+  for (const Bytes& bad :
+       {trailing, damaged(11, 1), damaged(8, 0x80), damaged(good.size() - 21, 2),
+        to_bytes("0\t1\t0\t1\th\t1\n")}) {
+    CAPTURE(bad.size());
     CHECK_FALSE(decode_assignment(bad));
   }
+  // Ids and addresses are never cut: an id too long to write is refused.
+  Assignment long_id = two[1];
+  long_id.successor->node_id = std::string(5000, 'n');
+  CHECK_THROWS_AS(encode_assignment(long_id), RecordError);
+}
+
+TEST_CASE("a node record and the members record read back field for field") {
+  const std::vector<NodeInfo> nodes{{"n0", "10.0.0.1", 29500, 8, 1}, {"n\t1", "::1", 0, 1, (int64_t{1} << 40) + 3}};
+  const auto one = decode_node(encode_node(nodes[1]));
+  REQUIRE(one);
+  CHECK(one->node_id == "n\t1");
+  CHECK(one->seq == nodes[1].seq);
+  const auto back = decode_nodes(encode_nodes(nodes));
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].addr == "10.0.0.1");
+  CHECK(back[0].master_port == 29500);
+  CHECK(back[0].local_world_size == 8);
+  CHECK(back[1].addr == "::1");
+  // A members record is read whole or not at all.
+  Bytes cut = encode_nodes(nodes);
+  cut.pop_back();
+  CHECK(decode_nodes(cut).empty());
+  CHECK_FALSE(decode_node(encode_nodes(nodes)));
 }
 
 TEST_CASE("a node whose heartbeats stop is declared dead by the others") {
@@ -399,7 +437,7 @@ TEST_CASE("a node that vanishes during the last call does not stall the round") 
   ghost.wait({"rdzv/job/r0/node/1"}, 10s);
   // the second node records itself and dies before closing the round
   REQUIRE(ghost.add("rdzv/job/r0/joined", 1) == 2);
-  ghost.set("rdzv/job/r0/node/2", to_bytes(encode_node({"ghost", "10.0.0.9", 1, 2, 99})));
+  ghost.set("rdzv/job/r0/node/2", encode_node({"ghost", "10.0.0.9", 1, 2, 99}));
   RoundResult r = formed.get();
   CHECK(r.group_world_size == 2);
   CHECK(r.group_rank == 0);  // first-join order
