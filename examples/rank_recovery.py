@@ -158,4 +158,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # After a recovery the abandoned group's gloo threads may still run:
+    # exit() leaves without the interpreter's teardown then.
+    recovery.exit(main())

@@ -201,11 +201,20 @@ TEST_CASE("freeze: a Python rank spinning in its own loop is ended at the learne
   CHECK(job.exit_code == 124);
   const auto r = job.report();
   CHECK(r["culprit_rank"] == 1);
-  CHECK(r["culprit_state"] == "spinning");
-  CHECK(r["timeout_s"].get<double>() < 40.0);
-  // Confirmed by the probe, not by 5 s more of an unchanged stack.
-  CHECK(r["evidence"].get<std::string>().find("answers a Python signal") != std::string::npos);
   CHECK(r["in_collective_ranks"] == json::array({0}));
+  if (r["culprit_state"] == "spinning") {
+    CHECK(r["timeout_s"].get<double>() < 40.0);
+    // Confirmed by the probe, not by 5 s more of an unchanged stack.
+    CHECK(r["evidence"].get<std::string>().find("answers a Python signal") != std::string::npos);
+    return;
+  }
+  // A busy machine (the suite's loaded runs) may give the spinning rank
+  // under a quarter of the window's CPU: nothing then tells its loop from a
+  // healthy rank the machine starves, so it is ended at the floor, never
+  // sooner (watchdog/README.md, rule 5).
+  CHECK(job.console().find("rank 1 is runnable but got little CPU (a loaded machine)") !=
+        std::string::npos);
+  CHECK(r["timeout_s"].get<double>() >= 40.0);
 }
 
 TEST_CASE("freeze: a Python rank waiting 8 s for a child process that does I/O is not ended before "

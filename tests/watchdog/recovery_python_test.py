@@ -11,7 +11,9 @@ once), as a worker would:
   - under rank scope, on a real SOCK_SEQPACKET pair: failed/ready/recovered/
     fallback read as docs/RECOVERY.md says, stale and malformed packets
     ignored, joined sent in base/recovery_wire.h's form, wait_failed()'s
-    deadline kept.
+    deadline kept;
+  - exit(): sys.exit's status and teardown when no group was abandoned;
+    after one, the same status, stdout flushed, atexit handlers skipped.
 
 Usage: recovery_python_test.py WATCHDOG_PYTHON_DIR
 """
@@ -69,6 +71,17 @@ try:
 except rec.RecoveryFallback as e:
     report(f"fallback {e}")
 assert "torch" not in sys.modules
+"""
+
+
+EXIT = """
+import atexit, sys
+import ddprun_recovery as rec
+atexit.register(lambda: print("teardown ran"))
+if sys.argv[1] == "abandoned":
+    rec._abandoned.append((object(), None))  # as recover() leaves a broken group
+print("last line", end="")  # still in stdout's buffer (a pipe) at exit()
+rec.exit(5)
 """
 
 
@@ -148,6 +161,16 @@ def case_channel(folder, errors, gen):
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../base/recovery_wire_cases.txt")
 
 
+def case_exit(folder, errors):
+    for label, teardown in (("clean", True), ("abandoned", False)):
+        p = run(EXIT, base_env(folder), args=(label,))
+        out, _ = p.communicate(timeout=DEADLINE_S)
+        if p.returncode != 5 or not out.startswith("last line"):
+            errors.append(f"exit(5) {label}: status {p.returncode}, output {out!r}")
+        if ("teardown ran" in out) != teardown:
+            errors.append(f"exit(5) {label}: atexit handlers {'skipped' if teardown else 'ran'}: {out!r}")
+
+
 def case_wire_verdicts(folder, errors):
     """_parse() reaches base/recovery_wire.h's verdict on every packet of
     the shared cases file (tests/base/recovery_wire_test.cc reads it too)."""
@@ -178,6 +201,7 @@ def main():
     case_channel(folder, errors, 0)
     case_channel(folder, errors, 4)
     case_wire_verdicts(folder, errors)
+    case_exit(folder, errors)
     for e in errors:
         print("FAILED:", e)
     if not errors:

@@ -38,6 +38,7 @@ The whole loop (examples/rank_recovery.py runs it):
         except GroupBroken as broken:          # a rank's own error ends the rank
             progress = recovery.recover(model, opt, progress, broken.__cause__)
             # the loop redoes the step that was in flight
+    recovery.exit(0)                           # not sys.exit: see exit()
 
 recover() abandons the broken process group, forms generation G's through
 the agent's store (PrefixStore "ddprun/recovery/r<restart>/g<G>/" over
@@ -85,7 +86,7 @@ __all__ = [
     "Failure", "PeerFailed", "RecoveryFallback", "enabled", "generation", "is_replacement",
     "is_standby", "wait_assigned", "restart_count", "poll", "wait_failed", "send_joined",
     "init_process_group", "all_reduce",
-    "pick_source", "broadcast_state", "recover", "DEFAULT_TIMEOUT_S",
+    "pick_source", "broadcast_state", "recover", "exit", "DEFAULT_TIMEOUT_S",
 ]
 
 # base/recovery_wire.h's kMaxPacketBytes.
@@ -538,6 +539,25 @@ def _abandon_group():
         # heartbeat section that only the process's end closes.
         destroy = getattr(dist.destroy_process_group, "__wrapped__", dist.destroy_process_group)
         destroy()
+
+
+def exit(status=0):
+    """Ends the process with `status` (an int), as sys.exit would, unless
+    this process abandoned a process group in a recovery: its gloo threads
+    may still run, and the interpreter's teardown and the C++ static
+    destructors after it, under them, abort the process ("terminate called
+    without an active exception", seen under load in
+    examples.rank_recovery_harness). Then it flushes stdout and stderr and
+    leaves with os._exit, skipping atexit handlers, as ddprun's `train` does
+    with std::_Exit."""
+    if not _abandoned:
+        sys.exit(status)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed or broken stream: nothing more to keep
+    os._exit(status if isinstance(status, int) else 1)
 
 
 def recover(model, optimizer, progress, error=None, timeout=DEFAULT_TIMEOUT_S):
