@@ -15,7 +15,7 @@ namespace {
 // A connection stops parsing while this much output waits to be sent: a
 // client that pipelines requests for big replies it does not read gets one
 // built, not a queue of them (each costs the loop a copy of the value).
-constexpr size_t kMaxOutBuffered = 64 * 1024;
+constexpr size_t kMaxConnOutBuffered = 64 * 1024;
 // Behind a blocked request a connection buffers at most this much; the rest
 // stays in the kernel (TCP pushes back on the client).
 constexpr size_t kMaxBufferedBehindWait = kReadChunk;
@@ -84,7 +84,7 @@ void Conn::read_more() {
 
 void Conn::process() {
   size_t handled = 0;
-  while (!pending && !closing && !closed && !shared && out.size() < kMaxOutBuffered) {
+  while (!pending && !closing && !closed && !shared && out.size() < kMaxConnOutBuffered) {
     if (handled == kRequestsPerTurn) {
       resume_next_turn(*this);
       break;

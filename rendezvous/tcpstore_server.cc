@@ -24,7 +24,7 @@ using tcpstore::Bytes;
 namespace {
 // Parsing pauses while this much output waits for a client that does not
 // read its replies.
-constexpr size_t kMaxOutBuffered = 1 << 20;
+constexpr size_t kMaxTcpStoreOutBuffered = 1 << 20;
 }  // namespace
 
 struct TConn;
@@ -98,7 +98,8 @@ void TConn::start() {
 }
 
 void TConn::read_more() {
-  if (reading || closed || resume_posted || writing || out.size() >= kMaxOutBuffered) return;
+  if (reading || closed || resume_posted || writing || out.size() >= kMaxTcpStoreOutBuffered)
+    return;
   if (in.size() >= tcpstore::kMaxFrameSize) return;  // the codec refuses such a frame first
   read_some_into(*this, kReadChunk);
 }
@@ -106,7 +107,7 @@ void TConn::read_more() {
 void TConn::process() {
   size_t pos = 0, handled = 0;
   while (!closed) {
-    if (out.size() >= kMaxOutBuffered) {
+    if (out.size() >= kMaxTcpStoreOutBuffered) {
       // Send what is built before building more; go on only if it all went.
       flush();
       if (closed || writing) break;
